@@ -1,0 +1,39 @@
+# Two entry points (see README): `make demo` and `make test`. Both install what they need first.
+PY ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+# The CPU build of torch. Here `pip install torch==2.13.0` finds the CPU wheel locally; elsewhere pass
+# TORCH_INDEX="--index-url https://download.pytorch.org/whl/cpu" (an unpinned torch pulls a CUDA build).
+TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?=
+DATA ?= ../shared/data/scifact
+RUN_DIR ?= var
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: install demo test lint typecheck serve worker clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)" $(TORCH_INDEX)
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+demo: install
+	$(BIN)/python -m training train --data $(DATA) --out $(RUN_DIR)/run
+
+test: install
+	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: install
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) $(RUN_DIR) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,78 @@
+"""Domain errors raised by the training side and the contract modules the API imports.
+
+InfonceSearchError            base: a user-facing message, never a library stack trace
+├── DataError                 a dataset file is malformed (names the file, line and field)
+├── ConfigError               an option or config value is invalid
+├── ModelLoadError            a model folder cannot be loaded as a sentence-transformers model
+├── IndexBuildError           FAISS could not build or tune the requested index
+├── BundleError               anything about versioned bundles
+│   ├── BundleInvalid         a bundle on disk is corrupt, partial or inconsistent (never made live)
+│   ├── BundleNotFound        no bundle with that version
+│   └── NoLiveBundle          nothing is published yet (CURRENT missing)
+└── JobError                  job queue problems
+    └── JobNotFound           unknown job id
+
+The API maps these to HTTP status codes in one handler (app/errors.py); the CLI prints the message and
+exits non-zero.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class InfonceSearchError(Exception):
+    """Base class: `str(error)` is a complete, user-facing sentence."""
+
+    code = "error"
+
+
+class DataError(InfonceSearchError):
+    """A dataset file is malformed. The message names the file, the 1-based line and the field."""
+
+    code = "bad_data"
+
+    def __init__(self, path: str | Path, message: str, *, line: int | None = None, field: str | None = None):
+        self.path = str(path)
+        self.line = line
+        self.field = field
+        self.reason = message
+        where = self.path if line is None else f"{self.path}:{line}"
+        what = f" field '{field}'" if field else ""
+        super().__init__(f"{where}:{what} {message}".replace(": ", ": ", 1))
+
+
+class ConfigError(InfonceSearchError):
+    code = "bad_config"
+
+
+class ModelLoadError(InfonceSearchError):
+    code = "model_load_failed"
+
+
+class IndexBuildError(InfonceSearchError):
+    code = "index_build_failed"
+
+
+class BundleError(InfonceSearchError):
+    code = "bundle_error"
+
+
+class BundleInvalid(BundleError):
+    code = "bundle_invalid"
+
+
+class BundleNotFound(BundleError):
+    code = "bundle_not_found"
+
+
+class NoLiveBundle(BundleError):
+    code = "no_live_bundle"
+
+
+class JobError(InfonceSearchError):
+    code = "job_error"
+
+
+class JobNotFound(JobError):
+    code = "job_not_found"
