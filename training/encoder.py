@@ -129,7 +129,7 @@ class Encoder:
     # -- encoding -----------------------------------------------------------------------------------
     @property
     def dim(self) -> int:
-        return int(self._embedding_dim(model))
+        return _embedding_dim(self.model)
 
     @property
     def metric(self) -> Metric:
