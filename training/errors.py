@@ -10,7 +10,12 @@ InfonceSearchError            base: a user-facing message, never a library stack
 │   ├── BundleNotFound        no bundle with that version
 │   └── NoLiveBundle          nothing is published yet (CURRENT missing)
 └── JobError                  job queue problems
-    └── JobNotFound           unknown job id
+    ├── JobNotFound           unknown job id
+    ├── JobConflict           the job's state forbids the request (e.g. cancelling a finished job)
+    ├── DatasetRefused        a dataset name resolves outside the configured data root
+    ├── DatasetNotFound       no dataset with that name under the data root
+    ├── JobOptionsInvalid     job options fail validation (names the field)
+    └── JobCancelled          raised inside a running job when its cancellation was requested
 
 The API maps these to HTTP status codes in one handler (app/errors.py); the CLI prints the message and
 exits non-zero.
@@ -76,3 +81,29 @@ class JobError(InfonceSearchError):
 
 class JobNotFound(JobError):
     code = "job_not_found"
+
+
+class JobConflict(JobError):
+    code = "job_conflict"
+
+
+class DatasetRefused(JobError):
+    code = "dataset_refused"
+
+
+class DatasetNotFound(JobError):
+    code = "dataset_not_found"
+
+
+class JobOptionsInvalid(JobError):
+    """Job options fail validation; `field` names the offending option."""
+
+    code = "job_options_invalid"
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        super().__init__(f"options.{field}: {message}" if field else f"options: {message}")
+
+
+class JobCancelled(JobError):
+    code = "job_cancelled"
