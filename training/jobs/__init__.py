@@ -1,0 +1,1 @@
+"""Retrain and reindex as queued jobs: queue (contract), records, tasks, worker, cli."""

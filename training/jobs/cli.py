@@ -1,0 +1,131 @@
+"""`python -m training jobs submit|status|list|cancel` and `python -m training worker`.
+
+They talk to the queue and the records directly (no HTTP), with the same settings the API reads:
+`--queue` / SEARCH_QUEUE_URL, `--data-root` / SEARCH_DATA_ROOT, `--bundles` / SEARCH_BUNDLES_DIR.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from training.errors import InfonceSearchError
+from training.jobs.queue import DEFAULT_HEARTBEAT_TIMEOUT_S, JobQueue, default_queue_url
+from training.jobs.records import JobRecord
+
+jobs_app = typer.Typer(help="Submit, follow and cancel retrain/reindex jobs.", no_args_is_help=True)
+
+QueueOpt = Annotated[
+    str | None,
+    typer.Option("--queue", envvar="SEARCH_QUEUE_URL", help="sqlite:///path/jobs.db or redis://host:port/db"),
+]
+BundlesOpt = Annotated[
+    Path,
+    typer.Option("--bundles", envvar="SEARCH_BUNDLES_DIR", help="bundles folder (default queue: ../jobs.db)"),
+]
+TimeoutOpt = Annotated[
+    float,
+    typer.Option(
+        "--heartbeat-timeout",
+        envvar="SEARCH_JOB_HEARTBEAT_TIMEOUT_S",
+        help="seconds before a silent job is failed",
+    ),
+]
+
+
+def _fail(error: Exception) -> None:
+    typer.echo(f"error: {error}", err=True)
+    raise typer.Exit(code=2)
+
+
+def _parse_option(item: str) -> tuple[str, Any]:
+    key, sep, raw = item.partition("=")
+    if not sep or not key:
+        raise typer.BadParameter(f"{item!r}: expected key=value", param_hint="--option")
+    try:
+        return key, json.loads(raw)  # numbers, true/false, null
+    except json.JSONDecodeError:
+        return key, raw  # plain strings (index_kind=flat)
+
+
+def _line(r: JobRecord) -> str:
+    p = r.progress
+    step = f"{p.step}/{p.total_steps or '?'}" if r.state == "running" else ""
+    tail = r.error or (f"bundle {r.bundle_version} live={r.live}" if r.bundle_version else "")
+    return f"{r.id}  {r.type:<8} {r.state:<10} {r.dataset:<20} {p.phase:<10} {step:<8} {tail}"
+
+
+@jobs_app.command()
+def submit(
+    type: Annotated[str, typer.Option("--type", help="retrain or reindex")],
+    dataset: Annotated[str, typer.Option("--dataset", help="dataset name under the data root")],
+    option: Annotated[list[str] | None, typer.Option("--option", "-o", help="key=value (repeatable)")] = None,
+    queue: QueueOpt = None,
+    bundles: BundlesOpt = Path("bundles"),
+    data_root: Annotated[Path, typer.Option("--data-root", envvar="SEARCH_DATA_ROOT")] = Path("data"),
+) -> None:
+    """Queue a job; prints its id."""
+    options = dict(_parse_option(o) for o in option or [])
+    try:
+        record = JobQueue(queue or default_queue_url(bundles)).submit(
+            type, dataset, options, data_root=data_root, bundles_dir=bundles
+        )
+    except InfonceSearchError as e:
+        _fail(e)
+    typer.echo(record.id)
+
+
+@jobs_app.command()
+def status(
+    job_id: Annotated[str | None, typer.Argument(help="a job id; all recent jobs when omitted")] = None,
+    queue: QueueOpt = None,
+    bundles: BundlesOpt = Path("bundles"),
+    heartbeat_timeout: TimeoutOpt = DEFAULT_HEARTBEAT_TIMEOUT_S,
+) -> None:
+    """One job as JSON, or a table of recent jobs."""
+    jobs = JobQueue(queue or default_queue_url(bundles), heartbeat_timeout_s=heartbeat_timeout)
+    if job_id is None:
+        for r in jobs.list():
+            typer.echo(_line(r))
+        return
+    try:
+        typer.echo(json.dumps(jobs.get(job_id).model_dump(), indent=2))
+    except InfonceSearchError as e:
+        _fail(e)
+
+
+@jobs_app.command("list")
+def list_(
+    queue: QueueOpt = None,
+    bundles: BundlesOpt = Path("bundles"),
+    heartbeat_timeout: TimeoutOpt = DEFAULT_HEARTBEAT_TIMEOUT_S,
+) -> None:
+    """A table of recent jobs, newest first."""
+    status(None, queue, bundles, heartbeat_timeout)
+
+
+@jobs_app.command()
+def cancel(job_id: str, queue: QueueOpt = None, bundles: BundlesOpt = Path("bundles")) -> None:
+    """Cancel a queued job now, or a running one at its next training step."""
+    try:
+        record = JobQueue(queue or default_queue_url(bundles)).cancel(job_id)
+    except InfonceSearchError as e:
+        _fail(e)
+    typer.echo(f"{record.id} {record.state}{' (cancel requested)' if record.state == 'running' else ''}")
+
+
+def worker(
+    queue: QueueOpt = None,
+    bundles: BundlesOpt = Path("bundles"),
+    workers: Annotated[int, typer.Option("--workers", min=1, help="consumer threads")] = 1,
+    heartbeat_timeout: TimeoutOpt = DEFAULT_HEARTBEAT_TIMEOUT_S,
+) -> None:
+    """Run the job worker (huey consumer) until interrupted."""
+    from training.jobs.worker import run_worker
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    run_worker(queue or default_queue_url(bundles), workers=workers, heartbeat_timeout_s=heartbeat_timeout)

@@ -1,0 +1,188 @@
+"""Submit, list and cancel retrain/reindex jobs: the contract the API and the CLI share.
+
+Contract module (the API imports it): no torch, faiss or sentence-transformers at import time. The task
+body lives in `training.jobs.tasks` and is imported only inside the worker, when a job runs.
+
+The queue is huey, selected by one URL:
+
+- `sqlite:///path/jobs.db` (default): `SqliteHuey`, no extra server; API, CLI and worker share the file.
+- `redis://host:port/db`: `RedisHuey`, for APIs and workers on different machines. Records then live in
+  Redis too (see records.py). Dataset and bundle paths are passed to the worker as absolute paths, so
+  every machine must mount the data root and the bundles folder at the same path.
+
+A job's huey task id is its job id, so cancelling a queued job revokes exactly that message.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Literal, cast
+
+from huey import Huey, RedisHuey, SqliteHuey
+from huey.api import TaskWrapper
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from training.config import TrainConfig
+from training.errors import DatasetNotFound, DatasetRefused, JobConflict, JobOptionsInvalid
+from training.jobs.records import FINISHED, JobRecord, JobType, RecordStore, open_records
+
+logger = logging.getLogger(__name__)
+
+QUEUE_NAME = "infonce-search"
+DEFAULT_HEARTBEAT_TIMEOUT_S = 30.0
+IndexKind = Literal["auto", "flat", "hnsw", "ivf", "ivfpq"]
+
+__all__ = [
+    "DEFAULT_HEARTBEAT_TIMEOUT_S",
+    "default_queue_url",
+    "JobQueue",
+    "JobRecord",
+    "RetrainOptions",
+    "ReindexOptions",
+    "open_huey",
+    "resolve_dataset",
+]
+
+
+class RetrainOptions(TrainConfig):
+    """retrain options: every TrainConfig field, plus the index type of the bundle it publishes."""
+
+    index_kind: IndexKind = "auto"
+
+
+class ReindexOptions(BaseModel):
+    """reindex options. The live model re-encodes the dataset's corpus into a new bundle."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    index_kind: IndexKind = "auto"
+    # force=True (default) publishes even if the quality gate would refuse the candidate: a reindex is an
+    # operator's deliberate change (new corpus, other index type) with the same model, so "worse than
+    # the live bundle on the old corpus" is expected rather than a regression. force=False applies the gate.
+    force: bool = True
+
+
+OPTION_MODELS: dict[str, type[BaseModel]] = {"retrain": RetrainOptions, "reindex": ReindexOptions}
+
+
+def validate_options(job_type: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The options as given (defaults left out), or JobOptionsInvalid naming the first bad field."""
+    model = OPTION_MODELS.get(job_type)
+    if model is None:
+        raise JobOptionsInvalid("", f"unknown job type {job_type!r} (expected retrain or reindex)")
+    try:
+        return model.model_validate(options).model_dump(exclude_unset=True)
+    except ValidationError as e:
+        first = e.errors()[0]
+        field = ".".join(str(part) for part in first["loc"])
+        raise JobOptionsInvalid(field, first["msg"]) from None
+
+
+def default_queue_url(bundles_dir: str | Path) -> str:
+    """The API's default (app.settings): a SQLite file `jobs.db` beside the bundles folder."""
+    return f"sqlite:///{(Path(bundles_dir).parent / 'jobs.db').as_posix()}"
+
+
+def resolve_dataset(data_root: str | Path, name: str) -> Path:
+    """The dataset folder (or file) `name` under `data_root`, refusing anything that escapes it.
+
+    Resolving follows symlinks, so `..`, absolute names and links pointing outside the root all fail.
+    """
+    root = Path(data_root).resolve()
+    if not name or name.strip() != name or "\x00" in name:
+        raise DatasetRefused(f"dataset name {name!r} is not a valid name under the data root")
+    if Path(name).is_absolute():
+        raise DatasetRefused(f"dataset {name!r} must be a name under the data root, not an absolute path")
+    path = (root / name).resolve()
+    if path == root or not path.is_relative_to(root):
+        raise DatasetRefused(f"dataset {name!r} resolves outside the data root")
+    if not path.exists():
+        raise DatasetNotFound(f"no dataset named {name!r} under the data root")
+    return path
+
+
+def open_huey(url: str) -> tuple[Huey, TaskWrapper]:
+    """The huey instance for a queue URL and its one task, `run_job(job_id)`.
+
+    The API and the worker both call this, so they agree on the task's registry name.
+    """
+    if url.startswith("sqlite:///"):
+        path = Path(url.removeprefix("sqlite:///"))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        huey: Huey = SqliteHuey(QUEUE_NAME, filename=str(path), results=False)
+    elif url.startswith(("redis://", "rediss://", "unix://")):
+        huey = RedisHuey(QUEUE_NAME, url=url, results=False)
+    else:
+        raise ValueError(f"queue URL {url!r}: expected sqlite:///path/jobs.db or redis://host:port/db")
+
+    def run_job(job_id: str) -> None:
+        from training.jobs.tasks import execute  # heavy imports stay in the worker
+
+        execute(job_id, open_records(url))
+
+    return huey, huey.task(name="run_job")(run_job)
+
+
+class JobQueue:
+    """Jobs as seen by submitters: records plus the huey queue that carries them to a worker."""
+
+    def __init__(self, url: str, *, heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S):
+        self.url = url
+        self.heartbeat_timeout_s = heartbeat_timeout_s
+        self.huey, self._run_job = open_huey(url)
+        self.records: RecordStore = open_records(url)
+
+    def submit(
+        self,
+        job_type: str,
+        dataset: str,
+        options: dict[str, Any] | None,
+        *,
+        data_root: str | Path,
+        bundles_dir: str | Path,
+    ) -> JobRecord:
+        """Validate, record as `queued`, then enqueue (a worker that sees the message finds its record)."""
+        clean = validate_options(job_type, dict(options or {}))
+        data_dir = resolve_dataset(data_root, dataset)
+        record = JobRecord(
+            id=uuid.uuid4().hex,
+            type=cast(JobType, job_type),
+            dataset=dataset,
+            options=clean,
+            data_dir=str(data_dir),
+            bundles_dir=str(Path(bundles_dir).resolve()),
+        )
+        self.records.create(record)
+        self.huey.enqueue(self._run_job.s(record.id, id=record.id))
+        logger.info("job %s queued: %s %s", record.id, job_type, dataset)
+        return record
+
+    def get(self, job_id: str) -> JobRecord:
+        return self.records.get(job_id).as_seen(self.heartbeat_timeout_s)
+
+    def list(self, limit: int = 100) -> list[JobRecord]:
+        return [r.as_seen(self.heartbeat_timeout_s) for r in self.records.list(limit)]
+
+    def cancel(self, job_id: str) -> JobRecord:
+        """Queued → cancelled now (and its message revoked); running → cancelled at the next step."""
+        now = time.time()
+
+        def fn(record: JobRecord) -> JobRecord | None:
+            if record.state == "queued":
+                return record.model_copy(
+                    update={"state": "cancelled", "cancel_requested": True, "finished_at": now}
+                )
+            if record.state == "running":
+                return record.model_copy(update={"cancel_requested": True})
+            return None
+
+        current = self.get(job_id)
+        if current.state in FINISHED and current.state != "cancelled":
+            raise JobConflict(f"job {job_id} already {current.state}; nothing to cancel")
+        new = self.records.mutate(job_id, fn)
+        if new is not None and new.state == "cancelled":
+            self.huey.revoke_by_id(job_id, revoke_once=True)
+        return self.get(job_id)

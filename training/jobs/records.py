@@ -1,0 +1,253 @@
+"""Job records: what the API and the CLI show about a job, kept outside the task queue.
+
+huey only knows "a message is waiting"; everything a user asks about a job (state, progress, log tail,
+published version, gate decision, error) lives here, so it survives API and worker restarts.
+
+Two stores behind one interface, chosen by the same URL as the queue:
+
+- `sqlite:///path/jobs.db` → a table in `path/jobs.records.db` (beside huey's own file);
+- `redis://host:port/db`   → one Redis hash per job (`<ns>:job:<id>`) plus a sorted set listing them, so
+  an API on another machine sees the records the workers write.
+
+Every write is a compare-and-set read-modify-write of the whole record inside one transaction (SQLite
+`BEGIN IMMEDIATE`; Redis `WATCH`/`MULTI`), so a cancel racing a worker's "running" update never loses
+either; `expect=` makes a state transition conditional.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, Field
+
+from training.errors import JobNotFound
+
+logger = logging.getLogger(__name__)
+
+JobType = Literal["retrain", "reindex"]
+JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+FINISHED: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
+LOG_TAIL_LINES = 40
+HEARTBEAT_INTERVAL_S = 2.0  # how often a running task stamps `heartbeat_at`
+
+
+class Progress(BaseModel):
+    phase: str = "queued"  # waiting-for-lock, train, report, index, publish
+    step: int = 0
+    total_steps: int | None = None
+    epoch: int | None = None
+    loss: float | None = None
+    temperature: float | None = None
+    eta_s: float | None = None
+
+
+class JobRecord(BaseModel):
+    """One job. Timestamps are Unix seconds (UTC)."""
+
+    id: str
+    type: JobType
+    dataset: str  # the name under the data root, as submitted
+    options: dict[str, Any] = Field(default_factory=dict)
+    data_dir: str  # resolved dataset path the worker reads
+    bundles_dir: str  # bundle folder the job publishes into
+    state: JobState = "queued"
+    progress: Progress = Field(default_factory=Progress)
+    log_tail: list[str] = Field(default_factory=list)
+    bundle_version: str | None = None  # the candidate bundle this job built
+    live: bool | None = None  # gate decision: did the candidate become CURRENT?
+    gate_reason: str | None = None
+    error: str | None = None
+    cancel_requested: bool = False
+    worker: str | None = None  # host:pid of the process running it
+    heartbeat_at: float | None = None
+    created_at: float = Field(default_factory=time.time)
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    def stale(self, timeout_s: float, now: float | None = None) -> bool:
+        """A running job whose worker stopped stamping its heartbeat (killed, host gone)."""
+        if self.state != "running":
+            return False
+        beat = self.heartbeat_at or self.started_at or self.created_at
+        return (now or time.time()) - beat > timeout_s
+
+    def as_seen(self, timeout_s: float) -> JobRecord:
+        """The record as a reader should report it: a stale running job reads as failed."""
+        if not self.stale(timeout_s):
+            return self
+        return self.model_copy(
+            update={
+                "state": "failed",
+                "error": f"worker died: heartbeat expired (no heartbeat for {timeout_s:g} s)",
+            }
+        )
+
+
+Mutator = Callable[[JobRecord], JobRecord | None]
+
+
+class RecordStore(Protocol):
+    def create(self, record: JobRecord) -> None: ...
+    def get(self, job_id: str) -> JobRecord: ...
+    def list(self, limit: int = 100) -> list[JobRecord]: ...
+    def mutate(self, job_id: str, fn: Mutator) -> JobRecord | None: ...
+
+
+def update(
+    store: RecordStore, job_id: str, *, expect: Collection[str] | None = None, **fields: Any
+) -> JobRecord | None:
+    """Set `fields` atomically; with `expect`, only if the current state is one of those (else None)."""
+
+    def fn(record: JobRecord) -> JobRecord | None:
+        if expect is not None and record.state not in expect:
+            return None
+        return record.model_copy(update=fields)
+
+    return store.mutate(job_id, fn)
+
+
+def append_log(store: RecordStore, job_id: str, lines: list[str]) -> None:
+    def fn(record: JobRecord) -> JobRecord:
+        return record.model_copy(update={"log_tail": (record.log_tail + lines)[-LOG_TAIL_LINES:]})
+
+    store.mutate(job_id, fn)
+
+
+def open_records(url: str) -> RecordStore:
+    """The record store that goes with a queue URL (see module docstring)."""
+    if url.startswith("sqlite:///"):
+        queue_db = Path(url.removeprefix("sqlite:///"))
+        return SqliteRecords(queue_db.with_name(queue_db.stem + ".records.db"))
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        return RedisRecords(url)
+    raise ValueError(f"queue URL {url!r}: expected sqlite:///path/jobs.db or redis://host:port/db")
+
+
+class SqliteRecords:
+    """Records in one SQLite table (WAL: readers never block the worker's writes)."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._local = threading.local()  # sqlite3 connections are per thread
+        with self._tx() as db:
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS job (id TEXT PRIMARY KEY, created_at REAL NOT NULL, doc TEXT NOT NULL)"
+            )
+
+    def _conn(self) -> sqlite3.Connection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            self._local.conn = conn
+        return conn
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        db = self._conn()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def create(self, record: JobRecord) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO job (id, created_at, doc) VALUES (?, ?, ?)",
+                (record.id, record.created_at, record.model_dump_json()),
+            )
+
+    def get(self, job_id: str) -> JobRecord:
+        row = self._conn().execute("SELECT doc FROM job WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise JobNotFound(f"no job with id {job_id!r}")
+        return JobRecord.model_validate_json(row[0])
+
+    def list(self, limit: int = 100) -> list[JobRecord]:
+        rows = (
+            self._conn().execute("SELECT doc FROM job ORDER BY created_at DESC LIMIT ?", (limit,)).fetchall()
+        )
+        return [JobRecord.model_validate_json(doc) for (doc,) in rows]
+
+    def mutate(self, job_id: str, fn: Mutator) -> JobRecord | None:
+        with self._tx() as db:
+            row = db.execute("SELECT doc FROM job WHERE id = ?", (job_id,)).fetchone()
+            if row is None:
+                raise JobNotFound(f"no job with id {job_id!r}")
+            new = fn(JobRecord.model_validate_json(row[0]))
+            if new is not None:
+                db.execute("UPDATE job SET doc = ? WHERE id = ?", (new.model_dump_json(), job_id))
+            return new
+
+
+class RedisRecords:
+    """Records as Redis hashes (`doc` = the JSON record, `state` for humans using redis-cli)."""
+
+    def __init__(self, url: str, namespace: str = "infonce-search"):
+        import redis
+
+        self._redis = redis.Redis.from_url(url)
+        self._watch_error = redis.WatchError
+        self._ns = namespace
+        self._index = f"{namespace}:jobs"
+
+    def _key(self, job_id: str) -> str:
+        return f"{self._ns}:job:{job_id}"
+
+    def create(self, record: JobRecord) -> None:
+        with self._redis.pipeline() as pipe:  # MULTI/EXEC: the hash and the index appear together
+            pipe.hset(self._key(record.id), mapping={"doc": record.model_dump_json(), "state": record.state})
+            pipe.zadd(self._index, {record.id: record.created_at})
+            pipe.execute()
+
+    def get(self, job_id: str) -> JobRecord:
+        doc = self._redis.hget(self._key(job_id), "doc")
+        if doc is None:
+            raise JobNotFound(f"no job with id {job_id!r}")
+        return JobRecord.model_validate_json(doc)
+
+    def list(self, limit: int = 100) -> list[JobRecord]:
+        ids = self._redis.zrevrange(self._index, 0, limit - 1)
+        with self._redis.pipeline(transaction=False) as pipe:
+            for job_id in ids:
+                pipe.hget(self._key(job_id.decode()), "doc")
+            docs = pipe.execute()
+        return [JobRecord.model_validate_json(doc) for doc in docs if doc is not None]
+
+    def mutate(self, job_id: str, fn: Mutator) -> JobRecord | None:
+        key = self._key(job_id)
+        with self._redis.pipeline() as pipe:
+            while True:
+                try:
+                    pipe.watch(key)
+                    doc = pipe.hget(key, "doc")
+                    if doc is None:
+                        raise JobNotFound(f"no job with id {job_id!r}")
+                    new = fn(JobRecord.model_validate_json(doc))
+                    if new is None:
+                        pipe.unwatch()
+                        return None
+                    pipe.multi()
+                    pipe.hset(key, mapping={"doc": new.model_dump_json(), "state": new.state})
+                    pipe.execute()
+                    return new
+                except self._watch_error:
+                    continue  # someone wrote between WATCH and EXEC: re-read and re-apply
+
+
+def dumps(record: JobRecord) -> str:
+    """Pretty JSON for the CLI."""
+    return json.dumps(record.model_dump(), indent=2)

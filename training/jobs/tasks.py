@@ -1,0 +1,228 @@
+"""What a worker does with one job: take the bundle lock, run retrain or reindex, record the outcome.
+
+retrain = `run_pipeline` (train → report → index → publish through the quality gate).
+reindex = `index_model` on the live bundle's model folder (`<bundles>/<CURRENT>/model`).
+
+A `Reporter` thread stamps the record every HEARTBEAT_INTERVAL_S with the heartbeat, the latest progress
+and new log lines, and reads back `cancel_requested`; the trainer's progress callback then raises
+`JobCancelled` at the next step. The job ends `cancelled` and publishes nothing. A cancel that arrives
+after publishing has started is too late: the job ends `succeeded` with a log line saying so.
+
+Only one job at a time per bundles folder: an fcntl lock on `<bundles>/.jobs.lock`, held while the job
+runs. A second job waits in state `queued` (phase "waiting for the bundle lock") and can be cancelled
+while it waits. The kernel drops the lock when the holder dies, even on kill -9.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from training.errors import InfonceSearchError, JobCancelled
+from training.jobs.records import (
+    HEARTBEAT_INTERVAL_S,
+    LOG_TAIL_LINES,
+    JobRecord,
+    Progress,
+    RecordStore,
+    update,
+)
+
+logger = logging.getLogger(__name__)
+
+LOCK_FILE = ".jobs.lock"
+LOCK_POLL_S = 0.5
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Reporter(logging.Handler):
+    """Collects this job's progress and log lines; a thread writes them out with the heartbeat."""
+
+    def __init__(self, records: RecordStore, job_id: str):
+        super().__init__(level=logging.INFO)
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+        self.records = records
+        self.job_id = job_id
+        self.cancel = threading.Event()
+        self._thread_id = threading.get_ident()  # only the job's own thread's log lines are its log
+        self._lines: list[str] = []
+        self._progress: Progress | None = None
+        self._mutex = threading.Lock()
+        self._stop = threading.Event()
+        self._beater = threading.Thread(target=self._run, name=f"heartbeat-{job_id[:8]}", daemon=True)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.thread == self._thread_id:
+            with self._mutex:
+                self._lines = (self._lines + [self.format(record)])[-LOG_TAIL_LINES:]
+
+    def progress(self, **fields: Any) -> None:
+        with self._mutex:
+            self._progress = (self._progress or Progress()).model_copy(update=fields)
+
+    def on_progress(self, info: dict[str, Any]) -> None:
+        """The trainer's callback: record the step, and raise if a cancel was requested."""
+        known = {
+            k: info[k] for k in ("step", "total_steps", "epoch", "loss", "temperature", "eta_s") if k in info
+        }
+        self.progress(**known)
+        if self.cancel.is_set():
+            raise JobCancelled(f"job {self.job_id} cancelled at step {info.get('step')}")
+
+    def check_cancel(self) -> None:
+        """Between phases: honour a cancel without waiting for the next heartbeat."""
+        if self.cancel.is_set() or self.records.get(self.job_id).cancel_requested:
+            raise JobCancelled(f"job {self.job_id} cancelled")
+
+    def beat(self) -> None:
+        with self._mutex:
+            lines, self._lines = self._lines, []
+            progress = self._progress
+
+        def fn(record: JobRecord) -> JobRecord:
+            if record.cancel_requested or record.state == "cancelled":
+                self.cancel.set()
+            changes: dict[str, Any] = {"heartbeat_at": time.time()}
+            if lines:
+                changes["log_tail"] = (record.log_tail + lines)[-LOG_TAIL_LINES:]
+            if progress is not None:
+                changes["progress"] = progress
+            return record.model_copy(update=changes)
+
+        self.records.mutate(self.job_id, fn)
+
+    def _run(self) -> None:
+        while not self._stop.wait(HEARTBEAT_INTERVAL_S):
+            try:
+                self.beat()
+            except Exception:  # a busy database must not kill the heartbeat thread
+                logger.warning("heartbeat for job %s failed", self.job_id, exc_info=True)
+
+    def __enter__(self) -> Reporter:
+        logging.getLogger().addHandler(self)
+        self._beater.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._beater.join()
+        logging.getLogger().removeHandler(self)
+        self.beat()  # last progress and log lines
+
+
+@contextmanager
+def bundle_lock(bundles_dir: Path, reporter: Reporter) -> Iterator[None]:
+    """Hold `<bundles>/.jobs.lock` exclusively; poll (so a waiting job stays cancellable)."""
+    bundles_dir.mkdir(parents=True, exist_ok=True)
+    with open(bundles_dir / LOCK_FILE, "a+") as fh:
+        while True:
+            try:
+                fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                reporter.check_cancel()
+                time.sleep(LOCK_POLL_S)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def execute(job_id: str, records: RecordStore) -> None:
+    """Run one job to a final state. Never raises: every outcome is written to the record."""
+    claimed = update(
+        records,
+        job_id,
+        expect={"queued"},
+        worker=worker_id(),
+        heartbeat_at=time.time(),
+        progress=Progress(phase="waiting for the bundle lock"),
+    )
+    if claimed is None:
+        logger.info("job %s is no longer queued (%s); skipping", job_id, records.get(job_id).state)
+        return
+    with Reporter(records, job_id) as reporter:
+        try:
+            with bundle_lock(Path(claimed.bundles_dir), reporter):
+                started = update(records, job_id, expect={"queued"}, state="running", started_at=time.time())
+                if started is None:
+                    raise JobCancelled(f"job {job_id} cancelled while waiting for the bundle lock")
+                logger.info("job %s started: %s on %s", job_id, claimed.type, claimed.dataset)
+                outcome = (
+                    _retrain(claimed, reporter) if claimed.type == "retrain" else _reindex(claimed, reporter)
+                )
+        except JobCancelled as e:
+            logger.info("%s", e)
+            final: dict[str, Any] = {"state": "cancelled"}
+        except InfonceSearchError as e:
+            logger.error("job %s failed: %s", job_id, e)
+            final = {"state": "failed", "error": str(e)}
+        except Exception as e:  # the record must say what happened, whatever happened
+            logger.exception("job %s failed", job_id)
+            final = {"state": "failed", "error": f"{type(e).__name__}: {e}"}
+        else:
+            logger.info(
+                "job %s succeeded: bundle %s live=%s", job_id, outcome["bundle_version"], outcome["live"]
+            )
+            final = {"state": "succeeded", **outcome}
+    update(records, job_id, expect={"queued", "running"}, finished_at=time.time(), **final)
+
+
+def _publish_outcome(result: Any) -> dict[str, Any]:
+    """version / live / reason of a PublishResult (or of a PipelineResult holding one)."""
+    publish = getattr(result, "publish", None) or result
+    return {
+        "bundle_version": getattr(publish, "version", None),
+        "live": getattr(publish, "live", None),
+        "gate_reason": getattr(publish, "reason", None),
+    }
+
+
+def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
+    from training.config import TrainConfig
+    from training.jobs.queue import RetrainOptions
+    from training.pipeline import run_pipeline
+
+    options = RetrainOptions.model_validate(record.options)
+    config = TrainConfig(**options.model_dump(exclude={"index_kind"}))
+    reporter.progress(phase="train", total_steps=config.max_steps)
+    with tempfile.TemporaryDirectory(prefix=f"job-{record.id[:8]}-") as work_dir:
+        result = run_pipeline(
+            record.data_dir,
+            record.bundles_dir,
+            config=config,
+            work_dir=work_dir,
+            index_kind=options.index_kind,
+            on_progress=reporter.on_progress,
+        )
+    return _publish_outcome(result)
+
+
+def _reindex(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
+    from training.bundle import BundleStore
+    from training.indexing import index_model
+    from training.jobs.queue import ReindexOptions
+
+    options = ReindexOptions.model_validate(record.options)
+    store = BundleStore(record.bundles_dir)
+    version = store.current_version()
+    model_dir = Path(record.bundles_dir) / version / "model"
+    logger.info("re-encoding %s with the live model of bundle %s", record.dataset, version)
+    reporter.progress(phase="index")
+    reporter.check_cancel()
+    result = index_model(
+        model_dir, record.data_dir, record.bundles_dir, index_kind=options.index_kind, force=options.force
+    )
+    return _publish_outcome(result)

@@ -1,0 +1,100 @@
+"""The worker process: huey's consumer running `run_job`, plus dead-job recovery.
+
+`python -m training worker --queue URL` starts huey's own Consumer (threads; `--workers N` of them). Jobs
+for the same bundles folder still run one at a time (the lock in tasks.py); more workers only help
+when they serve several bundles folders.
+
+A job whose worker died (kill -9, OOM, host lost) would stay `running` forever, and its huey message is
+already consumed. Two rules turn it into `failed` so it can be resubmitted:
+
+- on start, jobs claimed by a process of this host that no longer exists (or by our own pid: a
+  container restart reuses pid 1) are failed with "worker died: worker restarted";
+- while running, a sweeper thread fails any claimed job whose heartbeat is older than the timeout
+  ("worker died: heartbeat expired"), whichever worker wrote it. Readers (API, CLI) apply the same rule
+  on the fly, so a stale job reads as failed even when no worker is running.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+
+from training.jobs.queue import DEFAULT_HEARTBEAT_TIMEOUT_S, open_huey
+from training.jobs.records import JobRecord, RecordStore, open_records, update
+
+logger = logging.getLogger(__name__)
+
+SWEEP_INTERVAL_S = 5.0
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def _death_reason(record: JobRecord, *, host: str, at_start: bool, timeout_s: float) -> str | None:
+    if record.state not in ("queued", "running") or record.worker is None:
+        return None
+    worker_host, _, pid = record.worker.rpartition(":")
+    mine = at_start and worker_host == host and pid.isdigit()
+    if mine and (int(pid) == os.getpid() or not _pid_alive(int(pid))):
+        return f"worker died: worker restarted (process {record.worker} is gone)"
+    if record.stale(timeout_s):
+        return f"worker died: heartbeat expired (no heartbeat for {timeout_s:g} s)"
+    return None
+
+
+def fail_dead_jobs(records: RecordStore, *, timeout_s: float, at_start: bool = False) -> list[str]:
+    """Mark jobs whose worker is gone as failed; returns their ids."""
+    host = socket.gethostname()
+    failed = []
+    for record in records.list(limit=10_000):
+        reason = _death_reason(record, host=host, at_start=at_start, timeout_s=timeout_s)
+        if reason is None:
+            continue
+        done = update(
+            records, record.id, expect={record.state}, state="failed", error=reason, finished_at=time.time()
+        )
+        if done is not None:
+            logger.warning("job %s: %s", record.id, reason)
+            failed.append(record.id)
+    return failed
+
+
+def _sweep_forever(records: RecordStore, timeout_s: float, stop: threading.Event) -> None:
+    while not stop.wait(SWEEP_INTERVAL_S):
+        try:
+            fail_dead_jobs(records, timeout_s=timeout_s)
+        except Exception:
+            logger.warning("dead-job sweep failed", exc_info=True)
+
+
+def run_worker(
+    url: str, *, workers: int = 1, heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S
+) -> None:
+    """Block running huey's consumer until SIGINT (graceful) or SIGTERM."""
+    huey, _ = open_huey(url)
+    records = open_records(url)
+    fail_dead_jobs(records, timeout_s=heartbeat_timeout_s, at_start=True)
+    stop = threading.Event()
+    sweeper = threading.Thread(
+        target=_sweep_forever, args=(records, heartbeat_timeout_s, stop), name="dead-job-sweeper", daemon=True
+    )
+    sweeper.start()
+    # max_delay: an idle SQLite queue is polled with backoff; cap it so a new job starts within a second.
+    consumer = huey.create_consumer(workers=workers, worker_type="thread", periodic=False, max_delay=1.0)
+    logger.info(
+        "worker %s:%d consuming %s with %d thread(s)", socket.gethostname(), os.getpid(), url, workers
+    )
+    try:
+        consumer.run()
+    finally:
+        stop.set()
