@@ -1,0 +1,233 @@
+"""Job queue and records against a real SQLite file and (when redis-server is on PATH) a real Redis.
+
+No model here: these prove submission, validation, cancellation, atomic record updates, the bundle lock
+and dead-worker recovery. The model-running paths are in tests/test_jobs_e2e.py.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from training.errors import DatasetNotFound, DatasetRefused, JobCancelled, JobConflict, JobOptionsInvalid
+from training.jobs.queue import JobQueue, resolve_dataset
+from training.jobs.records import JobRecord, update
+from training.jobs.tasks import Reporter, bundle_lock, execute
+from training.jobs.worker import fail_dead_jobs
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory):
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server not on PATH (apt-get install redis-server); Redis queue variant not run")
+    port = _free_port()
+    folder = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        [
+            server,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(folder),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    import redis
+
+    client = redis.Redis(port=port)
+    for _ in range(100):
+        try:
+            client.ping()
+            break
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    yield f"redis://127.0.0.1:{port}/0"
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
+def queue_url(request, tmp_path):
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'jobs.db'}"
+    url = request.getfixturevalue("redis_url")
+    import redis
+
+    redis.Redis.from_url(url).flushdb()
+    return url
+
+
+@pytest.fixture()
+def data_root(tmp_path):
+    root = tmp_path / "data"
+    (root / "small").mkdir(parents=True)
+    (root / "small" / "corpus.jsonl").write_text('{"_id": "d1", "text": "x"}\n')
+    (tmp_path / "secret").mkdir()
+    (root / "escape").symlink_to(tmp_path / "secret")
+    return root
+
+
+def _submit(queue: JobQueue, data_root: Path, tmp_path: Path, **kw) -> JobRecord:
+    args = {"job_type": "retrain", "dataset": "small", "options": {"max_steps": 2}} | kw
+    return queue.submit(**args, data_root=data_root, bundles_dir=tmp_path / "bundles")
+
+
+def test_submit_records_a_queued_job_and_enqueues_it(queue_url, data_root, tmp_path):
+    queue = JobQueue(queue_url)
+    record = _submit(queue, data_root, tmp_path, options={"max_steps": 2, "index_kind": "flat"})
+    assert record.state == "queued"
+    assert record.options == {"max_steps": 2, "index_kind": "flat"}
+    assert record.data_dir == str((data_root / "small").resolve())
+    assert queue.huey.pending_count() == 1
+    # a second process (the API after a restart) sees the same record
+    again = JobQueue(queue_url).get(record.id)
+    assert again == record
+    assert [r.id for r in JobQueue(queue_url).list()] == [record.id]
+
+
+@pytest.mark.parametrize("name", ["../secret", "small/../../secret", "escape", "/etc", ""])
+def test_dataset_names_outside_the_root_are_refused(data_root, name):
+    with pytest.raises(DatasetRefused):
+        resolve_dataset(data_root, name)
+
+
+def test_unknown_dataset_and_bad_options_are_named(queue_url, data_root, tmp_path):
+    queue = JobQueue(queue_url)
+    with pytest.raises(DatasetNotFound, match="'nope'"):
+        _submit(queue, data_root, tmp_path, dataset="nope")
+    with pytest.raises(JobOptionsInvalid, match=r"options\.max_steps") as err:
+        _submit(queue, data_root, tmp_path, options={"max_steps": 0})
+    assert err.value.field == "max_steps"
+    with pytest.raises(JobOptionsInvalid, match=r"options\.index_kind"):
+        _submit(queue, data_root, tmp_path, job_type="reindex", options={"index_kind": "annoy"})
+    with pytest.raises(JobOptionsInvalid, match="unknown job type"):
+        _submit(queue, data_root, tmp_path, job_type="deploy")
+    assert queue.list() == [] and queue.huey.pending_count() == 0
+
+
+def test_cancel_queued_job_revokes_it_and_the_worker_skips_it(queue_url, data_root, tmp_path):
+    queue = JobQueue(queue_url)
+    record = _submit(queue, data_root, tmp_path)
+    cancelled = queue.cancel(record.id)
+    assert cancelled.state == "cancelled" and cancelled.finished_at is not None
+    assert queue.huey.is_revoked(record.id)
+    assert queue.cancel(record.id).state == "cancelled"  # idempotent
+    execute(record.id, queue.records)  # what a worker would do if it still got the message
+    after = queue.get(record.id)
+    assert after.state == "cancelled" and after.worker is None and after.started_at is None
+
+
+def test_cancel_of_finished_job_is_a_conflict(queue_url, data_root, tmp_path):
+    queue = JobQueue(queue_url)
+    record = _submit(queue, data_root, tmp_path)
+    update(queue.records, record.id, state="succeeded")
+    with pytest.raises(JobConflict, match="already succeeded"):
+        queue.cancel(record.id)
+
+
+def test_concurrent_record_updates_are_not_lost(queue_url, data_root, tmp_path):
+    queue = JobQueue(queue_url)
+    record = _submit(queue, data_root, tmp_path)
+
+    def bump(n: int) -> None:
+        for i in range(10):
+            queue.records.mutate(
+                record.id, lambda r, i=i: r.model_copy(update={"log_tail": r.log_tail + [f"{n}-{i}"]})
+            )
+
+    threads = [threading.Thread(target=bump, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    lines = queue.get(record.id).log_tail
+    assert sorted(lines) == sorted(f"{n}-{i}" for n in range(4) for i in range(10))
+
+
+def test_running_job_sees_cancel_at_its_next_step(queue_url, data_root, tmp_path):
+    queue = JobQueue(queue_url)
+    record = _submit(queue, data_root, tmp_path)
+    update(queue.records, record.id, state="running")
+    reporter = Reporter(queue.records, record.id)
+    reporter.on_progress({"step": 1, "total_steps": 5, "loss": 1.5})  # no cancel yet: returns
+    assert queue.cancel(record.id).state == "running"  # running jobs end at their next step
+    reporter.beat()
+    with pytest.raises(JobCancelled):
+        reporter.on_progress({"step": 2, "total_steps": 5, "loss": 1.4})
+    reporter.beat()  # the heartbeat thread writes the latest progress
+    progress = queue.get(record.id).progress
+    assert (progress.step, progress.total_steps, progress.loss) == (2, 5, 1.4)
+
+
+def test_bundle_lock_serialises_and_a_waiting_job_can_be_cancelled(queue_url, data_root, tmp_path):
+    queue = JobQueue(queue_url)
+    bundles = tmp_path / "bundles"
+    waiting = _submit(queue, data_root, tmp_path)
+    reporter = Reporter(queue.records, waiting.id)
+    outcome: list[str] = []
+
+    def second() -> None:
+        try:
+            with bundle_lock(bundles, reporter):
+                outcome.append("acquired")
+        except JobCancelled:
+            outcome.append("cancelled")
+
+    with bundle_lock(bundles, Reporter(queue.records, "unused")):
+        thread = threading.Thread(target=second)
+        thread.start()
+        time.sleep(1.0)
+        assert outcome == []  # still waiting for the first holder
+        queue.cancel(waiting.id)
+        thread.join(timeout=10)
+    assert outcome == ["cancelled"]
+    # once released, the lock can be taken again
+    with bundle_lock(bundles, reporter):
+        pass
+
+
+def test_dead_worker_jobs_fail_on_restart_and_stale_heartbeats_read_as_failed(queue_url, data_root, tmp_path):
+    queue = JobQueue(queue_url, heartbeat_timeout_s=30)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    host = socket.gethostname()
+    killed = _submit(queue, data_root, tmp_path)
+    update(queue.records, killed.id, state="running", worker=f"{host}:{dead.pid}", heartbeat_at=time.time())
+    alive = _submit(queue, data_root, tmp_path)
+    update(
+        queue.records, alive.id, state="running", worker=f"{host}:{os.getppid()}", heartbeat_at=time.time()
+    )
+    silent = _submit(queue, data_root, tmp_path)
+    update(queue.records, silent.id, state="running", worker="elsewhere:1", heartbeat_at=time.time() - 60)
+
+    # before any worker restarts, readers already report the silent one as failed
+    assert queue.get(silent.id).state == "failed"
+    assert "heartbeat expired" in (queue.get(silent.id).error or "")
+    assert queue.get(killed.id).state == "running"
+
+    failed = fail_dead_jobs(queue.records, timeout_s=30, at_start=True)
+    assert set(failed) == {killed.id, silent.id}
+    assert "worker restarted" in (queue.records.get(killed.id).error or "")
+    assert queue.records.get(silent.id).state == "failed"  # now stored, not only derived
+    assert queue.records.get(alive.id).state == "running"
