@@ -4,7 +4,7 @@ BEIR layout (Thakur et al., 2021):
 
     <folder>/corpus.jsonl        {"_id" or "id", "title"?, "text", "metadata"?: {...}}
     <folder>/queries.jsonl       {"_id" or "id", "text"}
-    <folder>/qrels/<split>.tsv   header "query-id<TAB>corpus-id<TAB>score", then one judgement a line
+    <folder>/qrels/<split>.tsv   optional header "query-id<TAB>corpus-id<TAB>score", one judgement a line
 
 Rules the readers enforce (anything else is a `DataError`, never a library stack trace):
 
@@ -94,6 +94,8 @@ def _json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise DataError(path, f"invalid JSON: {exc.msg} (column {exc.colno})", line=lineno) from None
+        except RecursionError:
+            raise DataError(path, "invalid JSON: nested too deeply", line=lineno) from None
         if not isinstance(obj, dict):
             raise DataError(path, f"expected a JSON object, got {_json_type(obj)}", line=lineno)
         yield lineno, obj
@@ -195,7 +197,7 @@ def load_qrels(
         if not line.strip():
             continue
         cols = line.split("\t")
-        if lineno == 1 and tuple(c.strip().lower() for c in cols) == QRELS_HEADER:
+        if lineno == 1 and _is_header(cols):
             continue
         if len(cols) != 3:
             raise DataError(
@@ -231,6 +233,13 @@ def load_qrels(
         if score > 0:
             qrels.setdefault(query_id, {})[doc_id] = score
     return qrels
+
+
+def _is_header(cols: list[str]) -> bool:
+    # BEIR writes "query-id corpus-id score"; other tools name the columns differently, but a header's
+    # last column is a word, never a number
+    names = tuple(c.strip().lower() for c in cols)
+    return names == QRELS_HEADER or (len(names) == 3 and names[2].replace("-", "").replace("_", "").isalpha())
 
 
 def available_splits(folder: str | Path) -> list[str]:

@@ -166,6 +166,7 @@ def test_pairs_file_and_pairs_as_retrieval(tmp_path: Path) -> None:
     ("line2", "field", "fragment"),
     [
         ('{"_id": "x", "text": ', None, "invalid JSON"),
+        pytest.param("[" * 100_000 + "]" * 100_000, None, "nested too deeply", id="deep-nesting"),
         ('["x", "y"]', None, "got an array"),
         ('{"title": "t", "text": "body"}', "_id", "missing id"),
         ('{"_id": "", "text": "body"}', "_id", "empty"),
@@ -240,6 +241,10 @@ def test_load_qrels_without_id_checks(tmp_path: Path) -> None:
     path = tmp_path / "q.tsv"
     path.write_text("a\tx\t1\na\ty\t0\nb\tz\t3\n")
     assert load_qrels(path) == {"a": {"x": 1}, "b": {"z": 3}}
+    path.write_text("qid\tdoc_id\trelevance\na\tx\t1\n")  # another tool's header names
+    assert load_qrels(path) == {"a": {"x": 1}}
+    path.write_text("a\tx\t1.0\n")  # a number on line 1 is data, not a header
+    expect_error(lambda: load_qrels(path), path, line=1, field="score")
 
 
 def test_split_without_relevant_pairs(tmp_path: Path) -> None:
