@@ -1,0 +1,130 @@
+"""The job routes on the real app (TestClient with lifespan) and a real SQLite queue, no worker.
+
+What a worker does with the jobs is proven in tests/test_jobs_e2e.py; here: the HTTP contract (202, auth,
+400 for paths escaping the data root, 404, 422 naming the field, 409) and that records outlive the app.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import Settings
+from training.jobs.queue import JobQueue
+from training.jobs.records import update
+
+KEY = {"X-API-Key": "k3y"}
+
+
+@pytest.fixture()
+def settings(tmp_path):
+    data = tmp_path / "data"
+    (data / "mini" / "qrels").mkdir(parents=True)
+    (data / "mini" / "corpus.jsonl").write_text('{"_id": "d1", "title": "t", "text": "x"}\n')
+    (tmp_path / "outside").mkdir()
+    (data / "link").symlink_to(tmp_path / "outside")
+    return Settings(
+        bundles_dir=tmp_path / "bundles",
+        api_key="k3y",
+        data_root=data,
+        queue_url=f"sqlite:///{tmp_path / 'jobs.db'}",
+        job_heartbeat_timeout_s=5,
+        reload_poll_seconds=0,
+    )
+
+
+@pytest.fixture()
+def client(settings):
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+def _submit(client: TestClient, **body) -> object:
+    return client.post(
+        "/jobs", json={"type": "retrain", "dataset": "mini", "options": {}} | body, headers=KEY
+    )
+
+
+def test_submit_returns_202_and_the_job_is_listed(client, settings):
+    r = _submit(client, options={"max_steps": 2, "max_seq_length": 64})
+    assert r.status_code == 202, r.text
+    job = r.json()
+    assert job["state"] == "queued" and job["type"] == "retrain" and job["dataset"] == "mini"
+    assert job["options"] == {"max_steps": 2, "max_seq_length": 64}
+    assert client.get(f"/jobs/{job['id']}").json() == job
+    assert [j["id"] for j in client.get("/jobs").json()["jobs"]] == [job["id"]]
+    # the queue holds it for a worker
+    assert JobQueue(settings.queue_url).huey.pending_count() == 1
+
+
+def test_records_survive_an_api_restart(settings):
+    with TestClient(create_app(settings)) as c:
+        job_id = _submit(c).json()["id"]
+    with TestClient(create_app(settings)) as c:
+        assert c.get(f"/jobs/{job_id}").json()["state"] == "queued"
+
+
+def test_mutating_routes_need_the_api_key(client):
+    body = {"type": "retrain", "dataset": "mini"}
+    assert client.post("/jobs", json=body).status_code == 401
+    assert client.post("/jobs", json=body, headers={"X-API-Key": "nope"}).status_code == 403
+    job_id = _submit(client).json()["id"]
+    assert client.post(f"/jobs/{job_id}/cancel").status_code == 401
+    assert client.get(f"/jobs/{job_id}").status_code == 200  # reading needs no key
+
+
+@pytest.mark.parametrize("dataset", ["../outside", "mini/../../outside", "link", "/etc", "..", "."])
+def test_dataset_outside_the_data_root_is_400(client, dataset):
+    r = _submit(client, dataset=dataset)
+    assert r.status_code == 400, r.text
+    assert r.json()["error"]["code"] == "dataset_refused"
+    assert "data root" in r.json()["error"]["message"]
+    assert client.get("/jobs").json()["jobs"] == []
+
+
+def test_unknown_dataset_is_404(client):
+    r = _submit(client, dataset="nope")
+    assert r.status_code == 404
+    assert "'nope'" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"options": {"max_steps": 0}}, "options.max_steps"),
+        ({"options": {"learning_rate": 1e-3}}, "options.learning_rate"),
+        ({"type": "reindex", "options": {"index_kind": "annoy"}}, "options.index_kind"),
+        ({"type": "deploy"}, "body.type"),
+        ({"dataset": ""}, "body.dataset"),
+    ],
+)
+def test_bad_body_or_options_are_422_naming_the_field(client, body, field):
+    r = _submit(client, **body)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["message"].startswith(field)
+
+
+def test_cancel_queued_then_finished_and_unknown(client, settings):
+    job_id = _submit(client).json()["id"]
+    r = client.post(f"/jobs/{job_id}/cancel", headers=KEY)
+    assert r.status_code == 200 and r.json()["state"] == "cancelled"
+    assert client.get(f"/jobs/{job_id}").json()["state"] == "cancelled"
+
+    done = _submit(client).json()["id"]
+    update(JobQueue(settings.queue_url).records, done, state="succeeded")
+    assert client.post(f"/jobs/{done}/cancel", headers=KEY).status_code == 409
+    assert client.get("/jobs/no-such-job").status_code == 404
+    assert client.post("/jobs/no-such-job/cancel", headers=KEY).status_code == 404
+
+
+def test_running_job_with_an_expired_heartbeat_reads_as_failed(client, settings):
+    job_id = _submit(client).json()["id"]
+    records = JobQueue(settings.queue_url).records
+    update(records, job_id, state="running", worker="gone:1", heartbeat_at=time.time())
+    assert client.get(f"/jobs/{job_id}").json()["state"] == "running"
+    update(records, job_id, heartbeat_at=time.time() - 6)  # older than job_heartbeat_timeout_s=5
+    job = client.get(f"/jobs/{job_id}").json()
+    assert job["state"] == "failed" and "heartbeat expired" in job["error"]
