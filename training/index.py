@@ -182,7 +182,9 @@ class VectorIndex:
         ivf = faiss.SearchParametersIVF(sel=sel, nprobe=p.get("nprobe", 1))
         if self.info.kind == "ivf":
             return ivf
-        base = faiss.SearchParametersPreTransform(index_params=ivf)
+        base: Any = ivf
+        if isinstance(faiss.downcast_index(self.index.base_index), faiss.IndexPreTransform):  # OPQ in front
+            base = faiss.SearchParametersPreTransform(index_params=ivf)
         params = faiss.IndexRefineSearchParameters(
             k_factor=float(p.get("k_factor", 4)), base_index_params=base
         )
@@ -229,7 +231,8 @@ class VectorIndex:
             index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC if mmap else 0)
         except RuntimeError as exc:
             raise IndexBuildError(f"{path}: not a readable FAISS index ({str(exc).splitlines()[0]})") from exc
-        index = faiss.downcast_index(index)
+        # read_index already returns the concrete class; a second downcast_index would make a
+        # non-owning wrapper and the index would be freed with the first one
         if info is None:
             metric: IndexMetric = "l2" if index.metric_type == faiss.METRIC_L2 else "ip"
             info = IndexInfo(
