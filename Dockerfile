@@ -37,7 +37,12 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
 
 COPY app ./app
 COPY training ./training
-RUN pip install --no-deps .
+RUN pip install --no-deps . && pip check
+
+# Something in the dependency tree could still swap in a CUDA build of torch: refuse that for the CPU image.
+RUN case "${TORCH_INDEX_URL}" in \
+      */cpu) python -c "import sys, torch; sys.exit(f'CUDA torch {torch.__version__} in a CPU image' if torch.version.cuda else 0)" ;; \
+    esac
 
 # ---------------------------------------------------------------------------------------------------
 FROM python:3.11-slim-bookworm

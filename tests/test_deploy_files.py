@@ -285,3 +285,20 @@ def test_deploy_doc_lists_every_setting_and_variable() -> None:
     settings = {f"SEARCH_{name.upper()}" for name in Settings.model_fields}
     missing = sorted(v for v in settings | compose_variables() if f"`{v}`" not in doc)
     assert not missing, f"docs/deploy.md does not document {missing}"
+
+
+def test_packages_hold_only_python_files() -> None:
+    """The image installs app/ and training/ as a wheel; setuptools drops non-.py files unless declared."""
+    import tomllib
+
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    declared = pyproject.get("tool", {}).get("setuptools", {}).get("package-data")
+    others = [
+        str(p.relative_to(REPO))
+        for package in ("app", "training")
+        for p in (REPO / package).rglob("*")
+        if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts
+    ]
+    assert not others or declared, (
+        f"add these to [tool.setuptools.package-data] or the image lacks them: {others}"
+    )
