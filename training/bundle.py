@@ -1,0 +1,348 @@
+"""Versioned, self-describing bundles: encoder + FAISS index + documents + report, one folder each.
+
+Contract module: the API loads bundles through it. It re-exports what serving needs (`Bundle`,
+`BundleStore`, `Manifest`, `GapReport`, `DocStore`) and imports only the other contract modules.
+
+    <version>/manifest.json   Manifest below; `files` holds the sha256 of every other file
+    <version>/model/          Encoder.save() (safetensors + similarity.json)
+    <version>/index.faiss     VectorIndex.save(); row i is ids[i]
+    <version>/ids.json        position -> document id
+    <version>/docs.sqlite     DocStore (id, title, text, metadata) for hits and metadata filters
+    <version>/report/         the training report (report.json + plots), when there was one
+    <version>/gate.json       the quality-gate decision, written by BundleStore.publish before the rename
+
+`load_bundle` checks everything it can before anything is served: schema, checksums, dim == index.d,
+ntotal == len(ids) == documents, known metric, encoder dim and similarity == manifest. Any failure is a
+`BundleInvalid` naming the file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import subprocess
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from importlib import metadata as importlib_metadata
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from training.docstore import DocStore, write_docstore
+from training.encoder import Encoder, document_text
+from training.errors import BundleInvalid, IndexBuildError, ModelLoadError
+from training.index import IndexInfo, VectorIndex, build_index
+from training.report_schema import GapReport
+
+if TYPE_CHECKING:
+    from training.data import Document
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Bundle", "DocStore", "GapReport", "Manifest", "build_bundle", "load_bundle"]
+
+MANIFEST_FILE = "manifest.json"
+MODEL_DIR = "model"
+INDEX_FILE = "index.faiss"
+IDS_FILE = "ids.json"
+DOCS_FILE = "docs.sqlite"
+REPORT_DIR = "report"
+GATE_FILE = "gate.json"
+UNCHECKED_FILES = {MANIFEST_FILE, GATE_FILE}  # written around the checksummed content
+VERSION_RE = re.compile(r"^\d{8}T\d{6}\.\d{6}Z-[0-9a-f]{6}$")
+SCHEMA_VERSION = 1
+
+
+def new_version_id(now: datetime | None = None) -> str:
+    """`YYYYMMDDTHHMMSS.ffffffZ-<6 hex>`: sorts by creation time; the suffix separates equal stamps."""
+    now = now or datetime.now(UTC)
+    return f"{now.strftime('%Y%m%dT%H%M%S.%fZ')}-{secrets.token_hex(3)}"
+
+
+class MetricInfo(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    index: Literal["ip", "l2"]  # FAISS metric of index.faiss
+    similarity: Literal["cosine", "aninfonce"]  # the learned similarity the scores reproduce
+
+
+class CodeVersion(BaseModel):
+    package: str
+    git_sha: str | None = None
+
+
+class Manifest(BaseModel):
+    """manifest.json: everything needed to trust and serve a bundle."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    schema_version: int = SCHEMA_VERSION
+    version: str
+    created_at: datetime
+    base_model: str
+    training_config: dict[str, Any] = Field(default_factory=dict)
+    dim: int = Field(gt=0)
+    metric: MetricInfo
+    n_vectors: int = Field(ge=1)
+    index: IndexInfo
+    metrics: dict[str, dict[str, float]] = Field(default_factory=dict)  # e.g. {"test": {"ndcg@10": ...}}
+    files: dict[str, str]  # relative path -> sha256
+    code_version: CodeVersion
+    extras: dict[str, Any] = Field(default_factory=dict)  # e.g. ONNX variants added by the API side
+
+    @field_validator("version")
+    @classmethod
+    def _version_format(cls, v: str) -> str:
+        if not VERSION_RE.match(v):
+            raise ValueError(f"version {v!r} does not match YYYYMMDDTHHMMSS.ffffffZ-<6 hex>")
+        return v
+
+
+@dataclass
+class Bundle:
+    """A loaded, validated bundle: everything a search needs."""
+
+    path: Path
+    manifest: Manifest
+    encoder: Encoder
+    index: VectorIndex
+    doc_ids: list[str]
+    docstore: DocStore
+    report: GapReport | None
+
+    @property
+    def version(self) -> str:
+        return self.manifest.version
+
+
+# -- writing ------------------------------------------------------------------------------------------
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def checksums(folder: Path) -> dict[str, str]:
+    """sha256 of every file under `folder` except the manifest and gate decision, by relative path."""
+    return {
+        p.relative_to(folder).as_posix(): sha256_file(p)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file() and p.relative_to(folder).as_posix() not in UNCHECKED_FILES
+    }
+
+
+def code_version() -> CodeVersion:
+    try:
+        package = importlib_metadata.version("infonce-search")
+    except importlib_metadata.PackageNotFoundError:
+        package = "0+unknown"
+    sha = None
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=Path(__file__).parent,
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+        sha = out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        pass  # not a git checkout (installed wheel, container): the package version still identifies it
+    return CodeVersion(package=package, git_sha=sha)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f, indent=2, ensure_ascii=False, default=str)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def build_bundle(
+    encoder: Encoder,
+    corpus: dict[str, Document],
+    *,
+    staging_dir: str | Path,
+    doc_embeddings: np.ndarray | None = None,
+    index_kind: str = "auto",
+    tune_queries: np.ndarray | None = None,
+    target_recall: float = 0.95,
+    memory_budget_bytes: int | None = None,
+    training_config: dict[str, Any] | None = None,
+    metrics: dict[str, dict[str, float]] | None = None,
+    report_dir: str | Path | None = None,
+    base_model: str | None = None,
+    extras: dict[str, Any] | None = None,
+    batch_size: int = 32,
+    show_progress: bool = True,
+) -> Path:
+    """Write a complete bundle into `staging_dir` (new or empty); publish it with BundleStore.publish.
+
+    `doc_embeddings` are Encoder.encode rows in corpus order (skips re-encoding); `tune_queries` are
+    Encoder.encode rows of real held-out queries, used to tune the ANN index to `target_recall`.
+    """
+    staging = Path(staging_dir)
+    if staging.exists() and any(staging.iterdir()):
+        raise BundleInvalid(f"{staging}: staging folder is not empty")
+    if not corpus:
+        raise IndexBuildError("cannot build a bundle from an empty corpus")
+    staging.mkdir(parents=True, exist_ok=True)
+    ids = list(corpus)
+    if doc_embeddings is None:
+        texts = [document_text(corpus[i].title, corpus[i].text) for i in ids]
+        doc_embeddings = encoder.encode(
+            texts, kind="document", batch_size=batch_size, show_progress=show_progress
+        )
+    if doc_embeddings.shape != (len(ids), encoder.dim):
+        raise IndexBuildError(
+            f"doc_embeddings has shape {doc_embeddings.shape}, expected ({len(ids)}, {encoder.dim})"
+        )
+    vectors = encoder.to_index_space(doc_embeddings)  # (n, dim)
+    queries = encoder.to_index_space(tune_queries) if tune_queries is not None and len(tune_queries) else None
+    index = build_index(
+        vectors,
+        metric=encoder.index_metric,
+        kind=index_kind,
+        tune_queries=queries,
+        target_recall=target_recall,
+        memory_budget_bytes=memory_budget_bytes,
+    )
+    encoder.save(staging / MODEL_DIR)
+    index.save(staging / INDEX_FILE)
+    write_json_atomic(staging / IDS_FILE, ids)
+    write_docstore(staging / DOCS_FILE, (corpus[i] for i in ids))
+    if report_dir is not None:
+        shutil.copytree(report_dir, staging / REPORT_DIR)
+    manifest = Manifest(
+        version=new_version_id(),
+        created_at=datetime.now(UTC),
+        base_model=base_model or encoder.source or "all-MiniLM-L6-v2",
+        training_config=training_config or {},
+        dim=encoder.dim,
+        metric=MetricInfo(index=encoder.index_metric, similarity=encoder.metric),
+        n_vectors=len(ids),
+        index=index.info,
+        metrics=metrics or {},
+        files=checksums(staging),
+        code_version=code_version(),
+        extras=extras or {},
+    )
+    write_json_atomic(staging / MANIFEST_FILE, manifest.model_dump(mode="json"))
+    logger.info(
+        "built bundle %s in %s (%d docs, %s)", manifest.version, staging, len(ids), index.info.factory
+    )
+    return staging
+
+
+# -- reading ------------------------------------------------------------------------------------------
+def read_manifest(folder: str | Path) -> Manifest:
+    path = Path(folder) / MANIFEST_FILE
+    if not path.is_file():
+        raise BundleInvalid(f"{path}: manifest is missing")
+    try:
+        return Manifest.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or '(root)'}: {e['msg']}" for e in exc.errors()[:5]
+        )
+        raise BundleInvalid(f"{path}: invalid manifest ({problems})") from exc
+
+
+def load_bundle(path: str | Path, *, verify: bool = True, mmap: bool = False) -> Bundle:
+    """Load and validate a bundle folder; `verify=False` skips only the sha256 checksums."""
+    folder = Path(path)
+    if not folder.is_dir():
+        raise BundleInvalid(f"{folder}: bundle folder does not exist")
+    manifest = read_manifest(folder)
+    for required in (INDEX_FILE, IDS_FILE, DOCS_FILE):
+        if required not in manifest.files:
+            raise BundleInvalid(f"{folder / MANIFEST_FILE}: files does not list {required}")
+        if not (folder / required).is_file():
+            raise BundleInvalid(f"{folder / required}: missing")
+    if verify:
+        for rel, digest in manifest.files.items():
+            file = folder / rel
+            if not file.is_file():
+                raise BundleInvalid(f"{file}: listed in the manifest but missing")
+            if sha256_file(file) != digest:
+                raise BundleInvalid(f"{file}: checksum mismatch (corrupt or modified after publication)")
+    ids = _read_ids(folder / IDS_FILE, manifest.n_vectors)
+    try:
+        index = VectorIndex.load(folder / INDEX_FILE, manifest.index, mmap=mmap)
+    except IndexBuildError as exc:
+        raise BundleInvalid(str(exc)) from exc
+    if index.dim != manifest.dim:
+        raise BundleInvalid(f"{folder / INDEX_FILE}: index dim {index.dim} != manifest dim {manifest.dim}")
+    if index.ntotal != manifest.n_vectors:
+        raise BundleInvalid(
+            f"{folder / INDEX_FILE}: {index.ntotal} vectors, manifest says {manifest.n_vectors}"
+        )
+    index_metric = "l2" if index.index.metric_type == 1 else "ip"  # faiss.METRIC_L2 == 1
+    if index_metric != manifest.metric.index or manifest.index.metric != manifest.metric.index:
+        raise BundleInvalid(
+            f"{folder / INDEX_FILE}: metric {index_metric} != manifest {manifest.metric.index}"
+        )
+    docstore = DocStore(folder / DOCS_FILE)
+    if len(docstore) != manifest.n_vectors:
+        raise BundleInvalid(
+            f"{folder / DOCS_FILE}: {len(docstore)} documents, manifest says {manifest.n_vectors}"
+        )
+    try:
+        encoder = Encoder.load(folder / MODEL_DIR)
+    except ModelLoadError as exc:
+        raise BundleInvalid(f"{folder / MODEL_DIR}: {exc}") from exc
+    if encoder.dim != manifest.dim:
+        raise BundleInvalid(f"{folder / MODEL_DIR}: encoder dim {encoder.dim} != manifest dim {manifest.dim}")
+    if encoder.metric != manifest.metric.similarity or encoder.index_metric != manifest.metric.index:
+        raise BundleInvalid(
+            f"{folder / MODEL_DIR}: encoder similarity {encoder.metric} does not match manifest "
+            f"{manifest.metric.similarity}/{manifest.metric.index}"
+        )
+    report = _read_report(folder / REPORT_DIR / "report.json")
+    logger.info(
+        "loaded bundle %s (%d vectors, %s)", manifest.version, manifest.n_vectors, manifest.index.factory
+    )
+    return Bundle(folder, manifest, encoder, index, ids, docstore, report)
+
+
+def _read_ids(path: Path, n: int) -> list[str]:
+    try:
+        ids = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BundleInvalid(f"{path}: invalid JSON ({exc})") from exc
+    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
+        raise BundleInvalid(f"{path}: expected a JSON list of document id strings")
+    if len(ids) != n:
+        raise BundleInvalid(f"{path}: {len(ids)} ids, manifest says {n} vectors")
+    if len(set(ids)) != len(ids):
+        raise BundleInvalid(f"{path}: duplicate document ids")
+    return ids
+
+
+def _read_report(path: Path) -> GapReport | None:
+    if not path.is_file():
+        return None
+    try:
+        return GapReport.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        raise BundleInvalid(f"{path}: not a valid gap report ({exc.errors()[0]['msg']})") from exc
+
+
+def __getattr__(name: str) -> Any:
+    # BundleStore lives in bundle_store.py (which imports this module); re-exported lazily for the API
+    if name in ("BundleStore", "PublishResult", "VersionInfo", "GateDecision"):
+        from training import bundle_store
+
+        return getattr(bundle_store, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

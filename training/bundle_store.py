@@ -1,0 +1,297 @@
+"""BundleStore: publish bundles atomically, gate them on quality, point CURRENT at the live one.
+
+    <root>/CURRENT       one line: the live version id (replaced with os.replace, never edited)
+    <root>/<version>/    published bundles; a published version is never modified
+    <root>/gate.jsonl    append-only log of gate decisions and activations
+    <root>/.lock         fcntl lock held around publish / activate / prune
+
+Publishing is a sequence of steps (`PUBLISH_STEPS`); each is crash-safe on its own:
+
+1. validate — load the staged bundle with full verification (a corrupt bundle stops here);
+2. gate     — compare metrics["test"][gate_metric] with the live bundle's; write gate.json into the
+              still-private staging folder;
+3. stage    — copy into `<root>/.staging-<version>` when the staging folder is elsewhere (rename needs
+              one filesystem), fsync every file and folder;
+4. rename   — `os.rename` to `<root>/<version>`: the version appears complete or not at all;
+5. log      — append the decision to gate.jsonl;
+6. current  — if it goes live: write CURRENT.tmp, fsync, os.replace over CURRENT, fsync the folder.
+
+A crash anywhere leaves CURRENT on the old version; at worst a complete, unpublished-as-live version
+(after 4) or a hidden `.staging-*` folder (cleaned by the next publish) remains. Tests inject a failure
+before each step through the `hook` argument (the faiss contrib checkpoint idiom).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from training.bundle import GATE_FILE, VERSION_RE, Bundle, load_bundle, read_manifest, write_json_atomic
+from training.errors import BundleInvalid, BundleNotFound, NoLiveBundle
+
+logger = logging.getLogger(__name__)
+
+CURRENT_FILE = "CURRENT"
+GATE_LOG = "gate.jsonl"
+LOCK_FILE = ".lock"
+PUBLISH_STEPS = ("validate", "gate", "stage", "rename", "log", "current")
+StepHook = Callable[[str], None]
+
+
+class GateDecision(BaseModel):
+    version: str
+    live: bool  # the gate's verdict (CURRENT may still differ if activate() is used later)
+    reason: str
+    metric: str
+    candidate_value: float | None = None
+    live_version: str | None = None
+    live_value: float | None = None
+    tolerance: float
+    forced: bool = False
+    decided_at: datetime
+
+
+class PublishResult(BaseModel):
+    version: str
+    live: bool
+    reason: str
+
+
+class VersionInfo(BaseModel):
+    version: str
+    live: bool
+    created_at: datetime
+    metrics: dict[str, dict[str, float]]
+    gate: GateDecision | None = None
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            with open(Path(dirpath) / name, "rb") as f:
+                os.fsync(f.fileno())
+        _fsync_dir(Path(dirpath))
+
+
+class BundleStore:
+    """A folder of published bundle versions with one live version."""
+
+    def __init__(self, root: str | Path, keep: int = 5):
+        self.root = Path(root)
+        self.keep = keep
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    # -- reading ------------------------------------------------------------------------------------
+    def current_version(self) -> str | None:
+        try:
+            version = (self.root / CURRENT_FILE).read_text(encoding="utf-8").strip()
+        except FileNotFoundError:
+            return None
+        return version or None
+
+    def version_path(self, version: str) -> Path:
+        if not VERSION_RE.match(version):
+            raise BundleNotFound(f"{version!r} is not a bundle version id")
+        path = self.root / version
+        if not path.is_dir():
+            raise BundleNotFound(f"no bundle version {version} in {self.root}")
+        return path
+
+    def list_versions(self) -> list[VersionInfo]:
+        """Published versions, oldest first (hidden staging folders are never listed)."""
+        live = self.current_version()
+        out = []
+        for path in sorted(self.root.iterdir()):
+            if not path.is_dir() or not VERSION_RE.match(path.name):
+                continue
+            try:
+                manifest = read_manifest(path)
+            except BundleInvalid as exc:
+                logger.warning("skipping %s: %s", path, exc)
+                continue
+            gate = None
+            if (path / GATE_FILE).is_file():
+                gate = GateDecision.model_validate_json((path / GATE_FILE).read_bytes())
+            out.append(
+                VersionInfo(
+                    version=path.name,
+                    live=path.name == live,
+                    created_at=manifest.created_at,
+                    metrics=manifest.metrics,
+                    gate=gate,
+                )
+            )
+        return out
+
+    def load_current(self, *, verify: bool = True) -> Bundle:
+        version = self.current_version()
+        if version is None:
+            raise NoLiveBundle(f"no live bundle in {self.root} (nothing published yet)")
+        return load_bundle(self.version_path(version), verify=verify)
+
+    # -- writing ------------------------------------------------------------------------------------
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        with open(self.root / LOCK_FILE, "a+") as f:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+    def publish(
+        self,
+        staging_dir: str | Path,
+        *,
+        gate_metric: str = "ndcg@10",
+        tolerance: float = 0.005,
+        force: bool = False,
+        hook: StepHook | None = None,
+    ) -> PublishResult:
+        """Publish a staged bundle as a new version; make it live if it passes the quality gate."""
+        step = hook or (lambda name: None)
+        staging = Path(staging_dir)
+        with self._locked():
+            self._clean_stale()
+            step("validate")
+            bundle = load_bundle(staging, verify=True)
+            manifest = bundle.manifest
+            bundle.docstore.close()
+            if (self.root / manifest.version).exists():
+                raise BundleInvalid(f"version {manifest.version} is already published in {self.root}")
+            step("gate")
+            decision = self._gate(manifest.version, manifest.metrics, gate_metric, tolerance, force)
+            write_json_atomic(staging / GATE_FILE, decision.model_dump(mode="json"))
+            step("stage")
+            if staging.resolve().parent != self.root.resolve():
+                private = self.root / f".staging-{manifest.version}"
+                shutil.copytree(staging, private)
+            else:
+                private = staging
+            _fsync_tree(private)
+            step("rename")
+            final = self.root / manifest.version
+            os.rename(private, final)
+            _fsync_dir(self.root)
+            step("log")
+            self._log({"event": "publish", **decision.model_dump(mode="json")})
+            step("current")
+            if decision.live:
+                self._set_current(manifest.version)
+            if private != staging:
+                shutil.rmtree(staging, ignore_errors=True)
+            self._prune(self.keep)
+        logger.info("published %s: live=%s (%s)", manifest.version, decision.live, decision.reason)
+        return PublishResult(version=manifest.version, live=decision.live, reason=decision.reason)
+
+    def activate(self, version: str) -> None:
+        """Point CURRENT at an already published version (roll back or forward) after validating it."""
+        with self._locked():
+            bundle = load_bundle(self.version_path(version), verify=True)
+            bundle.docstore.close()
+            previous = self.current_version()
+            self._set_current(version)
+            self._log(
+                {
+                    "event": "activate",
+                    "version": version,
+                    "previous": previous,
+                    "decided_at": datetime.now(UTC).isoformat(),
+                }
+            )
+        logger.info("activated %s (was %s)", version, previous)
+
+    def prune(self, keep: int | None = None) -> list[str]:
+        """Delete all but the newest `keep` versions; the live one is always kept. Returns deleted ids."""
+        with self._locked():
+            return self._prune(self.keep if keep is None else keep)
+
+    # -- internals ----------------------------------------------------------------------------------
+    def _gate(
+        self, version: str, metrics: dict[str, dict[str, float]], metric: str, tolerance: float, force: bool
+    ) -> GateDecision:
+        now = datetime.now(UTC)
+        cand = metrics.get("test", {}).get(metric)
+        live_version = self.current_version()
+        common = {
+            "version": version,
+            "metric": metric,
+            "candidate_value": cand,
+            "tolerance": tolerance,
+            "forced": force,
+            "decided_at": now,
+            "live_version": live_version,
+        }
+        if live_version is None or not (self.root / live_version).is_dir():
+            return GateDecision(live=True, reason="first bundle: nothing live to compare with", **common)
+        live_value = read_manifest(self.root / live_version).metrics.get("test", {}).get(metric)
+        common["live_value"] = live_value
+        if live_value is None:
+            ok, reason = True, f"live bundle {live_version} has no test {metric}: nothing to compare"
+        elif cand is None:
+            ok, reason = False, f"candidate has no test {metric}; live {live_version} has {live_value:.4f}"
+        elif cand >= live_value - tolerance:
+            ok, reason = True, f"test {metric} {cand:.4f} vs live {live_value:.4f} (tolerance {tolerance})"
+        else:
+            ok, reason = (
+                False,
+                (f"test {metric} {cand:.4f} is worse than live {live_value:.4f} by more than {tolerance}"),
+            )
+        if force and not ok:
+            return GateDecision(live=True, reason=f"forced: {reason}", **common)
+        return GateDecision(live=ok, reason=reason if ok else f"kept as candidate: {reason}", **common)
+
+    def _set_current(self, version: str) -> None:
+        tmp = self.root / f".{CURRENT_FILE}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(version + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.root / CURRENT_FILE)
+        _fsync_dir(self.root)
+
+    def _log(self, record: dict[str, Any]) -> None:
+        with open(self.root / GATE_LOG, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, default=str) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _clean_stale(self) -> None:
+        # under the lock no other writer exists, so any hidden staging/trash folder is left from a crash
+        for path in self.root.iterdir():
+            if path.is_dir() and path.name.startswith((".staging-", ".trash-")):
+                shutil.rmtree(path, ignore_errors=True)
+
+    def _prune(self, keep: int) -> list[str]:
+        live = self.current_version()
+        versions = sorted(p.name for p in self.root.iterdir() if p.is_dir() and VERSION_RE.match(p.name))
+        keep_set = set(versions[-keep:] if keep > 0 else []) | ({live} if live else set())
+        deleted = []
+        for version in versions:
+            if version in keep_set:
+                continue
+            trash = self.root / f".trash-{version}"
+            os.rename(self.root / version, trash)  # disappears atomically from list_versions
+            shutil.rmtree(trash, ignore_errors=True)
+            deleted.append(version)
+        if deleted:
+            logger.info("pruned %d old version(s): %s", len(deleted), ", ".join(deleted))
+        return deleted
