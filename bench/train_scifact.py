@@ -1,0 +1,46 @@
+"""Fine-tune on scifact (qrels/train.tsv) and print base vs tuned test metrics and the wall time.
+
+    flock /tmp/infonce-heavy.lock .venv/bin/python bench/train_scifact.py OUT_DIR [key=value ...]
+
+key=value pairs override TrainConfig fields (JSON values: epochs=2 symmetric=true lr=3e-5). Also prints
+the CPU used by other processes during the run, since this machine is shared.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+from training.config import TrainConfig
+from training.trainer import train
+
+SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
+
+
+def busy_cpu_seconds() -> float:
+    with open("/proc/stat") as f:
+        fields = [float(x) for x in f.readline().split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # all but idle and iowait
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    out = Path(sys.argv[1])
+    overrides = {k: json.loads(v) for k, v in (arg.split("=", 1) for arg in sys.argv[2:])}
+    config = TrainConfig(**overrides)
+    t0, busy0, own0 = time.perf_counter(), busy_cpu_seconds(), time.process_time()
+    result = train(config, SCIFACT, out, show_progress=False)
+    wall = time.perf_counter() - t0
+    foreign = (busy_cpu_seconds() - busy0 - (time.process_time() - own0)) / wall
+    print(f"options: {json.dumps(overrides)}")
+    print(f"wall {wall:.0f}s, train {result.train_seconds:.0f}s, other processes used {foreign:.2f} cores")
+    for name in ("ndcg@10", "recall@10", "mrr@10", "recall@100"):
+        print(f"{name:>10}  base {result.base_metrics[name]:.4f}  tuned {result.tuned_metrics[name]:.4f}")
+
+
+if __name__ == "__main__":
+    main()

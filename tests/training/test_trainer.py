@@ -1,0 +1,101 @@
+"""A tiny real fine-tuning run on a slice of scifact: artifacts, reload, logged loss, progress, cancel."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from tests.training.scifact_slice import scifact_slice
+from training.config import TrainConfig
+from training.encoder import Encoder
+from training.trainer import train
+
+pytestmark = pytest.mark.scifact
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread():
+    # Two OpenMP threads stall whenever another job holds a core of this shared 2-core box.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def slice_dir(tmp_path_factory):
+    from tests.conftest import scifact_dir
+
+    return scifact_slice(scifact_dir(), tmp_path_factory.mktemp("scifact-slice"), n_distractors=24)
+
+
+def test_tiny_run_writes_artifacts_and_the_model_reloads(slice_dir, tmp_path):
+    # Given: 16 training queries, 3 steps, learned τ, mined and random negatives, short inputs
+    config = TrainConfig(
+        max_seq_length=64,
+        batch_size=8,
+        max_steps=3,
+        learn_temperature=True,
+        hard_negatives=1,
+        hard_negative_rank_min=0,
+        random_negatives=2,
+        eval_max_queries=6,
+        report=False,
+    )
+    progress: list[dict] = []
+    # When
+    result = train(config, slice_dir, tmp_path / "run", on_progress=progress.append, show_progress=False)
+    # Then: every artifact is there and consistent
+    out = tmp_path / "run"
+    assert result.model_dir == out / "model" and not (out / "model.partial").exists()
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert set(metrics) == {"base", "tuned", "train_seconds"} and metrics["train_seconds"] > 0
+    for side in ("base", "tuned"):
+        assert 0.0 <= metrics[side]["ndcg@10"] <= 1.0 and metrics[side]["n_queries"] == 6
+    assert metrics["tuned"]["ndcg@10"] == pytest.approx(result.tuned_metrics["ndcg@10"])
+    saved = json.loads((out / "config.json").read_text())
+    assert TrainConfig(**saved["config"]) == config
+    assert saved["data"]["source"] == str(slice_dir) and saved["data"]["n_train_pairs"] >= 16
+    assert saved["versions"]["torch"] and saved["base_model"]["name"] == "all-MiniLM-L6-v2"
+
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == [1, 2, 3]
+    assert all(math.isfinite(r["loss"]) for r in log) and len({r["loss"] for r in log}) == 3
+    assert any(r["n_extra_negatives"] > 2 for r in log)  # mined negatives joined the random ones
+    assert [p["step"] for p in progress] == [1, 2, 3] and progress[-1]["eta_s"] == 0
+    assert all(p["total_steps"] == 3 for p in progress)
+
+    # The saved model reloads with the learned τ in similarity.json, and encodes like the tuned model
+    reloaded = Encoder.load(out / "model")
+    assert reloaded.metric == "cosine"
+    assert reloaded.similarity.temperature == pytest.approx(log[-1]["temperature"], rel=1e-6)
+    assert reloaded.similarity.temperature != pytest.approx(0.05, rel=1e-4)  # τ was learned
+    assert reloaded.model.max_seq_length == 256  # training truncation does not leak into serving
+    base = Encoder.load()
+    text = ["Statins increase the risk of diabetes."]
+    assert not torch.allclose(torch.from_numpy(reloaded.encode(text)), torch.from_numpy(base.encode(text)))
+
+
+def test_aninfonce_with_grad_cache_can_be_cancelled_from_on_progress(slice_dir, tmp_path):
+    class Cancelled(Exception):
+        pass
+
+    def cancel(event: dict) -> None:
+        assert event["step"] == 1 and math.isfinite(event["loss"]) and event["temperature"] > 0
+        raise Cancelled
+
+    config = TrainConfig(
+        loss="aninfonce",
+        grad_cache=True,
+        mini_batch_size=3,
+        max_seq_length=32,
+        batch_size=6,
+        eval_max_queries=2,
+        report=False,
+    )
+    with pytest.raises(Cancelled):
+        train(config, slice_dir, tmp_path / "run", on_progress=cancel, show_progress=False)
+    assert not (tmp_path / "run" / "model").exists() and not (tmp_path / "run" / "metrics.json").exists()

@@ -1,0 +1,251 @@
+"""`python -m training …`: the command line of the offline side.
+
+    python -m training train --data DIR --out DIR [--epochs 3 --hard-negatives 1 …] [--config FILE.json]
+
+Every TrainConfig field is an option of `train` (built from the model, so the two cannot drift apart;
+`HELP` explains each one). Domain errors and invalid options end as one line on stderr and exit code 2,
+never a traceback. Logging is configured here, once.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+import sys
+import types
+import typing
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+
+from training.config import TrainConfig
+from training.errors import InfonceSearchError
+
+logger = logging.getLogger(__name__)
+
+app = typer.Typer(
+    help="infonce-search offline tools: fine-tune an encoder with InfoNCE, report, index, publish.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain click help: long flags are never cut in a narrow terminal
+)
+
+HELP: dict[str, str] = {
+    "train_split": "qrels/<split>.tsv of a BEIR folder used for training (a pairs file: 'train').",
+    "eval_split": "qrels/<split>.tsv with the held-out queries for base-vs-tuned metrics and the gap report.",
+    "base_model": "Local sentence-transformers model folder to start from; default: the packaged all-MiniLM-L6-v2.",
+    "max_seq_length": "Token limit while training (longer texts are cut). Evaluation and the saved model keep "
+    "the base model's own limit; shorter training inputs are much cheaper on CPU.",
+    "loss": "infonce (cosine / τ logits) or aninfonce (learned diagonal Λ, served as L2 on √Λ-scaled vectors).",
+    "temperature": "InfoNCE temperature τ (MultipleNegativesRankingLoss scale = 1/τ); AnInfoNCE starts at Λ = 1/τ.",
+    "learn_temperature": "Learn τ (as log 1/τ, CLIP-style, 1/τ capped at 100) at --lambda-lr; the final τ is saved.",
+    "symmetric": "Average the query→document and document→query cross-entropies.",
+    "decoupled": "Decoupled contrastive loss: the positive is left out of the denominator (Yeh et al. 2022).",
+    "debiased_tau_plus": "Debiased contrastive loss with class prior τ⁺ (Chuang et al. 2020); 0 disables.",
+    "lambda_lr": "Learning rate of the loss's own parameters: AnInfoNCE's w (Λ = softplus(w)) or a learned τ.",
+    "random_negatives": "Extra negatives per batch: k corpus documents drawn uniformly (never a batch query's positive).",
+    "hard_negatives": "Mined negatives per training pair, ranked by the base model (0 disables mining).",
+    "hard_negative_rank_min": "Skip ranks below this when mining: the very top often holds unlabelled positives.",
+    "hard_negative_rank_max": "Sample hard negatives among the ranks [rank-min, rank-max).",
+    "hard_negative_margin": "Drop candidates scoring above (positive's score − margin): likely false negatives.",
+    "epochs": "Passes over the training pairs.",
+    "batch_size": "(query, positive) pairs per step; each query sees batch-size − 1 in-batch negatives.",
+    "lr": "Peak learning rate of the encoder (AdamW).",
+    "weight_decay": "AdamW weight decay (not applied to biases and LayerNorm weights).",
+    "warmup_ratio": "Share of the steps with a linear learning-rate warmup; then linear decay to 0.",
+    "max_grad_norm": "Clip the encoder's gradient norm at this value; 0 disables clipping.",
+    "grad_cache": "GradCache (Gao et al. 2021): exact large-batch gradients with the memory of --mini-batch-size.",
+    "mini_batch_size": "Texts embedded at once under --grad-cache.",
+    "max_steps": "Stop after this many optimiser steps (smoke runs); the schedule is fitted to it.",
+    "seed": "Seed of python, numpy and torch: batches, negatives and dropout are reproducible.",
+    "eval_max_queries": "Evaluate on a seeded subsample of this many held-out queries (quick runs).",
+    "report": "Compute the generalization-gap report into OUT/report/ after training.",
+}
+
+
+def fail(message: str) -> typing.NoReturn:
+    """One line on stderr and exit code 2: what a user sees instead of a traceback."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code=2)
+
+
+def validation_message(error: ValidationError) -> str:
+    """`--lr: Input should be greater than 0` rather than pydantic's multi-line dump."""
+    parts = []
+    for item in error.errors():
+        name = ".".join(str(x) for x in item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
+        if not name:  # a check across fields (TrainConfig's model validator)
+            parts.append(message)
+        else:
+            flag = f"--{name.replace('_', '-')}" if name in TrainConfig.model_fields else name
+            parts.append(f"{flag}: {message}")
+    return "invalid option " + "; ".join(parts)
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+
+
+def load_config(config_file: Path | None, overrides: dict[str, Any]) -> TrainConfig:
+    """Defaults < --config FILE.json (a TrainConfig object, or a run's config.json) < explicit options."""
+    values: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            loaded = json.loads(config_file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            fail(f"{config_file}: config file not found")
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            fail(f"{config_file}: not valid JSON ({exc})")
+        if isinstance(loaded, dict) and isinstance(loaded.get("config"), dict):
+            loaded = loaded["config"]  # a previous run's out/config.json
+        if not isinstance(loaded, dict):
+            fail(f"{config_file}: expected a JSON object of TrainConfig fields")
+        values.update(loaded)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return TrainConfig(**values)
+    except ValidationError as exc:
+        where = f" (in {config_file})" if config_file is not None else ""
+        fail(validation_message(exc) + where)
+
+
+def metrics_table(base: dict[str, float], tuned: dict[str, float]) -> str:
+    names = [n for n in ("ndcg@10", "mrr@10", "recall@1", "recall@10", "recall@100") if n in base]
+    lines = [f"{'metric':<11}{'base':>8}{'tuned':>8}{'change':>9}"]
+    lines += [f"{n:<11}{base[n]:>8.4f}{tuned[n]:>8.4f}{tuned[n] - base[n]:>+9.4f}" for n in names]
+    return "\n".join(lines)
+
+
+def _train(
+    data: Path,
+    out: Path,
+    config_file: Path | None,
+    log_level: str,
+    quiet: bool,
+    **overrides: Any,
+) -> None:
+    configure_logging(log_level)
+    config = load_config(config_file, overrides)
+    if not data.exists():
+        fail(f"--data {data}: no such file or folder (expected a BEIR folder or a pairs JSONL file)")
+    from training.trainer import train  # torch and friends load only when a run starts
+
+    try:
+        result = train(config, data, out, show_progress=not quiet)
+    except InfonceSearchError as exc:
+        fail(str(exc))
+    except ValidationError as exc:
+        fail(validation_message(exc))
+    typer.echo(metrics_table(result.base_metrics, result.tuned_metrics))
+    typer.echo(
+        f"trained in {result.train_seconds:.0f}s; model in {result.model_dir}, metrics in {result.metrics_path}"
+    )
+
+
+def _option_type(annotation: Any) -> Any:
+    """The click-friendly type of a TrainConfig field: Literal → str, `X | None` → X."""
+    if typing.get_origin(annotation) is typing.Literal:
+        return str
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _option_type(inner[0])
+    return annotation
+
+
+def _train_signature() -> inspect.Signature:
+    fixed = [
+        inspect.Parameter(
+            "data",
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=Annotated[
+                Path,
+                typer.Option(
+                    "--data",
+                    help="BEIR folder (corpus.jsonl, queries.jsonl, "
+                    "qrels/<split>.tsv) or a pairs JSONL file.",
+                ),
+            ],
+        ),
+        inspect.Parameter(
+            "out",
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=Annotated[
+                Path,
+                typer.Option(
+                    "--out",
+                    help="Output folder: model/, config.json, metrics.json, train_log.jsonl, report/.",
+                ),
+            ],
+        ),
+        inspect.Parameter(
+            "config_file",
+            inspect.Parameter.KEYWORD_ONLY,
+            default=None,
+            annotation=Annotated[
+                Path | None,
+                typer.Option(
+                    "--config",
+                    help="JSON file of TrainConfig fields (or a run's config.json); explicit options win.",
+                ),
+            ],
+        ),
+        inspect.Parameter(
+            "log_level",
+            inspect.Parameter.KEYWORD_ONLY,
+            default="INFO",
+            annotation=Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING or ERROR.")],
+        ),
+        inspect.Parameter(
+            "quiet",
+            inspect.Parameter.KEYWORD_ONLY,
+            default=False,
+            annotation=Annotated[bool, typer.Option("--quiet", help="No progress bars.")],
+        ),
+    ]
+    fields = []
+    for name, field in TrainConfig.model_fields.items():
+        kind = _option_type(field.annotation)
+        flag = f"--{name.replace('_', '-')}"
+        flags = [f"{flag}/--no-{name.replace('_', '-')}"] if kind is bool else [flag]
+        default = field.default
+        help_text = f"{HELP[name]} [default: {default}]"
+        fields.append(
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=None,
+                annotation=Annotated[kind | None, typer.Option(*flags, help=help_text, show_default=False)],
+            )
+        )
+    return inspect.Signature(fixed + fields)
+
+
+_train.__signature__ = _train_signature()  # type: ignore[attr-defined]
+_train.__annotations__ = {p.name: p.annotation for p in _train.__signature__.parameters.values()}  # type: ignore[attr-defined]
+app.command("train", help="Fine-tune the encoder on a dataset and print base-vs-tuned metrics.")(_train)
+
+
+# jobs submit|status|list|cancel and the worker (training/jobs/cli.py; light: huey + pydantic, no torch)
+from training.jobs.cli import jobs_app, worker  # noqa: E402
+
+app.add_typer(jobs_app, name="jobs")
+app.command("worker", help="Run the job worker (huey consumer) until interrupted.")(worker)
+
+
+@app.callback()
+def _root() -> None:
+    """infonce-search offline tools."""
+
+
+def main() -> None:
+    """Console entry point (`infonce-search`, `python -m training`)."""
+    app(prog_name="python -m training" if sys.argv and sys.argv[0].endswith("__main__.py") else None)
