@@ -1,0 +1,168 @@
+"""Bounded, off-event-loop execution of searches, with or without dynamic micro-batching.
+
+All model and FAISS work runs on one inference thread (`Inference.executor`): on a 2-core box the
+encoder's own intra-op threads already use both cores, and more request threads only thrash
+(performance.md B7: torch throughput fell 10-17% from 8 to 32 concurrent requests).
+
+`MicroBatcher`: requests wait in a bounded asyncio queue; one worker takes whatever is pending (up to
+`max_size` queries, waiting at most `max_wait` for more once it has one), encodes every text in one
+call and searches the batch as one FAISS call (`LiveBundle.run_many`). Requests that arrive while a
+batch runs simply form the next one, so under load batches grow without any added wait. Exact search
+only gains from batches with FAISS's BLAS threshold lowered; `training.index` does that on load.
+
+`DirectRunner`: the per-request path (micro-batching off), same executor and the same bound.
+A full queue is refused at once with `QueueFullError` (429) instead of growing latency without limit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from app.errors import QueueFullError
+from app.metrics import AppMetrics
+from app.service import LiveBundle, SearchAnswer, SearchSpec
+
+logger = logging.getLogger(__name__)
+
+
+class Inference:
+    """The one thread that runs model / FAISS / document-store work."""
+
+    def __init__(self) -> None:
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
+
+    async def call(self, fn, *args):  # type: ignore[no-untyped-def]
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    def shutdown(self) -> None:
+        self.executor.shutdown(wait=True, cancel_futures=True)
+
+
+@dataclass
+class _Pending:
+    live: LiveBundle
+    spec: SearchSpec
+    future: asyncio.Future[SearchAnswer]
+    enqueued: float = field(default_factory=time.perf_counter)
+
+
+class DirectRunner:
+    """Micro-batching off: each request encodes and searches on its own (bounded by `queue_max`)."""
+
+    def __init__(self, inference: Inference, *, queue_max: int, metrics: AppMetrics):
+        self.inference = inference
+        self.queue_max = queue_max
+        self.metrics = metrics
+        self._waiting = 0
+
+    def pending(self) -> int:
+        return self._waiting
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    async def submit(self, live: LiveBundle, spec: SearchSpec) -> SearchAnswer:
+        if self._waiting >= self.queue_max:
+            raise QueueFullError(
+                f"server busy: {self._waiting} searches waiting (queue_max {self.queue_max}); retry"
+            )
+        self._waiting += 1
+        self.metrics.queue_depth.set(self._waiting)
+        try:
+            self.metrics.batch_queries.observe(spec.n)
+            return await self.inference.call(live.run, spec)
+        finally:
+            self._waiting -= 1
+            self.metrics.queue_depth.set(self._waiting)
+
+
+class MicroBatcher:
+    """Dynamic micro-batching over one bounded queue (see module docstring)."""
+
+    def __init__(
+        self, inference: Inference, *, max_size: int, max_wait_s: float, queue_max: int, metrics: AppMetrics
+    ):
+        self.inference = inference
+        self.max_size = max_size
+        self.max_wait_s = max_wait_s
+        self.metrics = metrics
+        self.queue: asyncio.Queue[_Pending] = asyncio.Queue(maxsize=queue_max)
+        self._task: asyncio.Task[None] | None = None
+
+    def pending(self) -> int:
+        return self.queue.qsize()
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._worker(), name="micro-batcher")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        while not self.queue.empty():  # nobody will answer these now
+            item = self.queue.get_nowait()
+            if not item.future.done():
+                item.future.set_exception(QueueFullError("server shutting down"))
+
+    async def submit(self, live: LiveBundle, spec: SearchSpec) -> SearchAnswer:
+        item = _Pending(live, spec, asyncio.get_running_loop().create_future())
+        try:
+            self.queue.put_nowait(item)
+        except asyncio.QueueFull:
+            raise QueueFullError(
+                f"server busy: the batching queue is full ({self.queue.maxsize} requests waiting); retry"
+            ) from None
+        self.metrics.queue_depth.set(self.queue.qsize())
+        return await item.future
+
+    async def _collect(self) -> list[_Pending]:
+        first = await self.queue.get()
+        batch, n = [first], first.spec.n
+        deadline = time.perf_counter() + self.max_wait_s
+        while n < self.max_size:
+            try:
+                item = self.queue.get_nowait()
+            except asyncio.QueueEmpty:
+                remaining = deadline - time.perf_counter()
+                if remaining <= 0:
+                    break
+                try:
+                    item = await asyncio.wait_for(self.queue.get(), remaining)
+                except TimeoutError:
+                    break
+            batch.append(item)
+            n += item.spec.n
+        self.metrics.queue_depth.set(self.queue.qsize())
+        return batch
+
+    async def _worker(self) -> None:
+        while True:
+            batch = await self._collect()
+            batch = [b for b in batch if not b.future.done()]  # the client went away
+            if not batch:
+                continue
+            groups: dict[int, list[_Pending]] = {}
+            for item in batch:  # in-flight requests keep the bundle they started with
+                groups.setdefault(id(item.live), []).append(item)
+            for items in groups.values():
+                self.metrics.batch_queries.observe(sum(i.spec.n for i in items))
+                try:
+                    answers = await self.inference.call(items[0].live.run_many, [i.spec for i in items])
+                except Exception as exc:  # e.g. the encoder failed: every request of the group fails alike
+                    answers = [exc] * len(items)
+                for item, answer in zip(items, answers, strict=True):
+                    if item.future.done():
+                        continue
+                    if isinstance(answer, BaseException):
+                        item.future.set_exception(answer)
+                    else:
+                        item.future.set_result(answer)

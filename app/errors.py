@@ -1,0 +1,166 @@
+"""Every error the API returns, from one table (text-embeddings-inference style).
+
+ServiceError                 base (500 internal)
+├── NoLiveBundleError        503 no_live_bundle: nothing is loaded yet, or CURRENT is missing
+├── NotReadyError            503 not_ready: /readyz checks failed (the reason is in the message)
+├── QueueFullError           429 queue_full: the micro-batching queue is at `queue_max`
+├── MissingApiKeyError       401 missing_api_key
+├── WrongApiKeyError         403 forbidden: wrong key, or no key configured on the server
+├── BodyTooLargeError        413 body_too_large
+├── ReportMissingError       404 report_missing: the live bundle has no generalization-gap report
+└── InvalidInputError        422 invalid_request: a well-formed body the bundle cannot answer (vector dim)
+
+Domain errors from `training.errors` map through `DOMAIN_STATUS` (most specific class wins). Request
+shape errors come from pydantic and are reshaped to the same body, naming the field:
+`{"error": {"code": "invalid_request", "message": "body.top_k: …", "details": [...]}}`.
+Anything else is a 500 with a generic message; its stack trace goes to the log, never to the client.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from training import errors as domain
+
+logger = logging.getLogger(__name__)
+
+
+class ServiceError(Exception):
+    status_code = 500
+    code = "internal"
+
+    def __init__(self, message: str, *, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.headers = headers
+
+
+class NoLiveBundleError(ServiceError):
+    status_code = 503
+    code = "no_live_bundle"
+
+
+class NotReadyError(ServiceError):
+    status_code = 503
+    code = "not_ready"
+
+
+class QueueFullError(ServiceError):
+    status_code = 429
+    code = "queue_full"
+
+
+class MissingApiKeyError(ServiceError):
+    status_code = 401
+    code = "missing_api_key"
+
+
+class WrongApiKeyError(ServiceError):
+    status_code = 403
+    code = "forbidden"
+
+
+class BodyTooLargeError(ServiceError):
+    status_code = 413
+    code = "body_too_large"
+
+
+class ReportMissingError(ServiceError):
+    status_code = 404
+    code = "report_missing"
+
+
+class InvalidInputError(ServiceError):
+    status_code = 422
+    code = "invalid_request"
+
+
+# training.errors class -> HTTP status; looked up along the exception's MRO
+DOMAIN_STATUS: dict[type[domain.InfonceSearchError], int] = {
+    domain.NoLiveBundle: 503,
+    domain.BundleNotFound: 404,
+    domain.BundleInvalid: 409,  # activation refused; the old bundle keeps serving
+    domain.ModelLoadError: 409,
+    domain.BundleError: 409,
+    domain.IndexBuildError: 422,
+    domain.DataError: 422,
+    domain.ConfigError: 422,
+    domain.JobError: 409,
+    domain.JobNotFound: 404,
+    domain.JobConflict: 409,
+    domain.DatasetRefused: 400,
+    domain.DatasetNotFound: 404,
+    domain.JobOptionsInvalid: 422,
+    domain.JobCancelled: 409,
+}
+
+
+def domain_status(exc: domain.InfonceSearchError) -> int:
+    for cls in type(exc).__mro__:
+        if cls in DOMAIN_STATUS:
+            return DOMAIN_STATUS[cls]
+    return 500
+
+
+def error_body(code: str, message: str, details: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"code": code, "message": message}
+    if details:
+        body["details"] = details
+    return {"error": body}
+
+
+def _field(loc: tuple[Any, ...] | list[Any]) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+async def _service_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ServiceError)
+    if exc.status_code >= 500:
+        logger.warning("%s %s -> %d %s: %s", request.method, request.url.path, exc.status_code, exc.code, exc)
+    return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status_code, headers=exc.headers)
+
+
+async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, domain.InfonceSearchError)
+    status = domain_status(exc)
+    log = logger.error if status >= 500 else logger.info
+    log("%s %s -> %d %s: %s", request.method, request.url.path, status, exc.code, exc)
+    return JSONResponse(error_body(exc.code, str(exc)), status_code=status)
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    details = [
+        {"field": _field(e.get("loc", ())), "message": e.get("msg", ""), "type": e.get("type", "")}
+        for e in exc.errors()
+    ]
+    message = "; ".join(f"{d['field']}: {d['message']}" for d in details) or "invalid request"
+    return JSONResponse(error_body("invalid_request", message, details), status_code=422)
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    codes = {404: "not_found", 405: "method_not_allowed", 400: "bad_request"}
+    code = codes.get(exc.status_code, "http_error")
+    return JSONResponse(
+        error_body(code, str(exc.detail)), status_code=exc.status_code, headers=getattr(exc, "headers", None)
+    )
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    logger.exception("unhandled error on %s %s", request.method, request.url.path)
+    return JSONResponse(error_body("internal", "internal server error (see the server log)"), status_code=500)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(ServiceError, _service_error)
+    app.add_exception_handler(domain.InfonceSearchError, _domain_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

@@ -1,0 +1,35 @@
+"""GET /bundles (what exists, what serves, gate decisions, last failed load) and activation."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from app.deps import ApiKeyDep, HolderDep
+from app.schemas import ActivateResponse, BundlesResponse
+
+router = APIRouter(tags=["bundles"])
+
+
+@router.get("/bundles", response_model=BundlesResponse, summary="Bundle versions")
+async def list_bundles(holder: HolderDep) -> BundlesResponse:
+    return await holder.describe()
+
+
+@router.post(
+    "/bundles/{version}/activate",
+    response_model=ActivateResponse,
+    dependencies=[ApiKeyDep],
+    responses={
+        401: {"description": "No API key sent."},
+        403: {"description": "Wrong API key, or none configured on the server."},
+        404: {"description": "No bundle with that version."},
+        409: {"description": "The bundle failed validation; the old one keeps serving."},
+    },
+    summary="Make a version live (roll back or forward)",
+)
+async def activate(version: str, holder: HolderDep) -> ActivateResponse:
+    """Load and validate `version` (including the canary query), point CURRENT at it, swap it in.
+    Other API processes sharing the bundles folder follow CURRENT within their poll interval."""
+    previous = holder.live.version if holder.live else None
+    live = await holder.activate(version)
+    return ActivateResponse(version=live.version, previous=previous, encoder_backend=live.backend)

@@ -1,0 +1,42 @@
+"""GET /healthz (the process answers) and GET /readyz (a bundle serves, checked end to end)."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import APIRouter
+
+from app.deps import HolderDep, RunnerDep, SettingsDep
+from app.errors import NoLiveBundleError, NotReadyError, QueueFullError
+from app.schemas import ReadyResponse
+from app.service import SearchSpec
+
+logger = logging.getLogger(__name__)
+router = APIRouter(tags=["health"])
+NOT_READY = {503: {"description": "Not ready; the error message says why."}}
+
+
+@router.get("/healthz", summary="Liveness: the process is up")
+async def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz", response_model=ReadyResponse, responses=NOT_READY, summary="Readiness")
+async def readyz(holder: HolderDep, runner: RunnerDep, settings: SettingsDep) -> ReadyResponse:
+    """Ready when a bundle is live, its encoder and index come from the same version and agree in
+    dimension, and the canary query returns at least one hit through the normal search path."""
+    live = holder.live
+    if live is None:
+        reason = holder.not_live_reason()
+        raise NoLiveBundleError(f"not ready: {reason}")
+    problems = live.consistency_problems()
+    if problems:
+        raise NotReadyError("not ready: " + "; ".join(problems))
+    try:
+        answer = await runner.submit(live, SearchSpec(texts=[settings.canary_query], vectors=None, k=1))
+    except QueueFullError as exc:
+        raise NotReadyError(f"not ready: overloaded ({exc})") from exc
+    n_hits = len(answer.hits[0])
+    if n_hits == 0:
+        raise NotReadyError(f"not ready: the canary query returned no results from bundle {live.version}")
+    return ReadyResponse(status="ready", version=live.version, n_vectors=live.n_vectors, canary_hits=n_hits)

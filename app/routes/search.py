@@ -1,0 +1,69 @@
+"""POST /search: text or vector queries, top-k with filters, scored by the model's learned similarity."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Body
+
+from app.deps import HolderDep, RunnerDep, SettingsDep
+from app.errors import InvalidInputError
+from app.schemas import SEARCH_EXAMPLES, QueryResult, SearchRequest, SearchResponse, Timings
+from app.service import SearchSpec
+
+router = APIRouter(tags=["search"])
+ERRORS = {
+    422: {"description": "Malformed body; `error.details` names each offending field."},
+    413: {"description": "Body larger than SEARCH_MAX_BODY_BYTES."},
+    429: {"description": "The batching queue is full; retry later."},
+    503: {"description": "No bundle is live yet."},
+}
+
+
+@router.post(
+    "/search",
+    response_model=SearchResponse,
+    response_model_exclude_none=True,
+    responses=ERRORS,
+    summary="Search",
+)
+async def search(
+    body: Annotated[SearchRequest, Body(openapi_examples=SEARCH_EXAMPLES)],
+    holder: HolderDep,
+    runner: RunnerDep,
+    settings: SettingsDep,
+) -> SearchResponse:
+    """Top-k documents per query, best first. Scores are the learned similarity of the live model
+    (cosine for InfoNCE; -1/2 * sum_c lambda_c (u_c - v_c)^2 for AnInfoNCE), see `metric`."""
+    started = time.perf_counter()
+    live = holder.require()  # one bundle for the whole request, even if a swap happens meanwhile
+    field = next(n for n in ("query", "queries", "vector", "vectors") if getattr(body, n) is not None)
+    if body.n_queries > settings.max_batch:
+        raise InvalidInputError(
+            f"body.{field}: {body.n_queries} queries, at most {settings.max_batch} per request"
+        )
+    if body.top_k > settings.max_top_k:
+        raise InvalidInputError(
+            f"body.top_k: {body.top_k} is above this server's limit of {settings.max_top_k}"
+        )
+    raw = body.raw_vectors
+    spec = SearchSpec(
+        texts=body.texts,
+        vectors=live.vectors_to_index_space(raw, field) if raw is not None else None,
+        k=body.top_k,
+        filter=body.filter_dict(),
+        min_score=body.min_score,
+        include=list(dict.fromkeys(body.include)),
+    )
+    answer = await runner.submit(live, spec)
+    return SearchResponse(
+        version=live.version,
+        metric=live.encoder.metric,
+        results=[QueryResult(hits=h) for h in answer.hits],
+        timings=Timings(
+            encode_ms=round(answer.encode_ms, 3),
+            search_ms=round(answer.search_ms, 3),
+            total_ms=round((time.perf_counter() - started) * 1000, 3),
+        ),
+    )

@@ -1,0 +1,207 @@
+"""Request and response bodies of the API (pydantic). Their descriptions become the OpenAPI text."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from training.report_schema import GapReport
+
+MAX_QUERY_CHARS = 2048
+SCORE_DOC = (
+    "The model's learned similarity between query and document: cosine similarity for an InfoNCE "
+    "model (metric 'cosine', in [-1, 1]); for an AnInfoNCE model (metric 'aninfonce') "
+    "-1/2 * sum_c lambda_c (u_c - v_c)^2 = -1/2 ||sqrt(Lambda) (u - v)||^2 (<= 0; 0 = identical). "
+    "Higher is more similar in both cases."
+)
+Scalar = str | int | float | bool
+QueryText = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)]
+
+
+class Condition(BaseModel):
+    """Conditions on one metadata field; all given ones must hold."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    eq: Scalar | None = Field(None, description="Equal to this value.")
+    in_: list[Scalar] | None = Field(
+        None, alias="in", min_length=1, max_length=1000, description="Any of these."
+    )
+    gt: float | None = None
+    gte: float | None = None
+    lt: float | None = None
+    lte: float | None = None
+
+    @model_validator(mode="after")
+    def _some_condition(self) -> Condition:
+        if all(v is None for v in (self.eq, self.in_, self.gt, self.gte, self.lt, self.lte)):
+            raise ValueError("a condition needs at least one of eq, in, gt, gte, lt, lte")
+        return self
+
+
+FilterValue = Scalar | list[Scalar] | Condition
+
+SEARCH_EXAMPLES = {
+    "one query": {
+        "summary": "One text query",
+        "value": {"query": "vitamin D and bone fractures", "top_k": 5, "include": ["title"]},
+    },
+    "batch with filter": {
+        "summary": "Two queries, metadata filter, minimum score",
+        "value": {
+            "queries": ["statins and muscle pain", "gene therapy for blindness"],
+            "top_k": 10,
+            "filter": {"year": {"gte": 2010}, "journal": ["Nature", "Science"]},
+            "min_score": 0.3,
+            "include": ["title", "metadata"],
+        },
+    },
+}
+
+
+class SearchRequest(BaseModel):
+    """Exactly one of `query`, `queries`, `vector`, `vectors`."""
+
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [e["value"] for e in SEARCH_EXAMPLES.values()]}
+    )
+
+    query: str | None = Field(None, min_length=1, max_length=MAX_QUERY_CHARS, description="One text query.")
+    queries: list[QueryText] | None = Field(
+        None, min_length=1, description="Several text queries, answered in order."
+    )
+    vector: list[float] | None = Field(
+        None,
+        min_length=1,
+        description="One query embedding of the model's dimension, used as given (the encoder's own "
+        "outputs are L2-normalised; for AnInfoNCE the sqrt(Lambda) scaling is applied by the server).",
+    )
+    vectors: list[list[float]] | None = Field(None, min_length=1, description="Several query embeddings.")
+    top_k: int = Field(
+        10, ge=1, le=1000, description="Hits per query (fewer if the corpus or filter has fewer)."
+    )
+    filter: dict[str, FilterValue] | None = Field(
+        None,
+        description="Metadata filter, all conditions must hold: {field: value} equality, {field: [a, b]} or "
+        '{field: {"in": [a, b]}} any of, {field: {gte|gt|lte|lt: number}} numeric range; dotted field '
+        "names reach into nested objects.",
+    )
+    min_score: float | None = Field(None, description="Drop hits scoring below this. " + SCORE_DOC)
+    include: list[Literal["title", "text", "metadata"]] = Field(
+        default_factory=list, description="Document fields to return with each hit."
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one_input(self) -> SearchRequest:
+        given = [n for n in ("query", "queries", "vector", "vectors") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "give exactly one of query, queries, vector, vectors"
+                + (f" (got {', '.join(given)})" if given else " (got none)")
+            )
+        return self
+
+    @property
+    def texts(self) -> list[str] | None:
+        if self.query is not None:
+            return [self.query]
+        return list(self.queries) if self.queries is not None else None
+
+    @property
+    def raw_vectors(self) -> list[list[float]] | None:
+        if self.vector is not None:
+            return [self.vector]
+        return self.vectors
+
+    @property
+    def n_queries(self) -> int:
+        return len(self.texts or self.raw_vectors or [])
+
+    def filter_dict(self) -> dict[str, Any] | None:
+        if not self.filter:
+            return None
+        # the document store's format: scalar = equality, {"in": [...]}, {"gte": ...}
+        out: dict[str, Any] = {}
+        for name, cond in self.filter.items():
+            if isinstance(cond, Condition):
+                out[name] = cond.model_dump(exclude_none=True, by_alias=True)
+            elif isinstance(cond, list):
+                out[name] = {"in": cond}
+            else:
+                out[name] = cond
+        return out
+
+
+class Hit(BaseModel):
+    id: str = Field(description="Document id (as in the corpus).")
+    score: float = Field(description=SCORE_DOC)
+    title: str | None = None
+    text: str | None = None
+    metadata: dict[str, Any] | None = None
+
+
+class QueryResult(BaseModel):
+    hits: list[Hit] = Field(description="Best first.")
+
+
+class Timings(BaseModel):
+    encode_ms: float = Field(description="Query encoding (shared by a micro-batch).")
+    search_ms: float = Field(description="Index search (shared by a micro-batch).")
+    total_ms: float = Field(description="From request parsed to response built, on the server.")
+
+
+class SearchResponse(BaseModel):
+    version: str = Field(description="Bundle version that answered.")
+    metric: Literal["cosine", "aninfonce"] = Field(description="Which learned similarity the scores are.")
+    results: list[QueryResult] = Field(description="One entry per query, in request order.")
+    timings: Timings
+
+
+class GapResponse(BaseModel):
+    version: str
+    model: dict[str, Any] = Field(description="Identity of the live model (from the bundle manifest).")
+    report: GapReport
+
+
+class BundleEntry(BaseModel):
+    version: str
+    live: bool = Field(description="Served by this process now.")
+    current: bool = Field(description="Named by CURRENT on disk (the process follows it within a poll).")
+    created_at: str
+    metrics: dict[str, dict[str, float]] = Field(description="Evaluation metrics recorded in the manifest.")
+    gate: dict[str, Any] | None = Field(
+        None, description="The quality-gate decision made when it was published."
+    )
+
+
+class LoadFailure(BaseModel):
+    version: str
+    error: str
+    at: str = Field(description="UTC time of the failed load.")
+
+
+class BundlesResponse(BaseModel):
+    live: str | None
+    current: str | None
+    encoder_backend: str | None = Field(
+        description="Query encoder of the live bundle (torch, onnx, onnx-int8)."
+    )
+    versions: list[BundleEntry]
+    gate_decisions: list[dict[str, Any]] = Field(
+        description="Candidates not published, and why (gate.jsonl)."
+    )
+    last_failed_load: LoadFailure | None
+
+
+class ActivateResponse(BaseModel):
+    version: str
+    previous: str | None
+    encoder_backend: str
+
+
+class ReadyResponse(BaseModel):
+    status: Literal["ready"]
+    version: str
+    n_vectors: int
+    canary_hits: int

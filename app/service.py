@@ -1,0 +1,233 @@
+"""Search over one live bundle: encode queries, search the index, attach documents. No FastAPI here.
+
+`LiveBundle` pairs a loaded `Bundle` with the query encoder chosen for it (torch or ONNX), so a
+request that took a `LiveBundle` reference at its start uses one version end to end, even if a hot
+swap happens meanwhile. Everything here is blocking (model / FAISS / SQLite work) and runs in the
+inference executor, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from app.errors import InvalidInputError
+from app.schemas import Hit
+from training.bundle import Bundle
+from training.encoder import Encoder
+from training.onnx_encoder import OnnxQueryEncoder, choose_variant
+
+logger = logging.getLogger(__name__)
+
+BACKEND_VARIANT = {"onnx": "fp32", "onnx-int8": "int8"}
+
+
+class QueryEncoder(Protocol):
+    def encode(self, texts: Sequence[str], *, kind: str = ...) -> np.ndarray: ...
+
+
+@dataclass
+class SearchSpec:
+    """One request, validated: text queries or index-space vectors, and what to return."""
+
+    texts: list[str] | None
+    vectors: np.ndarray | None  # (n, dim) index space, when the request gave vectors
+    k: int
+    filter: dict[str, Any] | None = None
+    min_score: float | None = None
+    include: Sequence[str] = ()
+
+    @property
+    def n(self) -> int:
+        return len(self.texts) if self.texts is not None else len(self.vectors)  # type: ignore[arg-type]
+
+
+@dataclass
+class SearchAnswer:
+    hits: list[list[Hit]]  # per query, best first
+    encode_ms: float  # shared by the micro-batch the request was part of
+    search_ms: float
+
+
+@dataclass
+class LiveBundle:
+    bundle: Bundle
+    query_encoder: QueryEncoder
+    backend: str  # torch | onnx | onnx-int8
+    loaded_at: float = field(default_factory=time.time)
+
+    @property
+    def version(self) -> str:
+        return self.bundle.version
+
+    @property
+    def encoder(self) -> Encoder:
+        return self.bundle.encoder
+
+    @property
+    def n_vectors(self) -> int:
+        return self.bundle.index.ntotal
+
+    def consistency_problems(self) -> list[str]:
+        """Why encoder, index and documents might not belong together (empty = consistent)."""
+        b, m = self.bundle, self.bundle.manifest
+        problems = []
+        if m.version != self.version:
+            problems.append(f"manifest version {m.version} != bundle {self.version}")
+        if Path(self.encoder.source).resolve().parent != Path(b.path).resolve():
+            problems.append(f"encoder {self.encoder.source} is not from bundle folder {b.path}")
+        if self.encoder.dim != b.index.dim:
+            problems.append(f"encoder dim {self.encoder.dim} != index dim {b.index.dim}")
+        if not (b.index.ntotal == len(b.doc_ids) == len(b.docstore) == m.n_vectors):
+            problems.append(
+                f"index has {b.index.ntotal} vectors, ids {len(b.doc_ids)}, documents {len(b.docstore)}, "
+                f"manifest {m.n_vectors}"
+            )
+        return problems
+
+    def model_identity(self) -> dict[str, Any]:
+        m = self.bundle.manifest
+        return {
+            "base_model": m.base_model,
+            "metric": m.metric.similarity,
+            "index_metric": m.metric.index,
+            "dim": m.dim,
+            "temperature": self.encoder.similarity.temperature,
+            "index": m.index.factory,
+            "n_vectors": m.n_vectors,
+            "query_encoder": self.backend,
+            "created_at": m.created_at.isoformat(),
+            "code_version": m.code_version.model_dump(),
+        }
+
+    # -- blocking work --------------------------------------------------------------------------------
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        """Texts -> index-space query vectors (n, dim)."""
+        emb = self.query_encoder.encode(list(texts), kind="query")  # (n, dim), normalised
+        return self.encoder.to_index_space(emb)  # (n, dim)
+
+    def vectors_to_index_space(self, vectors: Sequence[Sequence[float]], field_name: str) -> np.ndarray:
+        dim = self.bundle.index.dim
+        bad = [i for i, v in enumerate(vectors) if len(v) != dim]
+        if bad:
+            where = field_name if field_name == "vector" else f"{field_name}[{bad[0]}]"
+            raise InvalidInputError(
+                f"body.{where}: has {len(vectors[bad[0]])} numbers, the model's dimension is {dim}"
+            )
+        arr = np.asarray(vectors, dtype=np.float32)  # (n, dim)
+        if not np.isfinite(arr).all():
+            raise InvalidInputError(f"body.{field_name}: contains NaN or infinite values")
+        return self.encoder.to_index_space(arr)
+
+    def allowed_positions(self, filter_: dict[str, Any] | None) -> np.ndarray | None:
+        if not filter_:
+            return None
+        return np.asarray(self.bundle.docstore.filter_positions(filter_), dtype=np.int64)
+
+    def run(self, spec: SearchSpec) -> SearchAnswer:
+        """The per-request path: encode this request's queries, search them as one batch, fetch documents."""
+        return self.run_many([spec])[0]  # type: ignore[return-value]
+
+    def run_many(self, specs: Sequence[SearchSpec]) -> list[SearchAnswer | Exception]:
+        """A micro-batch: one encode call for every text, one FAISS call for every unfiltered query.
+
+        Unfiltered queries are searched together with k = the largest requested k and cut per request;
+        for an exact (flat) index the top k of a larger k are exactly the top k. Filtered queries need
+        their own allowed set, so each filtered request is searched on its own. A failure is returned in
+        the failing request's slot only, when it can be pinned to one request.
+        """
+        t0 = time.perf_counter()
+        texts = [t for s in specs if s.texts is not None for t in s.texts]
+        encoded = self.encode(texts) if texts else None  # (n_texts, dim)
+        queries: list[np.ndarray] = []
+        offset = 0
+        for s in specs:
+            if s.texts is not None:
+                assert encoded is not None
+                queries.append(encoded[offset : offset + len(s.texts)])
+                offset += len(s.texts)
+            else:
+                assert s.vectors is not None
+                queries.append(s.vectors)
+        t1 = time.perf_counter()
+        rows: list[list[tuple[np.ndarray, np.ndarray]] | Exception] = [[] for _ in specs]
+        plain = [i for i, s in enumerate(specs) if not s.filter]
+        if plain:
+            stacked = np.concatenate([queries[i] for i in plain])  # (n_plain, dim)
+            found = self.bundle.index.search(stacked, max(specs[i].k for i in plain))
+            start = 0
+            for i in plain:
+                n = len(queries[i])
+                rows[i] = [(p[: specs[i].k], sc[: specs[i].k]) for p, sc in found[start : start + n]]
+                start += n
+        for i, s in enumerate(specs):
+            if s.filter:
+                try:
+                    rows[i] = self.bundle.index.search(
+                        queries[i], s.k, allowed=self.allowed_positions(s.filter)
+                    )
+                except Exception as exc:  # one request's bad filter must not fail its batch-mates
+                    rows[i] = exc
+        t2 = time.perf_counter()
+        encode_ms, search_ms = (t1 - t0) * 1000, (t2 - t1) * 1000
+        out: list[SearchAnswer | Exception] = []
+        for s, r in zip(specs, rows, strict=True):
+            if isinstance(r, Exception):
+                out.append(r)
+                continue
+            try:
+                out.append(
+                    SearchAnswer(self.hits(r, min_score=s.min_score, include=s.include), encode_ms, search_ms)
+                )
+            except Exception as exc:
+                out.append(exc)
+        return out
+
+    def hits(
+        self, rows: list[tuple[np.ndarray, np.ndarray]], *, min_score: float | None, include: Sequence[str]
+    ) -> list[list[Hit]]:
+        """Positions -> documents; `min_score` cut; only the requested fields."""
+        ids = self.bundle.doc_ids
+        if min_score is not None:
+            rows = [(pos[sc >= min_score], sc[sc >= min_score]) for pos, sc in rows]
+        docs: dict[int, Any] = {}
+        if include:
+            wanted = sorted({int(p) for pos, _ in rows for p in pos})
+            docs = dict(zip(wanted, self.bundle.docstore.get(wanted, include), strict=True))
+        out = []
+        for pos, sc in rows:
+            hits = []
+            for p, s in zip(pos.tolist(), sc.tolist(), strict=True):
+                hit = Hit(id=ids[p], score=s)
+                if include:
+                    doc = docs[p]
+                    hit.title = doc.get("title")
+                    hit.text = doc.get("text")
+                    hit.metadata = doc.get("metadata")
+                hits.append(hit)
+            out.append(hits)
+        return out
+
+
+def open_live_bundle(
+    bundle: Bundle, backend: str, *, threads: int = 0, max_ndcg_loss: float = 0.005
+) -> LiveBundle:
+    """Pick and load the query encoder for `bundle` (blocking)."""
+    model_dir = Path(bundle.path) / "model"
+    if backend == "auto":
+        variant = choose_variant(bundle.manifest.extras, model_dir, max_loss=max_ndcg_loss)
+        backend = "torch" if variant is None else ("onnx-int8" if variant == "int8" else "onnx")
+    if backend == "torch":
+        if threads:
+            import torch
+
+            torch.set_num_threads(threads)
+        return LiveBundle(bundle, bundle.encoder, "torch")
+    onnx = OnnxQueryEncoder.load(model_dir, variant=BACKEND_VARIANT[backend], threads=threads)  # type: ignore[arg-type]
+    return LiveBundle(bundle, onnx, backend)

@@ -1,0 +1,95 @@
+"""The one configuration class of the API. Every field is an environment variable `SEARCH_<NAME>`.
+
+Tests build `Settings(...)` directly and pass it to `create_app`; nothing else reads the environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+EncoderBackend = Literal["auto", "torch", "onnx", "onnx-int8"]
+
+
+class Settings(BaseSettings):
+    """Serving configuration (env prefix `SEARCH_`, e.g. `SEARCH_BUNDLES_DIR=bundles`)."""
+
+    model_config = SettingsConfigDict(env_prefix="SEARCH_", env_ignore_empty=True, extra="ignore")
+
+    bundles_dir: Path = Field(
+        Path("bundles"),
+        description="Folder of versioned bundles; its CURRENT file names the live version. "
+        "Several API processes may share it (they only read it).",
+    )
+    api_key: str | None = Field(
+        None,
+        description="Key for mutating routes (header `X-API-Key` or `Authorization: Bearer`). "
+        "Unset: those routes answer 403.",
+    )
+    max_body_bytes: int = Field(
+        1_000_000, ge=1024, description="Largest accepted request body; larger is 413."
+    )
+    max_top_k: int = Field(1000, ge=1, le=1000, description="Upper bound for `top_k` in POST /search.")
+    max_batch: int = Field(64, ge=1, le=4096, description="Most queries or vectors in one POST /search.")
+    max_query_chars: int = Field(2048, ge=1, description="Longest query text accepted.")
+    encoder_backend: EncoderBackend = Field(
+        "auto",
+        description="Query encoder: torch, onnx (fp32), onnx-int8, or auto = the fastest ONNX variant whose "
+        "nDCG@10 loss vs torch recorded in the bundle manifest is <= onnx_max_ndcg_loss, else torch.",
+    )
+    onnx_max_ndcg_loss: float = Field(
+        0.005, ge=0.0, description="Largest nDCG@10 loss vs torch for `auto` to pick an ONNX encoder."
+    )
+    encoder_threads: int = Field(
+        0, ge=0, description="Intra-op threads for the query encoder (0 = the library default)."
+    )
+    microbatch_enabled: bool = Field(
+        True,
+        description="Encode concurrent queries together and search them as one FAISS batch. "
+        "Off: every request encodes and searches on its own.",
+    )
+    microbatch_max_size: int = Field(
+        64, ge=1, le=4096, description="Most queries encoded in one micro-batch."
+    )
+    microbatch_max_wait_ms: float = Field(
+        1.0,
+        ge=0.0,
+        le=1000.0,
+        description="How long a micro-batch waits for more queries once it has one (requests that arrive "
+        "while the previous batch runs join the next one anyway).",
+    )
+    queue_max: int = Field(
+        256, ge=1, description="Most search requests waiting for the encoder; more are refused with 429."
+    )
+    reload_poll_seconds: float = Field(
+        2.0, ge=0.0, description="How often CURRENT is checked for a new live version (0 = never poll)."
+    )
+    canary_query: str = Field(
+        "what is the effect of vitamin d on bone density",
+        min_length=1,
+        description="Query run by /readyz and before a new bundle goes live; it must return results.",
+    )
+    log_level: str = Field("INFO", description="Logging level of the API process (DEBUG, INFO, WARNING…).")
+    queue_url: str | None = Field(
+        None,
+        description="Job queue: `sqlite:///path/jobs.db` or `redis://host:port/0`. "
+        "Default: a SQLite file `jobs.db` beside the bundles folder (in its parent folder).",
+    )
+    data_root: Path = Field(
+        Path("data"), description="Folder that job submissions may name datasets under (nothing outside it)."
+    )
+    job_heartbeat_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="A running job whose worker has not stamped its heartbeat for this long reads as failed "
+        "(the worker died); keep it equal to the worker's --heartbeat-timeout.",
+    )
+
+    @model_validator(mode="after")
+    def _default_queue(self) -> Settings:
+        if self.queue_url is None:
+            self.queue_url = f"sqlite:///{(self.bundles_dir.parent / 'jobs.db').as_posix()}"
+        return self

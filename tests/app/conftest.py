@@ -1,0 +1,154 @@
+"""A small real bundle for the API tests, built once per session from a slice of scifact.
+
+30 scifact test queries with their relevant documents plus 300 distractors (~330 documents), encoded
+with the real all-MiniLM-L6-v2 and written with training.bundle into a flat (exact) FAISS index. Every
+document gets metadata (`year`, `group`, `even`) so filters can be tested. Bundle A also carries the
+ONNX query encoders (fp32 + int8, with their measured nDCG@10 loss) and a generalization-gap report;
+bundle B is the same corpus without them (a second version for swaps).
+
+Published copies are hard links of the staged files, so each test's bundles folder costs no copying.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.settings import Settings
+
+N_QUERIES = 30
+N_DISTRACTORS = 300
+
+
+def doc_metadata(i: int) -> dict[str, object]:
+    return {"year": 2000 + i % 20, "group": "abc"[i % 3], "even": i % 2 == 0}
+
+
+@pytest.fixture(scope="session")
+def slice_data(scifact):
+    from training.data import load_beir, subset
+
+    data = subset(load_beir(scifact, "test"), n_queries=N_QUERIES, n_distractors=N_DISTRACTORS, seed=0)
+    data.corpus = {
+        d: replace(doc, metadata=doc_metadata(i)) for i, (d, doc) in enumerate(data.corpus.items())
+    }
+    return data
+
+
+@pytest.fixture(scope="session")
+def doc_embeddings(shared_encoder, slice_data) -> np.ndarray:
+    from training.evaluate import encode_corpus
+
+    _, emb = encode_corpus(shared_encoder, slice_data.corpus, show_progress=False)
+    return emb  # (n_docs, 384), rows in corpus order
+
+
+def _gap_report(encoder):
+    """A schema-valid report (test input: the endpoint must serve whatever report the bundle holds)."""
+    from training.report_schema import (
+        Bound,
+        Estimate,
+        GapReport,
+        InverseKFit,
+        KSufficient,
+        ModelIdentity,
+        RiskAtK,
+        TheoryTerms,
+    )
+
+    est = Estimate(value=0.1, ci_low=0.05, ci_high=0.15, method="bootstrap (test fixture)")
+    bound = Bound(value=1.0, assumptions="test fixture")
+    return GapReport(
+        model=ModelIdentity(
+            path="", name="all-MiniLM-L6-v2", metric="cosine", temperature=0.05, temperature_effective=0.05
+        ),
+        k=31,
+        k_rule="batch size - 1",
+        negative_sampler="random",
+        n_train=10,
+        n_test=10,
+        n_train_queries=10,
+        n_test_queries=10,
+        pool_size=300,
+        seed=0,
+        n_bootstrap=100,
+        risk_train=est,
+        risk_test=est,
+        gap=est,
+        hoeffding_halfwidth=bound,
+        risk_vs_k=[RiskAtK(k=31, risk=est, delta=est)],
+        fit=InverseKFit(a=0.1, b=1.0, r2=0.99, k_range=(1, 31), n_points=5, accepted=True, rule="test"),
+        ce_inf_plugin=est,
+        ce_inf_fit=est,
+        k_sufficient=KSufficient(k=31),
+        theory_terms=TheoryTerms(
+            vacuous_threshold=3.47,
+            sample_variability=bound,
+            finite_k_log=bound,
+            prop1_upper=bound,
+            not_computable=[],
+        ),
+        mi_lower_bound_k=est,
+        mi_cap_log_k_plus_1=bound,
+        mi_cap_two_over_tau=bound,
+        mi_lower_bound_inf=est,
+    )
+
+
+@pytest.fixture(scope="session")
+def staged(tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> dict[str, Path]:
+    """Two staged (unpublished) bundles: {"A": with ONNX + report, "B": plain}."""
+    from training.bundle import build_bundle
+    from training.onnx_encoder import attach_onnx
+
+    root = tmp_path_factory.mktemp("staged")
+    report_dir = root / "report"
+    report_dir.mkdir()
+    (report_dir / "report.json").write_text(_gap_report(shared_encoder).model_dump_json(indent=2))
+    common = dict(doc_embeddings=doc_embeddings, index_kind="flat", show_progress=False)
+    a = build_bundle(
+        shared_encoder,
+        slice_data.corpus,
+        staging_dir=root / "A",
+        report_dir=report_dir,
+        metrics={"test": {"ndcg@10": 0.6}},
+        **common,
+    )
+    attach_onnx(a, slice_data.queries, slice_data.qrels, quantize=True)
+    b = build_bundle(
+        shared_encoder,
+        slice_data.corpus,
+        staging_dir=root / "B",
+        metrics={"test": {"ndcg@10": 0.6}},
+        **common,
+    )
+    return {"A": a, "B": b}
+
+
+def publish(staged_dir: Path, bundles: Path) -> str:
+    """Publish a hard-linked copy of a staged bundle into `bundles`; returns its version."""
+    from training.bundle import BundleStore
+
+    bundles.mkdir(parents=True, exist_ok=True)
+    copy = (
+        bundles / f".copy-{staged_dir.name}-{len(os.listdir(bundles))}"
+    )  # not ".staging-": publish cleans those
+    shutil.copytree(staged_dir, copy, copy_function=os.link)
+    return BundleStore(bundles).publish(copy, force=True).version
+
+
+def make_settings(bundles: Path, **overrides) -> Settings:
+    base = dict(bundles_dir=bundles, api_key="test-key", reload_poll_seconds=0.1, encoder_backend="torch")
+    return Settings(**(base | overrides))
+
+
+@pytest.fixture(scope="session")
+def live_bundles(tmp_path_factory, staged) -> tuple[Path, str]:
+    """A bundles folder where bundle A is published and live (shared read-only by the search tests)."""
+    bundles = tmp_path_factory.mktemp("bundles-live")
+    return bundles, publish(staged["A"], bundles)
