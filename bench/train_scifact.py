@@ -2,8 +2,10 @@
 
     flock /tmp/infonce-heavy.lock .venv/bin/python bench/train_scifact.py OUT_DIR [key=value ...]
 
-key=value pairs override TrainConfig fields (JSON values: epochs=2 symmetric=true lr=3e-5). Also prints
-the CPU used by other processes during the run, since this machine is shared.
+key=value pairs override TrainConfig fields (JSON values: epochs=2 symmetric=true lr=3e-5).
+base_cache=FILE.pkl reuses (or creates) the base model's evaluation, so comparing several options does
+not re-encode the corpus with the unchanged base model each time; leave it out to time a cold run.
+Also prints the CPU used by other processes during the run, since this machine is shared.
 """
 
 from __future__ import annotations
@@ -11,12 +13,16 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import sys
 import time
 from pathlib import Path
 
 from training.config import TrainConfig
-from training.trainer import train
+from training.data import load_beir
+from training.encoder import Encoder
+from training.evaluate import evaluate
+from training.trainer import limit_queries, train
 
 SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
 
@@ -31,9 +37,18 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     out = Path(sys.argv[1])
     overrides = {k: json.loads(v) for k, v in (arg.split("=", 1) for arg in sys.argv[2:])}
+    cache = Path(overrides.pop("base_cache")) if "base_cache" in overrides else None
     config = TrainConfig(**overrides)
     t0, busy0, own0 = time.perf_counter(), busy_cpu_seconds(), time.process_time()
-    result = train(config, SCIFACT, out, show_progress=False)
+    base_eval = None
+    if cache is not None:
+        if cache.exists():
+            base_eval = pickle.loads(cache.read_bytes())
+        else:
+            data = limit_queries(load_beir(SCIFACT, config.eval_split), config)
+            base_eval = evaluate(Encoder.load(config.base_model), data, show_progress=False)
+            cache.write_bytes(pickle.dumps(base_eval))
+    result = train(config, SCIFACT, out, show_progress=False, base_eval=base_eval)
     wall = time.perf_counter() - t0
     foreign = (busy_cpu_seconds() - busy0 - (time.process_time() - own0)) / wall
     print(f"options: {json.dumps(overrides)}")

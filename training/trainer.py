@@ -65,8 +65,13 @@ def train(
     *,
     on_progress: ProgressFn | None = None,
     show_progress: bool = True,
+    base_eval: EvalResult | None = None,
 ) -> TrainResult:
-    """Fine-tune `config.base_model` on `data_dir` (BEIR folder or pairs JSONL) and write out_dir."""
+    """Fine-tune `config.base_model` on `data_dir` (BEIR folder or pairs JSONL) and write out_dir.
+
+    `base_eval`: a previous `evaluate()` of the same base model on the same eval split (e.g. several
+    runs over one dataset); it skips the base evaluation, whose corpus encoding is the costly part.
+    """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     seed_everything(config.seed)
@@ -74,11 +79,14 @@ def train(
 
     # -- data and base model -------------------------------------------------------------------------
     train_data = load_split(data_dir, config.train_split, seed=config.seed)
-    eval_data = _limit_queries(load_split(data_dir, config.eval_split, seed=config.seed), config)
+    eval_data = limit_queries(load_split(data_dir, config.eval_split, seed=config.seed), config)
     encoder = Encoder.load(config.base_model)
     base_source = encoder.source
     eval_seq_length = encoder.model.max_seq_length  # evaluation and the saved model keep the base's limit
-    base = evaluate(encoder, eval_data, show_progress=show_progress)
+    if base_eval is not None and base_eval.doc_ids == list(eval_data.corpus):
+        base = base_eval
+    else:
+        base = evaluate(encoder, eval_data, show_progress=show_progress)
 
     # -- training pairs, corpus positions, negatives ---------------------------------------------------
     pairs = training_pairs(train_data)
@@ -359,7 +367,7 @@ def temperature_summary(loss_fn: InfoNCELoss | AnInfoNCELoss) -> dict[str, Any]:
     return {"temperature": loss_fn.temperature}
 
 
-def _limit_queries(data: RetrievalData, config: TrainConfig) -> RetrievalData:
+def limit_queries(data: RetrievalData, config: TrainConfig) -> RetrievalData:
     """Seeded subsample of the held-out queries (config.eval_max_queries); the corpus stays whole."""
     n = config.eval_max_queries
     if n is None or n >= len(data.queries):
