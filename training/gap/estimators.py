@@ -185,6 +185,8 @@ class GapEstimate:
     train_ci: tuple[float, float]
     test_ci: tuple[float, float]
     gap_ci: tuple[float, float]
+    train_boot: np.ndarray  # (n_boot,) bootstrap replicates of R_train
+    test_boot: np.ndarray  # (n_boot,) bootstrap replicates of R_test
 
 
 def gap_with_ci(
@@ -208,6 +210,8 @@ def gap_with_ci(
         train_ci=percentile_ci(b_train, level),
         test_ci=percentile_ci(b_test, level),
         gap_ci=percentile_ci(b_test - b_train, level),
+        train_boot=b_train,
+        test_boot=b_test,
     )
 
 

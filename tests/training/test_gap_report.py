@@ -1,0 +1,202 @@
+"""The gap report end to end with the real encoder: schema, labelled numbers, oracles, plots, errors."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from training.config import TrainConfig
+from training.data import Document, RetrievalData, load_beir, subset
+from training.encoder import Similarity
+from training.errors import ConfigError
+from training.gap.report import compute_report, run_report, training_k, write_report
+from training.report_schema import REPORT_FILE, Bound, Estimate, GapReport
+
+TOPICS = [
+    (
+        "volcano",
+        "Lava from the volcano flowed down the mountain after the eruption.",
+        "When did the volcano erupt?",
+    ),
+    (
+        "piano",
+        "She practised the piano sonata every evening before the recital.",
+        "piano practice for a recital",
+    ),
+    (
+        "vaccine",
+        "The vaccine trial showed strong immune responses in older adults.",
+        "vaccine immune response",
+    ),
+    ("bitcoin", "Bitcoin prices fell sharply as exchanges halted withdrawals.", "crypto exchange crash"),
+    ("glacier", "Glaciers in the Alps are retreating faster each decade.", "melting alpine glaciers"),
+    (
+        "soccer",
+        "The striker scored twice in the final minutes of the match.",
+        "football goals late in a game",
+    ),
+    ("bread", "Knead the dough and let the sourdough rise overnight.", "how to bake sourdough bread"),
+    ("comet", "A bright comet will be visible near the horizon at dawn.", "comet sighting at sunrise"),
+    ("tax", "The new tax law lowers rates for small businesses.", "small business tax cut"),
+    ("coral", "Warm water is bleaching the coral reefs of the Pacific.", "coral reef bleaching"),
+    ("chess", "The grandmaster sacrificed a rook to win the endgame.", "chess endgame sacrifice"),
+    ("malaria", "Mosquito nets reduced malaria infections in the villages.", "preventing malaria"),
+    ("rail", "The high-speed railway cut travel time between the cities.", "fast trains between cities"),
+    ("honey", "Bees produce honey from the nectar of spring flowers.", "where honey comes from"),
+]
+FILLER = [f"Unrelated note number {i} about office supplies, staplers and paper clips." for i in range(10)]
+
+
+def _toy_splits() -> tuple[RetrievalData, RetrievalData]:
+    corpus = {f"d-{name}": Document(f"d-{name}", name.title(), text, {}) for name, text, _ in TOPICS}
+    corpus |= {f"f{i}": Document(f"f{i}", "", text, {}) for i, text in enumerate(FILLER)}
+    queries = {f"q-{name}": q for name, _, q in TOPICS}
+    qrels = {f"q-{name}": {f"d-{name}": 1} for name, _, _ in TOPICS}
+    qrels["q-volcano"]["d-glacier"] = 1  # a query with two positives: two anchors, one bootstrap unit
+
+    def side(names: list[str]) -> RetrievalData:
+        ids = [f"q-{n}" for n in names]
+        return RetrievalData(corpus, {q: queries[q] for q in ids}, {q: qrels[q] for q in ids}, "toy")
+
+    names = [t[0] for t in TOPICS]
+    return side(names[:8]), side(names[8:])
+
+
+def _estimates(obj) -> list[Estimate]:
+    if isinstance(obj, Estimate):
+        return [obj]
+    if isinstance(obj, list):
+        return [e for x in obj for e in _estimates(x)]
+    if hasattr(obj, "model_fields"):
+        return [e for name in type(obj).model_fields for e in _estimates(getattr(obj, name))]
+    return []
+
+
+def _check_report(report: GapReport) -> None:
+    estimates = _estimates(report)
+    assert len(estimates) > 10
+    for e in estimates:
+        assert e.ci_low <= e.value <= e.ci_high, e
+        assert e.method
+    threshold = math.log(report.k + 1)
+    terms = report.theory_terms
+    assert terms.vacuous_threshold == pytest.approx(threshold)
+    for bound in (
+        terms.sample_variability,
+        terms.finite_k_log,
+        terms.prop1_upper,
+        report.hoeffding_halfwidth,
+    ):
+        assert isinstance(bound, Bound)
+        assert bound.vacuous == (bound.value > threshold)
+    assert {n.name for n in terms.not_computable} == {"finite_k_density_ratio", "complexity_penalty"}
+    assert report.gap.value == pytest.approx(report.risk_test.value - report.risk_train.value)
+    assert report.mi_lower_bound_k.value == pytest.approx(math.log1p(1 / report.k) - report.risk_test.value)
+    assert report.mi_lower_bound_inf.value == pytest.approx(-report.ce_inf_plugin.value)
+    assert report.mi_cap_log_k_plus_1.value == pytest.approx(threshold)
+    deltas = {row.k: row.delta.value for row in report.risk_vs_k}
+    for row in report.risk_vs_k:
+        assert row.delta.value == pytest.approx(row.risk.value - report.ce_inf_plugin.value)
+    ks = report.k_sufficient
+    if ks.k is None:
+        assert ks.reason and any(abs(d) >= ks.eps for d in deltas.values())
+    else:
+        assert all(abs(d) < ks.eps for k, d in deltas.items() if k >= ks.k)
+
+
+def test_report_on_a_small_corpus_is_complete_and_consistent(shared_encoder, tmp_path):
+    train, test = _toy_splits()
+    report = compute_report(shared_encoder, train, test, k=7, n_boot=300, k_max=64, seed=3)
+    _check_report(report)
+    assert (report.n_train, report.n_test) == (9, 6)  # q-volcano has two positives
+    assert (report.n_train_queries, report.n_test_queries, report.pool_size) == (8, 6, 24)
+    assert report.model.metric == "cosine" and report.model.temperature == 0.05
+    assert [row.k for row in report.risk_vs_k] == [1, 2, 4, 8, 16, 32, 64]
+    assert report.retrieval is not None
+    assert report.retrieval.ndcg_at_10_gap.value == pytest.approx(
+        report.retrieval.train.ndcg_at_10 - report.retrieval.test.ndcg_at_10
+    )
+    path = write_report(report, tmp_path / "report")
+    assert path.name == REPORT_FILE
+    again = GapReport.model_validate_json(path.read_text())
+    assert again == report
+    assert again.plots == ["risk_vs_k.png", "train_vs_test.png"]
+    for name in again.plots:
+        assert (tmp_path / "report" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list((tmp_path / "report").glob(".*"))  # no temp files left behind
+
+
+def _brute_ce_inf(encoder, data: RetrievalData, tau: float) -> float:
+    ids = list(data.corpus)
+    docs = encoder.encode([f"{d.title} {d.text}".strip() for d in data.corpus.values()])
+    queries = encoder.encode(list(data.queries.values()), kind="query")
+    terms = []
+    for qi, qid in enumerate(data.queries):
+        s = encoder.similarity_matrix(queries[qi : qi + 1], docs)[0].astype(np.float64)
+        relevant = [ids.index(d) for d in data.qrels[qid]]
+        pool = [s[j] for j in range(len(ids)) if j not in relevant]
+        mu = np.mean(np.exp(np.array(pool) / tau))
+        terms += [-s[c] / tau + math.log(mu) for c in relevant]
+    return float(np.mean(terms))
+
+
+def test_plugin_ce_inf_matches_a_brute_force_loop(shared_encoder):
+    train, test = _toy_splits()
+    report = compute_report(shared_encoder, train, test, k=3, n_boot=200, k_max=8, temperature=0.1)
+    assert report.ce_inf_plugin.value == pytest.approx(_brute_ce_inf(shared_encoder, test, 0.1), rel=1e-4)
+
+
+def test_aninfonce_models_use_their_learned_similarity(base_encoder):
+    rng = np.random.default_rng(0)
+    lam = rng.uniform(5.0, 25.0, base_encoder.dim)
+    base_encoder.similarity = Similarity(metric="aninfonce", temperature=None, lam=lam.tolist())
+    train, test = _toy_splits()
+    report = compute_report(base_encoder, train, test, k=7, n_boot=200, k_max=16)
+    _check_report(report)
+    assert report.model.metric == "aninfonce"
+    assert report.model.temperature == 1.0
+    assert report.model.temperature_effective == pytest.approx(1.0 / lam.max())
+    assert report.model.lambda_summary.max == pytest.approx(lam.max())
+    assert report.ce_inf_plugin.value == pytest.approx(_brute_ce_inf(base_encoder, test, 1.0), rel=1e-4)
+    assert report.mi_cap_two_over_tau.value == pytest.approx(2.0 * lam.max())
+    assert report.theory_terms.finite_k_log.value == pytest.approx(math.log(1 + math.exp(2 * lam.max()) / 7))
+
+
+def test_bad_settings_are_refused_with_the_field_named(shared_encoder, base_encoder):
+    train, test = _toy_splits()
+    with pytest.raises(ConfigError, match="k must be >= 1"):
+        compute_report(shared_encoder, train, test, k=0)
+    base_encoder.similarity = Similarity(metric="cosine", temperature=None)
+    with pytest.raises(ConfigError, match="temperature"):
+        compute_report(base_encoder, train, test, k=3)
+
+
+def test_training_k_counts_every_negative_a_row_is_scored_against():
+    assert training_k(TrainConfig(batch_size=32)) == 31
+    assert training_k(TrainConfig(batch_size=8, hard_negatives=1, random_negatives=5)) == 7 + 8 + 5
+
+
+@pytest.mark.scifact
+def test_report_on_a_scifact_subset_with_the_real_encoder(scifact, tmp_path):
+    from tests.training.scifact_slice import scifact_slice
+
+    data_dir = scifact_slice(scifact, tmp_path / "data", n_train=12, n_test=8, n_distractors=50)
+    with pytest.raises(ConfigError, match="--out"):
+        run_report(None, data_dir)
+    path = run_report(None, data_dir, tmp_path / "out", n_boot=300)
+    report = GapReport.model_validate_json(path.read_text())
+    _check_report(report)
+    assert report.model.name == "all-MiniLM-L6-v2"
+    assert report.k == 31 and report.n_test_queries == 8
+    assert report.n_test == sum(len(r) for r in load_beir(data_dir, "test").qrels.values())
+    assert report.theory_terms.finite_k_log.vacuous  # τ = 0.05: log(1 + e^40/31) ≫ log 32
+    assert report.retrieval is not None and report.retrieval.test.n_queries == 8
+
+
+def test_subset_helper_is_still_what_the_scifact_test_expects():
+    # guards the contract of training.data.subset used above (queries keep their qrels)
+    train, _ = _toy_splits()
+    small = subset(train, n_queries=3, n_distractors=2, seed=0)
+    assert len(small.queries) == 3 and all(q in small.qrels for q in small.queries)

@@ -1,0 +1,337 @@
+"""Compute, write and regenerate the generalization-gap report (theory.md §3 (a)–(d)).
+
+What the numbers refer to:
+
+- anchors are (query, relevant document) pairs; a query with several relevant documents gives several
+  anchors, and the bootstrap resamples whole queries (cluster bootstrap) so they are not counted as
+  independent;
+- negatives are drawn i.i.d. uniformly from the corpus (both splits use the same pool), excluding every
+  document the anchor's query is labelled relevant to — random, never mined, as P1 assumes; each anchor
+  gets its own k negatives, so anchors are independent given the model and no batch resampling is needed;
+- the training split is a seeded sample of at most `max_train_queries` queries, scored with the final
+  model in eval mode; the CI of R_train resamples its anchors too, which is conservative for a fixed
+  training set;
+- risks use τ for cosine models. AnInfoNCE models (Rusak et al. 2024/25) use their learned similarity
+  −½‖√Λ⊙(u−v)‖² directly as the logit (τ = 1); since that similarity lies in [−2·max Λ, 0], logits of one
+  anchor differ by at most 4·max Λ, so the P1 bound terms and the 2/τ cap use τ_eff = 1/max Λ
+  (for Λ = λ·I this is exactly InfoNCE at τ = 1/λ).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import random
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from training.config import TrainConfig
+from training.data import RetrievalData, load_split
+from training.encoder import Encoder
+from training.errors import ConfigError
+from training.evaluate import encode_corpus
+from training.gap import estimators as est
+from training.gap.sections import (
+    NEGATIVE_SAMPLER,
+    estimate_from_boot,
+    model_identity,
+    retrieval_section,
+    risk_vs_k_section,
+    theory_section,
+)
+from training.report_schema import REPORT_FILE, Bound, Estimate, GapReport
+
+logger = logging.getLogger(__name__)
+
+REPORT_DIR = "report"
+K_RULE = (
+    "k = batch_size − 1 (in-batch) + batch_size × hard_negatives (mined negatives are shared by the whole "
+    "batch) + random_negatives: the negatives one training row was scored against"
+)
+
+
+@dataclass
+class Anchors:
+    """(query, positive) pairs of one split as rows into a similarity matrix over the pool."""
+
+    sim: np.ndarray  # (n_anchors, n_pool) learned similarity to every pool document
+    pos: np.ndarray  # (n_anchors,) similarity to the positive
+    exclude: np.ndarray  # (n_anchors, P) pool columns never drawn as negatives (the query's positives)
+    groups: np.ndarray  # (n_anchors,) query index, the bootstrap unit
+    n_queries: int
+
+
+def training_k(config: TrainConfig) -> int:
+    """The k one training row saw (rule: `K_RULE`)."""
+    return config.batch_size - 1 + config.batch_size * config.hard_negatives + config.random_negatives
+
+
+def sample_queries(data: RetrievalData, n: int | None, seed: int) -> RetrievalData:
+    """A seeded sample of at most n queries (with their qrels); the corpus stays whole."""
+    if n is None or n >= len(data.queries):
+        return data
+    keep = set(random.Random(seed).sample(sorted(data.queries), n))
+    return replace(
+        data,
+        queries={q: t for q, t in data.queries.items() if q in keep},
+        qrels={q: r for q, r in data.qrels.items() if q in keep},
+    )
+
+
+def _anchors(encoder: Encoder, data: RetrievalData, query_emb: np.ndarray, doc_emb, column) -> Anchors:
+    sim = encoder.similarity_matrix(query_emb, doc_emb)  # (n_queries, n_pool)
+    rows, cols, groups, exclude = [], [], [], []
+    for qi, qid in enumerate(data.queries):
+        relevant = [column[d] for d in data.qrels.get(qid, {})]
+        for c in relevant:
+            rows.append(qi)
+            cols.append(c)
+            groups.append(qi)
+            exclude.append(relevant)
+    rows_arr = np.asarray(rows, dtype=np.int64)
+    return Anchors(
+        sim=sim[rows_arr],  # (n_anchors, n_pool)
+        pos=np.asarray(sim[rows_arr, cols], dtype=np.float64),
+        exclude=est.pad_exclusions(exclude, doc_emb.shape[0]),
+        groups=np.asarray(groups),
+        n_queries=len(data.queries),
+    )
+
+
+def _pool_embeddings(
+    encoder: Encoder, corpus: dict, doc_ids: list[str] | None, doc_embeddings: np.ndarray | None
+) -> np.ndarray:
+    """Embeddings of `corpus` in its order, reusing the rows of doc_embeddings given for doc_ids."""
+    if doc_ids is None or doc_embeddings is None:
+        return encode_corpus(encoder, corpus, show_progress=True)[1]
+    if len(doc_ids) != len(doc_embeddings):
+        raise ConfigError(f"doc_ids has {len(doc_ids)} entries but doc_embeddings {len(doc_embeddings)} rows")
+    given = {d: i for i, d in enumerate(doc_ids)}
+    if list(corpus) == list(doc_ids):
+        return np.asarray(doc_embeddings, dtype=np.float32)
+    missing = {d: corpus[d] for d in corpus if d not in given}
+    extra = encode_corpus(encoder, missing, show_progress=True)[1] if missing else None
+    rows = [doc_embeddings[given[d]] if d in given else None for d in corpus]
+    if extra is not None:
+        it = iter(extra)
+        rows = [r if r is not None else next(it) for r in rows]
+    return np.asarray(np.stack(rows), dtype=np.float32)  # (n_pool, dim)
+
+
+def compute_report(
+    encoder: Encoder,
+    train: RetrievalData,
+    test: RetrievalData,
+    *,
+    k: int,
+    temperature: float | None = None,
+    seed: int = 0,
+    doc_ids: list[str] | None = None,
+    doc_embeddings: np.ndarray | None = None,
+    max_train_queries: int | None = 300,
+    max_test_queries: int | None = None,
+    k_max: int = 8192,
+    n_boot: int = 2000,
+    delta: float = 0.05,
+    eps: float = 0.01,
+    k_rule: str = "given by the caller",
+    level: float = 0.95,
+) -> GapReport:
+    """The full report for `encoder` (theory.md §3); see the module docstring for what it assumes."""
+    if k < 1:
+        raise ConfigError(f"k must be >= 1, got {k}")
+    identity = model_identity(encoder, temperature)
+    tau, tau_eff = identity.temperature, identity.temperature_effective
+    rng = np.random.default_rng(seed)
+    train = sample_queries(train, max_train_queries, seed)
+    test = sample_queries(test, max_test_queries, seed)
+    corpus = {**train.corpus, **test.corpus}
+    column = {d: i for i, d in enumerate(corpus)}
+    doc_emb = _pool_embeddings(encoder, corpus, doc_ids, doc_embeddings)  # (n_pool, dim)
+    q_train = encoder.encode(list(train.queries.values()), kind="query", show_progress=True)  # (nq, dim)
+    q_test = encoder.encode(list(test.queries.values()), kind="query", show_progress=True)  # (nq, dim)
+    a_train = _anchors(encoder, train, q_train, doc_emb, column)
+    a_test = _anchors(encoder, test, q_test, doc_emb, column)
+    logger.info(
+        "gap report: %d train / %d test anchors, pool %d, k %d, τ %.4g",
+        len(a_train.pos),
+        len(a_test.pos),
+        len(corpus),
+        k,
+        tau,
+    )
+
+    # (a) the gap at the training k
+    l_train = est.risk_with_random_negatives(a_train.sim, a_train.pos, a_train.exclude, k, tau, rng)
+    l_test = est.risk_with_random_negatives(a_test.sim, a_test.pos, a_test.exclude, k, tau, rng)
+    g = est.gap_with_ci(
+        l_train,
+        l_test,
+        n_boot=n_boot,
+        level=level,
+        rng=rng,
+        groups_train=a_train.groups,
+        groups_test=a_test.groups,
+    )
+    boot = f"bootstrap percentile over queries ({n_boot} resamples), k={k} random pool negatives per anchor"
+    risk_train = estimate_from_boot(g.train, g.train_boot, level, boot)
+    risk_test = estimate_from_boot(g.test, g.test_boot, level, boot)
+    gap = estimate_from_boot(
+        g.gap, g.test_boot - g.train_boot, level, boot + "; splits resampled independently"
+    )
+    hoeffding = Bound(
+        value=est.hoeffding_halfwidth(tau_eff, len(l_test), delta),
+        assumptions=f"the model does not depend on the {len(l_test)} held-out anchors; loss range ≤ 4/τ "
+        f"(P1 Lemma 5); Hoeffding at confidence {1 - delta:g}",
+        vacuous=est.is_vacuous(est.hoeffding_halfwidth(tau_eff, len(l_test), delta), k),
+    )
+
+    # (b) risk versus k on held-out anchors, plug-in CE∞, k_sufficient
+    curve = risk_vs_k_section(a_test, tau, k_max, n_boot, level, eps, rng)
+
+    # (d) mutual information: I_NCE(k) = log(1 + 1/k) − R̂_test(k)
+    shift = math.log1p(1.0 / k)
+    mi_k = Estimate(
+        value=shift - g.test,
+        ci_low=shift - g.test_ci[1],
+        ci_high=shift - g.test_ci[0],
+        level=level,
+        method="log(k+1) − mean InfoNCE on held-out anchors; CI mapped from R_test's",
+    )
+    ce = curve.ce_inf_plugin
+    mi_inf = Estimate(
+        value=-ce.value,
+        ci_low=-ce.ci_high,
+        ci_high=-ce.ci_low,
+        level=level,
+        method="−CE∞ (plug-in); " + ce.method,
+    )
+    retrieval = retrieval_section(
+        encoder, train, test, corpus, doc_emb, q_train, q_test, n_boot=n_boot, level=level, rng=rng
+    )
+    return GapReport(
+        model=identity,
+        k=k,
+        k_rule=k_rule,
+        negative_sampler=NEGATIVE_SAMPLER,
+        n_train=len(l_train),
+        n_test=len(l_test),
+        n_train_queries=a_train.n_queries,
+        n_test_queries=a_test.n_queries,
+        pool_size=len(corpus),
+        seed=seed,
+        delta=delta,
+        n_bootstrap=n_boot,
+        risk_train=risk_train,
+        risk_test=risk_test,
+        gap=gap,
+        hoeffding_halfwidth=hoeffding,
+        risk_vs_k=curve.rows,
+        fit=curve.fit,
+        ce_inf_plugin=curve.ce_inf_plugin,
+        ce_inf_fit=curve.ce_inf_fit,
+        first_order_d1=curve.d1,
+        first_order_c1=curve.c1,
+        k_sufficient=curve.k_sufficient,
+        theory_terms=theory_section(tau_eff, k, len(l_train), delta),
+        mi_lower_bound_k=mi_k,
+        mi_cap_log_k_plus_1=Bound(
+            value=math.log(k + 1), assumptions="I_NCE ≤ log(k+1) (Poole et al. 2019, arXiv 1905.06922)"
+        ),
+        mi_cap_two_over_tau=Bound(
+            value=2.0 / tau_eff, assumptions="critic bounded in [−1/τ, 1/τ] (theory.md §3d, derived)"
+        ),
+        mi_lower_bound_inf=mi_inf,
+        retrieval=retrieval,
+        notes=curve.notes,
+    )
+
+
+def write_report(report: GapReport, folder: str | Path) -> Path:
+    """Write the plots, then report.json (atomically: temp file + os.replace); returns the JSON path."""
+    from training.gap.plots import write_plots
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    report.plots = write_plots(report, folder)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".report-", suffix=".json")
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(report.model_dump_json(indent=2))
+    os.replace(tmp, folder / REPORT_FILE)
+    logger.info("gap report written to %s", folder / REPORT_FILE)
+    return folder / REPORT_FILE
+
+
+def report_after_training(
+    encoder: Encoder,
+    train_data: RetrievalData,
+    test_data: RetrievalData,
+    *,
+    config: TrainConfig,
+    doc_ids: list[str] | None,
+    doc_embeddings: np.ndarray | None,
+    out_dir: str | Path,
+) -> GapReport:
+    """The report the trainer writes into `<out_dir>/report/`, at the k and τ it trained with."""
+    report = compute_report(
+        encoder,
+        train_data,
+        test_data,
+        k=training_k(config),
+        k_rule=K_RULE,
+        seed=config.seed,
+        doc_ids=doc_ids,
+        doc_embeddings=doc_embeddings,
+        max_test_queries=config.eval_max_queries,
+        max_train_queries=config.eval_max_queries or 300,
+    )
+    write_report(report, Path(out_dir) / REPORT_DIR)
+    return report
+
+
+def run_report(
+    model_dir: str | Path | None,
+    data_dir: str | Path,
+    out_dir: str | Path | None = None,
+    *,
+    k: int | None = None,
+    seed: int = 0,
+    max_train_queries: int | None = 300,
+    max_test_queries: int | None = None,
+    n_boot: int = 2000,
+) -> Path:
+    """Regenerate a report for any model folder (`python -m training report`); returns report.json's path.
+
+    A training run's `<run>/model` folder brings its `<run>/config.json`, which fixes k, the splits and the
+    seed; otherwise k defaults to TrainConfig's (batch_size − 1) and `out_dir` must be given.
+    """
+    model_path = Path(model_dir) if model_dir is not None else None
+    config, run_dir = TrainConfig(), None
+    if model_path is not None and (model_path.parent / "config.json").exists():
+        run_dir = model_path.parent
+        saved = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
+        config = TrainConfig(**saved.get("config", saved))
+    if out_dir is None:
+        if run_dir is None:
+            raise ConfigError("--out is required unless --model is the model/ folder of a training run")
+        out_dir = run_dir / REPORT_DIR
+    encoder = Encoder.load(model_path)
+    train = load_split(data_dir, config.train_split, seed=config.seed)
+    test = load_split(data_dir, config.eval_split, seed=config.seed)
+    report = compute_report(
+        encoder,
+        train,
+        test,
+        k=k if k is not None else training_k(config),
+        k_rule="given on the command line" if k is not None else K_RULE,
+        seed=seed,
+        max_train_queries=max_train_queries,
+        max_test_queries=max_test_queries,
+        n_boot=n_boot,
+    )
+    return write_report(report, out_dir)

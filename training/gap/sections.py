@@ -1,0 +1,247 @@
+"""The report's sections built from similarity matrices: model identity, (b) risk versus k, (c) bound
+terms, and retrieval metrics side by side. `training.gap.report` assembles them into a `GapReport`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from training.encoder import DEFAULT_MODEL_NAME, Encoder, default_model_path
+from training.errors import ConfigError
+from training.evaluate import evaluate
+from training.gap import estimators as est
+from training.report_schema import (
+    Bound,
+    Estimate,
+    InverseKFit,
+    KSufficient,
+    LambdaSummary,
+    ModelIdentity,
+    NotComputable,
+    RetrievalComparison,
+    RetrievalMetrics,
+    RiskAtK,
+    TheoryTerms,
+)
+
+if TYPE_CHECKING:
+    from training.data import Document, RetrievalData
+    from training.gap.report import Anchors
+
+NEGATIVE_SAMPLER = (
+    "uniform i.i.d. (with replacement) from the corpus, the anchor query's relevant documents excluded; "
+    "the same pool for both splits; never mined"
+)
+
+
+def model_identity(encoder: Encoder, temperature: float | None) -> ModelIdentity:
+    """Metric, τ used in the risks and τ_eff used in the bounds (see training.gap.report's docstring)."""
+    name = encoder.source.rstrip("/").split("/")[-1] if encoder.source else "in-memory"
+    if encoder.source and encoder.source == str(default_model_path()):
+        name = DEFAULT_MODEL_NAME
+    if encoder.metric == "aninfonce":
+        lam = np.asarray(encoder.similarity.lam, dtype=np.float64)
+        summary = LambdaSummary(
+            min=float(lam.min()), median=float(np.median(lam)), max=float(lam.max()), mean=float(lam.mean())
+        )
+        return ModelIdentity(
+            path=encoder.source,
+            name=name,
+            metric="aninfonce",
+            temperature=1.0,
+            temperature_effective=1.0 / float(lam.max()),
+            lambda_summary=summary,
+        )
+    tau = temperature if temperature is not None else encoder.similarity.temperature
+    if tau is None or tau <= 0:
+        raise ConfigError(f"the gap report needs a positive temperature τ for {name}, got {tau}")
+    return ModelIdentity(
+        path=encoder.source, name=name, metric="cosine", temperature=tau, temperature_effective=tau
+    )
+
+
+def estimate_from_boot(value: float, boot: np.ndarray, level: float, method: str) -> Estimate:
+    """An Estimate with the percentile CI of `boot`; widened (and said so) if it misses the point value,
+    which a biased statistic such as a fit intercept can do."""
+    lo, hi = est.percentile_ci(boot, level)
+    if not lo <= value <= hi:
+        method += "; interval widened to include the point estimate"
+    return Estimate(value=value, ci_low=min(lo, value), ci_high=max(hi, value), level=level, method=method)
+
+
+@dataclass
+class CurveSection:
+    rows: list[RiskAtK]
+    fit: InverseKFit
+    ce_inf_plugin: Estimate
+    ce_inf_fit: Estimate
+    d1: Estimate
+    c1: Estimate
+    k_sufficient: KSufficient
+    notes: list[str] = field(default_factory=list)
+
+
+def risk_vs_k_section(
+    a: Anchors, tau: float, k_max: int, n_boot: int, level: float, eps: float, rng: np.random.Generator
+) -> CurveSection:
+    """(b): R̂(k) for k = 1, 2, 4, …, k_max on held-out anchors, the a + b/k fit, plug-in CE∞, Δ(k)."""
+    ks = est.power_of_two_grid(k_max)
+    per_k, var = [], []
+    for k in tqdm(ks, desc="risk vs k", leave=False):
+        col, v = est.risk_curve(a.sim, a.pos, a.exclude, [k], tau, rng)
+        per_k.append(col[:, 0])
+        var.append(v[0])
+    curve = np.stack(per_k, axis=1)  # (n_anchors, n_k)
+    var_arr = np.asarray(var)
+    ce_terms = est.plugin_ce_inf_terms(a.sim, a.pos, a.exclude, tau)  # (n_anchors,)
+    d1, c1 = est.first_order_terms(a.sim, a.pos, a.exclude, tau)
+    # one set of bootstrap replicates for every column keeps Δ(k) = R(k) − CE∞ jointly resampled
+    cols = np.column_stack([curve, ce_terms, d1, c1])  # (n_anchors, n_k + 3)
+    boot = est.bootstrap_means(cols, n_boot, rng, a.groups)  # (B, n_k + 3)
+    point = cols.mean(axis=0)
+    r, ce = point[: len(ks)], float(point[len(ks)])
+    b_r, b_ce = boot[:, : len(ks)], boot[:, len(ks)]
+    method = f"bootstrap percentile over held-out queries ({n_boot} resamples)"
+
+    rows = [
+        RiskAtK(
+            k=k,
+            risk=estimate_from_boot(float(r[i]), b_r[:, i], level, method),
+            delta=estimate_from_boot(float(r[i] - ce), b_r[:, i] - b_ce, level, method),
+        )
+        for i, k in enumerate(ks)
+    ]
+    f = est.fit_inverse_k(ks, r, var_arr)
+    d1_hat, c1_hat = float(point[-2]), float(point[-1])
+    fit = InverseKFit(
+        a=f.a,
+        b=f.b,
+        r2=f.r2,
+        k_range=(f.k_min, f.k_max),
+        n_points=f.n_points,
+        accepted=f.accepted,
+        rule=f.rule,
+        b_predicted=d1_hat - c1_hat,
+    )
+    a_boot = est.bootstrap_fit_intercepts(b_r, ks, var_arr, f.k_min)
+    k_suff = est.k_sufficient(ks, r - ce, eps)
+    notes = []
+    if not f.accepted:
+        notes.append(
+            f"R̂(k) is not linear in 1/k anywhere up to k={ks[-1]}: the 1/k regime needs k ≫ d1 ≈ {d1_hat:.3g}, "
+            "so ce_inf_fit is unreliable; use ce_inf_plugin"
+        )
+    return CurveSection(
+        rows=rows,
+        fit=fit,
+        ce_inf_plugin=estimate_from_boot(
+            ce, b_ce, level, f"E[−s⁺/τ] + E log μ(a), μ = mean of e^{{s/τ}} over the pool; {method}"
+        ),
+        ce_inf_fit=estimate_from_boot(f.a, a_boot, level, f"intercept of the WLS a + b/k fit; {method}"),
+        d1=estimate_from_boot(d1_hat, boot[:, -2], level, f"E[e^{{s⁺/τ}}/μ(a)] (theory.md §3b); {method}"),
+        c1=estimate_from_boot(
+            c1_hat, boot[:, -1], level, f"½ E[Var(e^{{s/τ}})/μ(a)²] (theory.md §3b); {method}"
+        ),
+        k_sufficient=KSufficient(
+            eps=eps,
+            k=k_suff,
+            reason=None
+            if k_suff is not None
+            else f"|Δ(k)| ≥ {eps} nats somewhere in k ≤ {ks[-1]} (Δ({ks[-1]}) = {r[-1] - ce:.3g}): "
+            "more negatives than the grid covers would still change the risk",
+        ),
+        notes=notes,
+    )
+
+
+def theory_section(tau_eff: float, k: int, n_train: int, delta: float) -> TheoryTerms:
+    """(c): P1's computable terms as bounds, vacuous when above log(k+1); the rest not computable."""
+    sv = est.sample_variability_term(tau_eff, n_train, delta)
+    fk = est.finite_k_log_term(tau_eff, k)
+    p1 = est.prop1_upper_term(tau_eff, k)
+    return TheoryTerms(
+        vacuous_threshold=math.log(k + 1),
+        sample_variability=Bound(
+            value=sv,
+            assumptions=f"(12/τ)·sqrt(log(2/δ)/(2n)), n = {n_train} training anchors, δ = {delta}: "
+            "P1 Prop. 3 / Thm 1, i.i.d. tuples with random negatives (A)",
+            vacuous=est.is_vacuous(sv, k),
+        ),
+        finite_k_log=Bound(
+            value=fk,
+            assumptions="log(1 + e^{2/τ}/k): P1 Prop. 1 lower side and Thm 1 finite-k bias; any embedding",
+            vacuous=est.is_vacuous(fk, k),
+        ),
+        prop1_upper=Bound(
+            value=p1,
+            assumptions="(e^{2/τ} − 1)²/(8k) ≥ CE∞ − R(k): P1 Prop. 1 upper side; any embedding "
+            "(values beyond float range are reported as 1e300)",
+            vacuous=est.is_vacuous(p1, k),
+        ),
+        not_computable=[
+            NotComputable(
+                name="finite_k_density_ratio",
+                reason="(4/(τk))·E[(dM/dπ)²] needs the density ratio of the pair generator, which a "
+                "dataset of (query, document) pairs does not reveal (P1 Prop. 2 / Thm 1). For "
+                "deterministic pairs over N documents it would be 4N/(τk) (theory.md §3c, derived): "
+                "vacuous unless k ≫ N/τ",
+            ),
+            NotComputable(
+                name="complexity_penalty",
+                reason="(192/τ)·sqrt(d_Θ/n)·min{…} needs P1 assumption (C): Euclidean inputs and a "
+                "parameter-Lipschitz constant C_Φ over a radius-R ball fixed before training, none of which "
+                "exists for a transformer on text; with d_Θ ≈ 2e7 it would exceed any useful value anyway",
+            ),
+        ],
+    )
+
+
+def _metrics(res) -> RetrievalMetrics:
+    m = res.metrics
+    return RetrievalMetrics(
+        n_queries=res.n_queries, ndcg_at_10=m["ndcg@10"], recall_at_10=m["recall@10"], mrr_at_10=m["mrr@10"]
+    )
+
+
+def retrieval_section(
+    encoder: Encoder,
+    train: RetrievalData,
+    test: RetrievalData,
+    corpus: dict[str, Document],
+    doc_emb: np.ndarray,
+    q_train: np.ndarray,
+    q_test: np.ndarray,
+    *,
+    n_boot: int,
+    level: float,
+    rng: np.random.Generator,
+) -> RetrievalComparison:
+    """nDCG@10, recall@10, MRR@10 on the train-query sample and the test queries, same pool and encoder."""
+    results = []
+    for data, q_emb in ((train, q_train), (test, q_test)):
+        view = replace(data, corpus=corpus)  # both splits ranked over the same pool
+        results.append(
+            evaluate(
+                encoder,
+                view,
+                doc_embeddings=doc_emb,
+                query_embeddings=q_emb,
+                k_values=(10,),
+                show_progress=False,
+            )
+        )
+    tr, te = results
+    b_tr = est.bootstrap_means(tr.per_query_ndcg, n_boot, rng)
+    b_te = est.bootstrap_means(te.per_query_ndcg, n_boot, rng)
+    gap = tr.metrics["ndcg@10"] - te.metrics["ndcg@10"]
+    return RetrievalComparison(
+        train=_metrics(tr),
+        test=_metrics(te),
+        ndcg_at_10_gap=estimate_from_boot(
+            gap, b_tr - b_te, level, f"bootstrap percentile over queries of each split ({n_boot} resamples)"
+        ),
+    )
