@@ -234,6 +234,41 @@ _train.__annotations__ = {p.name: p.annotation for p in _train.__signature__.par
 app.command("train", help="Fine-tune the encoder on a dataset and print base-vs-tuned metrics.")(_train)
 
 
+@app.command("index", help="Encode a corpus with a trained model, build a FAISS bundle and publish it.")
+def index_cmd(
+    model: Annotated[Path, typer.Option("--model", help="Training run folder (or its model/).")],
+    data: Annotated[Path, typer.Option("--data", help="BEIR folder (or pairs file) with the corpus.")],
+    bundles: Annotated[Path, typer.Option("--bundles", help="Bundles folder (versions + CURRENT).")],
+    index: Annotated[str, typer.Option("--index", help="auto, flat, hnsw, ivf or ivfpq.")] = "auto",
+    target_recall: Annotated[float, typer.Option("--target-recall", help="ANN recall@10 to tune to.")] = 0.95,
+    split: Annotated[str, typer.Option("--split", help="qrels split for the gate metrics.")] = "test",
+    force: Annotated[
+        bool, typer.Option("--force", help="Publish as live even if the gate rejects it.")
+    ] = False,
+    keep: Annotated[int, typer.Option("--keep", help="Versions kept (the live one always is).")] = 5,
+    log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
+    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars.")] = False,
+) -> None:
+    configure_logging(log_level)
+    from training.indexing import index_model  # heavy imports only when the command runs
+
+    try:
+        result = index_model(
+            model,
+            data,
+            bundles,
+            index_kind=index,
+            target_recall=target_recall,
+            split=split,
+            force=force,
+            keep=keep,
+            show_progress=not quiet,
+        )
+    except InfonceSearchError as exc:
+        fail(str(exc))
+    typer.echo(f"{result.version}: {'live' if result.live else 'candidate'} ({result.reason})")
+
+
 # jobs submit|status|list|cancel and the worker (training/jobs/cli.py; light: huey + pydantic, no torch)
 from training.jobs.cli import jobs_app, worker  # noqa: E402
 

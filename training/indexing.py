@@ -1,0 +1,124 @@
+"""`python -m training index`: encode a corpus with a trained model, build the bundle, publish it.
+
+The test metrics that drive the quality gate are measured with exact search (training.evaluate), so the
+gate judges the model, not the ANN approximation; the index's own recall@10 against exact search is
+measured on the real test queries and recorded in the manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from training.bundle import build_bundle
+from training.bundle_store import BundleStore, PublishResult
+from training.data import load_split
+from training.encoder import Encoder
+from training.errors import ConfigError
+from training.evaluate import encode_corpus, evaluate
+from training.index import KINDS
+
+logger = logging.getLogger(__name__)
+
+RUN_CONFIG = "config.json"
+RUN_METRICS = "metrics.json"
+RUN_REPORT = "report"
+
+
+def resolve_run(model_dir: str | Path) -> tuple[Path, Path | None]:
+    """(model folder, training run folder or None): accepts `<run>` or `<run>/model` or a bare model."""
+    path = Path(model_dir)
+    if (path / "model").is_dir():
+        return path / "model", path
+    if (path.parent / RUN_CONFIG).is_file() or (path.parent / RUN_METRICS).is_file():
+        return path, path.parent
+    return path, None
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{path}: invalid JSON ({exc})") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object")
+    return data
+
+
+def index_model(
+    model_dir: str | Path | None,
+    data_dir: str | Path,
+    bundles_dir: str | Path,
+    *,
+    index_kind: str = "auto",
+    target_recall: float = 0.95,
+    split: str = "test",
+    force: bool = False,
+    keep: int = 5,
+    gate_metric: str = "ndcg@10",
+    tolerance: float = 0.005,
+    memory_budget_bytes: int | None = None,
+    show_progress: bool = True,
+) -> PublishResult:
+    """Encode `data_dir`'s corpus with the model, evaluate on `split`, build and publish a bundle.
+
+    `model_dir` is a training run folder (`<out>` with model/, config.json, metrics.json, report/), its
+    model/ folder, or any sentence-transformers folder; None means the packaged base model.
+    """
+    if index_kind not in KINDS:
+        raise ConfigError(f"--index: unknown index kind {index_kind!r} (expected one of {', '.join(KINDS)})")
+    if not 0.0 < target_recall <= 1.0:
+        raise ConfigError(f"--target-recall must be in (0, 1], got {target_recall}")
+    model_path, run = (None, None) if model_dir is None else resolve_run(model_dir)
+    encoder = Encoder.load(model_path)
+    data = load_split(data_dir, split)
+    training_config: dict[str, Any] = {}
+    extras: dict[str, Any] = {"data": str(data_dir), "split": split}
+    report_dir = None
+    if run is not None:
+        if (run / RUN_CONFIG).is_file():
+            training_config = _read_json(run / RUN_CONFIG)
+        if (run / RUN_METRICS).is_file():
+            extras["training_metrics"] = _read_json(run / RUN_METRICS)
+        if (run / RUN_REPORT / "report.json").is_file():
+            report_dir = run / RUN_REPORT
+
+    logger.info("encoding %d documents with %s", len(data.corpus), encoder.source)
+    _, doc_emb = encode_corpus(encoder, data.corpus, show_progress=show_progress)  # (n_docs, dim)
+    query_emb = encoder.encode(list(data.queries.values()), kind="query")  # (n_queries, dim)
+    result = evaluate(
+        encoder, data, doc_embeddings=doc_emb, query_embeddings=query_emb, show_progress=show_progress
+    )
+    metrics = {split: result.metrics}
+
+    bundles = Path(bundles_dir)
+    bundles.mkdir(parents=True, exist_ok=True)
+    # build beside the versions so publishing is a rename on one filesystem
+    staging = Path(tempfile.mkdtemp(dir=bundles, prefix=".build-"))
+    try:
+        build_bundle(
+            encoder,
+            data.corpus,
+            staging_dir=staging,
+            doc_embeddings=doc_emb,
+            index_kind=index_kind,
+            tune_queries=query_emb,
+            target_recall=target_recall,
+            memory_budget_bytes=memory_budget_bytes,
+            training_config=training_config,
+            metrics=metrics,
+            report_dir=report_dir,
+            base_model=str(training_config.get("base_model") or "all-MiniLM-L6-v2"),
+            extras=extras,
+            show_progress=show_progress,
+        )
+        published = BundleStore(bundles, keep=keep).publish(
+            staging, gate_metric=gate_metric, tolerance=tolerance, force=force
+        )
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # gone already when the rename happened
+    return published
