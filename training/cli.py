@@ -269,6 +269,33 @@ def index_cmd(
     typer.echo(f"{result.version}: {'live' if result.live else 'candidate'} ({result.reason})")
 
 
+@app.command("report", help="Regenerate the generalization-gap report (report.json + PNG plots) for a model.")
+def report_cmd(
+    data: Annotated[
+        Path, typer.Option("--data", help="BEIR folder (or pairs file) with train and test qrels.")
+    ],
+    model: Annotated[
+        Path | None, typer.Option("--model", help="Training run folder (or its model/); default: base model.")
+    ] = None,
+    out: Annotated[
+        Path | None, typer.Option("--out", help="Report folder; default: <run>/report for a training run.")
+    ] = None,
+    k: Annotated[
+        int | None, typer.Option("--k", help="Negatives per anchor; default: the run's training k.")
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of negatives and bootstrap.")] = 0,
+    log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
+) -> None:
+    configure_logging(log_level)
+    from training.gap.report import run_report  # heavy imports only when the command runs
+
+    try:
+        path = run_report(model, data, out, k=k, seed=seed)
+    except InfonceSearchError as exc:
+        fail(str(exc))
+    typer.echo(f"report written to {path}")
+
+
 # jobs submit|status|list|cancel and the worker (training/jobs/cli.py; light: huey + pydantic, no torch)
 from training.jobs.cli import jobs_app, worker  # noqa: E402
 

@@ -307,10 +307,12 @@ def run_report(
 ) -> Path:
     """Regenerate a report for any model folder (`python -m training report`); returns report.json's path.
 
-    A training run's `<run>/model` folder brings its `<run>/config.json`, which fixes k, the splits and the
+    A training run's folder (or its `<run>/model`) brings its `<run>/config.json`, which fixes k, the splits and the
     seed; otherwise k defaults to TrainConfig's (batch_size − 1) and `out_dir` must be given.
     """
     model_path = Path(model_dir) if model_dir is not None else None
+    if model_path is not None and (model_path / "model").is_dir() and (model_path / "config.json").exists():
+        model_path = model_path / "model"  # the run folder itself was given
     config, run_dir = TrainConfig(), None
     if model_path is not None and (model_path.parent / "config.json").exists():
         run_dir = model_path.parent
@@ -318,7 +320,7 @@ def run_report(
         config = TrainConfig(**saved.get("config", saved))
     if out_dir is None:
         if run_dir is None:
-            raise ConfigError("--out is required unless --model is the model/ folder of a training run")
+            raise ConfigError("--out is required unless --model is a training run folder (or its model/)")
         out_dir = run_dir / REPORT_DIR
     encoder = Encoder.load(model_path)
     train = load_split(data_dir, config.train_split, seed=config.seed)
