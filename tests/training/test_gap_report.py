@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +14,7 @@ from training.config import TrainConfig
 from training.data import Document, RetrievalData, load_beir, subset
 from training.encoder import Similarity
 from training.errors import ConfigError
-from training.gap.report import compute_report, run_report, training_k, write_report
+from training.gap.report import compute_report, training_k, write_report
 from training.report_schema import REPORT_FILE, Bound, Estimate, GapReport
 
 TOPICS = [
@@ -46,6 +49,7 @@ TOPICS = [
     ("rail", "The high-speed railway cut travel time between the cities.", "fast trains between cities"),
     ("honey", "Bees produce honey from the nectar of spring flowers.", "where honey comes from"),
 ]
+REPO = Path(__file__).resolve().parents[2]
 FILLER = [f"Unrelated note number {i} about office supplies, staplers and paper clips." for i in range(10)]
 
 
@@ -179,20 +183,28 @@ def test_training_k_counts_every_negative_a_row_is_scored_against():
 
 
 @pytest.mark.scifact
-def test_report_on_a_scifact_subset_with_the_real_encoder(scifact, tmp_path):
+def test_report_cli_on_a_scifact_subset_with_the_real_encoder(scifact, tmp_path):
     from tests.training.scifact_slice import scifact_slice
 
     data_dir = scifact_slice(scifact, tmp_path / "data", n_train=12, n_test=8, n_distractors=50)
-    with pytest.raises(ConfigError, match="--out"):
-        run_report(None, data_dir)
-    path = run_report(None, data_dir, tmp_path / "out", n_boot=300)
-    report = GapReport.model_validate_json(path.read_text())
+    cmd = [sys.executable, "-m", "training", "report", "--data", str(data_dir), "--log-level", "WARNING"]
+    refused = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "error: --out is required unless --model is a training run folder (or its model/)"
+    ]
+    done = subprocess.run(
+        [*cmd, "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = GapReport.model_validate_json((tmp_path / "out" / REPORT_FILE).read_text())
     _check_report(report)
     assert report.model.name == "all-MiniLM-L6-v2"
     assert report.k == 31 and report.n_test_queries == 8
     assert report.n_test == sum(len(r) for r in load_beir(data_dir, "test").qrels.values())
     assert report.theory_terms.finite_k_log.vacuous  # τ = 0.05: log(1 + e^40/31) ≫ log 32
     assert report.retrieval is not None and report.retrieval.test.n_queries == 8
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [REPORT_FILE, *report.plots]
 
 
 def test_subset_helper_is_still_what_the_scifact_test_expects():

@@ -15,6 +15,10 @@ What the numbers refer to:
   −½‖√Λ⊙(u−v)‖² directly as the logit (τ = 1); since that similarity lies in [−2·max Λ, 0], logits of one
   anchor differ by at most 4·max Λ, so the P1 bound terms and the 2/τ cap use τ_eff = 1/max Λ
   (for Λ = λ·I this is exactly InfoNCE at τ = 1/λ).
+
+Cost: one (anchors × pool) float32 similarity matrix per split, so memory grows with
+max_train_queries × corpus size (300 × 1M documents ≈ 1.2 GB); the corpus embeddings of the trainer's
+last evaluation are reused rather than encoded again.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from training.config import TrainConfig
-from training.data import RetrievalData, load_split
+from training.data import Document, RetrievalData, load_split
 from training.encoder import Encoder
 from training.errors import ConfigError
 from training.evaluate import encode_corpus
@@ -83,7 +87,9 @@ def sample_queries(data: RetrievalData, n: int | None, seed: int) -> RetrievalDa
     )
 
 
-def _anchors(encoder: Encoder, data: RetrievalData, query_emb: np.ndarray, doc_emb, column) -> Anchors:
+def _anchors(
+    encoder: Encoder, data: RetrievalData, query_emb: np.ndarray, doc_emb: np.ndarray, column: dict[str, int]
+) -> Anchors:
     sim = encoder.similarity_matrix(query_emb, doc_emb)  # (n_queries, n_pool)
     rows, cols, groups, exclude = [], [], [], []
     for qi, qid in enumerate(data.queries):
@@ -104,7 +110,10 @@ def _anchors(encoder: Encoder, data: RetrievalData, query_emb: np.ndarray, doc_e
 
 
 def _pool_embeddings(
-    encoder: Encoder, corpus: dict, doc_ids: list[str] | None, doc_embeddings: np.ndarray | None
+    encoder: Encoder,
+    corpus: dict[str, Document],
+    doc_ids: list[str] | None,
+    doc_embeddings: np.ndarray | None,
 ) -> np.ndarray:
     """Embeddings of `corpus` in its order, reusing the rows of doc_embeddings given for doc_ids."""
     if doc_ids is None or doc_embeddings is None:
