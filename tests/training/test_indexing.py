@@ -12,6 +12,7 @@ import pytest
 
 from training.bundle_store import BundleStore
 from training.data import load_beir, subset
+from training.encoder import document_text
 from training.errors import ConfigError
 from training.evaluate import evaluate, trec_metrics
 from training.indexing import index_model, resolve_run
@@ -20,12 +21,10 @@ pytestmark = pytest.mark.scifact
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def slice_dir(scifact, tmp_path_factory) -> Path:
-    """~100 scifact documents (the relevant ones of 20 test queries + distractors) with metadata."""
-    data = subset(load_beir(scifact, "test"), n_queries=20, n_distractors=80, seed=0)
-    folder = tmp_path_factory.mktemp("scifact_slice")
-    (folder / "qrels").mkdir()
+def write_slice(scifact: Path, folder: Path, *, n_queries: int, n_distractors: int) -> Path:
+    """A seeded scifact slice as a BEIR folder (test split only), with a metadata field per document."""
+    data = subset(load_beir(scifact, "test"), n_queries=n_queries, n_distractors=n_distractors, seed=0)
+    (folder / "qrels").mkdir(parents=True)
     with (folder / "corpus.jsonl").open("w") as f:
         for i, doc in enumerate(data.corpus.values()):
             meta = {"bucket": i % 3}
@@ -35,11 +34,16 @@ def slice_dir(scifact, tmp_path_factory) -> Path:
     with (folder / "queries.jsonl").open("w") as f:
         for qid, text in data.queries.items():
             f.write(json.dumps({"_id": qid, "text": text}) + "\n")
-    rows = ["query-id\tcorpus-id\tscore"] + [
-        f"{q}\t{d}\t{s}" for q, rel in data.qrels.items() for d, s in rel.items()
-    ]
+    rows = ["query-id\tcorpus-id\tscore"]
+    rows += [f"{q}\t{d}\t{s}" for q, rel in data.qrels.items() for d, s in rel.items()]
     (folder / "qrels" / "test.tsv").write_text("\n".join(rows) + "\n")
     return folder
+
+
+@pytest.fixture(scope="module")
+def slice_dir(scifact, tmp_path_factory) -> Path:
+    """~100 scifact documents: the relevant ones of 20 test queries plus distractors."""
+    return write_slice(scifact, tmp_path_factory.mktemp("scifact") / "slice", n_queries=20, n_distractors=80)
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +77,12 @@ def test_index_model_publishes_a_servable_bundle(run_dir, slice_dir, shared_enco
     assert m.index.kind == "hnsw" and m.index.tune_queries == len(data.queries)
     assert m.index.recall_at_10 is not None and m.index.recall_at_10 >= 0.95
     # the gate metric is the exact-search evaluation of this model on the split
-    oracle = evaluate(shared_encoder, data, show_progress=False).metrics
+    # (oracle: evaluate() on the bundle's stored vectors, which are the encoder's own embeddings)
+    stored = bundle.index.exact_vectors(np.arange(m.n_vectors))  # (n, 384)
+    first = [data.corpus[i] for i in bundle.doc_ids[:4]]
+    fresh = shared_encoder.encode([document_text(d.title, d.text) for d in first])
+    np.testing.assert_allclose(stored[:4], fresh, atol=1e-5)
+    oracle = evaluate(shared_encoder, data, doc_embeddings=stored, show_progress=False).metrics
     assert m.metrics["test"]["ndcg@10"] == pytest.approx(oracle["ndcg@10"], abs=1e-6)
     # searching the bundle itself (its encoder + index + ids) reproduces that nDCG within ANN error
     qids = list(data.queries)
@@ -99,7 +108,8 @@ def test_index_model_rejects_bad_options(run_dir, slice_dir, tmp_path):
         index_model(run_dir, slice_dir, tmp_path, target_recall=1.5)
 
 
-def test_cli_index_command(run_dir, slice_dir, tmp_path):
+def test_cli_index_command(run_dir, scifact, tmp_path):
+    slice_dir = write_slice(scifact, tmp_path / "tiny", n_queries=3, n_distractors=10)
     cmd = [
         sys.executable,
         "-m",
