@@ -14,7 +14,7 @@ from training.config import TrainConfig
 from training.data import Document, RetrievalData, load_beir, subset
 from training.encoder import Similarity
 from training.errors import ConfigError
-from training.gap.report import compute_report, training_k, write_report
+from training.gap.report import compute_report, report_after_training, training_k, write_report
 from training.report_schema import REPORT_FILE, Bound, Estimate, GapReport
 
 TOPICS = [
@@ -166,6 +166,20 @@ def test_aninfonce_models_use_their_learned_similarity(base_encoder):
     assert report.ce_inf_plugin.value == pytest.approx(_brute_ce_inf(base_encoder, test, 1.0), rel=1e-4)
     assert report.mi_cap_two_over_tau.value == pytest.approx(2.0 * lam.max())
     assert report.theory_terms.finite_k_log.value == pytest.approx(math.log(1 + math.exp(2 * lam.max()) / 7))
+
+
+def test_report_after_training_uses_the_training_k_and_reuses_given_embeddings(shared_encoder, tmp_path):
+    train, test = _toy_splits()
+    ids = list(train.corpus)[::-1]  # another order than the corpus: rows must be matched by id
+    emb = shared_encoder.encode([f"{train.corpus[i].title} {train.corpus[i].text}".strip() for i in ids])
+    config = TrainConfig(batch_size=4, random_negatives=2, seed=1)
+    report = report_after_training(
+        shared_encoder, train, test, config=config, doc_ids=ids, doc_embeddings=emb, out_dir=tmp_path
+    )
+    assert report.k == 3 + 2 and report.seed == 1
+    assert "batch_size" in report.k_rule
+    assert (tmp_path / "report" / REPORT_FILE).exists()
+    assert report.ce_inf_plugin.value == pytest.approx(_brute_ce_inf(shared_encoder, test, 0.05), rel=1e-4)
 
 
 def test_bad_settings_are_refused_with_the_field_named(shared_encoder, base_encoder):
