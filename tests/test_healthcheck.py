@@ -141,23 +141,55 @@ def _wait_for_port(port: int, proc: subprocess.Popen[str], deadline_s: float = 1
     raise AssertionError("uvicorn did not open its port in time")
 
 
-@pytest.mark.slow
-def test_image_healthcheck_against_the_real_api(tmp_path: Path) -> None:
-    """The Dockerfile's CMD serves the real app; its HEALTHCHECK reports 503 until a bundle is live.
+def _publish_tiny_bundle(encoder: object, bundles: Path, staging: Path) -> str:
+    """Five documents, the real encoder, a flat index: enough for /readyz's canary query."""
+    from training.bundle import BundleStore, build_bundle
+    from training.data import Document
 
-    No bundle is published here (an empty bundles folder), which is exactly the state a fresh
-    container is in before bootstrap: /healthz must be 200 and /readyz must not be.
+    texts = [
+        "Vitamin D supplementation and bone mineral density in older adults.",
+        "Statins lower LDL cholesterol and cardiovascular risk.",
+        "Sleep deprivation impairs working memory.",
+        "Aspirin reduces the risk of colorectal cancer.",
+        "Exercise improves insulin sensitivity in type 2 diabetes.",
+    ]
+    corpus = {f"d{i}": Document(id=f"d{i}", title="", text=t, metadata={}) for i, t in enumerate(texts)}
+    staged = build_bundle(encoder, corpus, staging_dir=staging, index_kind="flat", show_progress=False)  # type: ignore[arg-type]
+    return BundleStore(bundles).publish(staged, force=True).version
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.slow
+def test_image_healthcheck_against_the_real_api(tmp_path: Path, shared_encoder: object) -> None:
+    """The Dockerfile's CMD serves the real app and its HEALTHCHECK tracks readiness.
+
+    Before any bundle (a fresh container before bootstrap) /healthz is 200 and /readyz is not; once a
+    bundle is published into the shared folder the running API picks it up and the same probe passes.
     """
     pytest.importorskip("app.main", reason="app.main not written yet")
     port = free_port()
-    env = {**dockerfile_env(), "UVICORN_HOST": "127.0.0.1", "UVICORN_PORT": str(port)}
-    env["SEARCH_BUNDLES_DIR"] = str(tmp_path / "bundles")
-    env["SEARCH_DATA_ROOT"] = str(tmp_path / "data")
-    env["SEARCH_QUEUE_URL"] = f"sqlite:///{tmp_path / 'queue' / 'jobs.db'}"
-    (tmp_path / "bundles").mkdir()
+    bundles = tmp_path / "bundles"
+    bundles.mkdir()
     (tmp_path / "data").mkdir()
-    # The image's PATH starts with its venv; here the test venv plays that part.
-    env["PATH"] = f"{Path(sys.executable).parent}:/usr/bin:/bin"
+    env = {
+        **dockerfile_env(),
+        "UVICORN_HOST": "127.0.0.1",
+        "UVICORN_PORT": str(port),
+        "SEARCH_BUNDLES_DIR": str(bundles),
+        "SEARCH_DATA_ROOT": str(tmp_path / "data"),
+        "SEARCH_QUEUE_URL": f"sqlite:///{tmp_path / 'queue' / 'jobs.db'}",
+        "SEARCH_RELOAD_POLL_SECONDS": "0.2",
+        # The image's PATH starts with its venv; here the test venv plays that part.
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
+    }
     cmd = dockerfile_cmd()
     assert cmd[0] == "uvicorn"
     proc = subprocess.Popen(
@@ -167,18 +199,22 @@ def test_image_healthcheck_against_the_real_api(tmp_path: Path) -> None:
         _wait_for_port(port, proc)
         check = [a.replace("127.0.0.1:8000", f"127.0.0.1:{port}") for a in dockerfile_healthcheck()]
         assert check[:3] == ["python", "-m", "app.healthcheck"]
-        readyz = run_probe(*check[3:])
-        assert readyz.returncode == 1, readyz.stdout
-        assert "HTTP 503" in readyz.stdout
+        before = run_probe(*check[3:])
+        assert before.returncode == 1, before.stdout
+        assert "HTTP 503" in before.stdout
         healthz = run_probe(f"http://127.0.0.1:{port}/healthz")
         assert healthz.returncode == 0, healthz.stdout
+
+        version = _publish_tiny_bundle(shared_encoder, bundles, tmp_path / "staging")
+        end = time.monotonic() + 120  # Docker would keep probing; here, a bounded number of retries
+        after = run_probe(*check[3:])
+        while after.returncode != 0 and time.monotonic() < end and proc.poll() is None:
+            time.sleep(0.5)
+            after = run_probe(*check[3:])
+        assert after.returncode == 0, after.stdout
+        assert version in after.stdout
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
 
 
 # -- worker: python -m training.jobs.healthcheck ----------------------------------------------------
