@@ -99,3 +99,26 @@ def test_aninfonce_with_grad_cache_can_be_cancelled_from_on_progress(slice_dir, 
     with pytest.raises(Cancelled):
         train(config, slice_dir, tmp_path / "run", on_progress=cancel, show_progress=False)
     assert not (tmp_path / "run" / "model").exists() and not (tmp_path / "run" / "metrics.json").exists()
+
+
+def test_shared_extra_negatives_are_never_a_positive_of_any_batch_query():
+    import numpy as np
+
+    from training.data import Pair
+    from training.trainer import _extra_negatives, linear_schedule
+
+    # Given: q0's mined negative (doc 3) is a labelled positive of q1, who is in the same batch
+    pairs = [Pair("a", "A", query_id="q0", positive_id="d0"), Pair("b", "B", query_id="q1", positive_id="d1")]
+    position = {f"d{i}": i for i in range(8)}
+    known = {"q0": {0}, "q1": {1, 3}}
+    mined = [[3, 4], [4, 5]]
+    config = TrainConfig(random_negatives=3)
+    for seed in range(20):
+        extra = _extra_negatives(
+            [0, 1], pairs, mined, known, position, 8, config, np.random.default_rng(seed)
+        )
+        # Then: doc 3 and both positives are excluded, the duplicate 4 appears once, 3 random ones added
+        assert {0, 1, 3}.isdisjoint(extra) and len(extra) == len(set(extra)) == 5
+        assert extra[:2] == [4, 5]
+    # warmup rises linearly, decay reaches 0 at the last step
+    assert [round(linear_schedule(s, 2, 6), 3) for s in range(6)] == [0.333, 0.667, 1.0, 0.75, 0.5, 0.25]
