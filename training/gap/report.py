@@ -120,16 +120,19 @@ def _pool_embeddings(
         return encode_corpus(encoder, corpus, show_progress=True)[1]
     if len(doc_ids) != len(doc_embeddings):
         raise ConfigError(f"doc_ids has {len(doc_ids)} entries but doc_embeddings {len(doc_embeddings)} rows")
-    given = {d: i for i, d in enumerate(doc_ids)}
     if list(corpus) == list(doc_ids):
         return np.asarray(doc_embeddings, dtype=np.float32)
-    missing = {d: corpus[d] for d in corpus if d not in given}
-    extra = encode_corpus(encoder, missing, show_progress=True)[1] if missing else None
-    rows = [doc_embeddings[given[d]] if d in given else None for d in corpus]
-    if extra is not None:
-        it = iter(extra)
-        rows = [r if r is not None else next(it) for r in rows]
-    return np.asarray(np.stack(rows), dtype=np.float32)  # (n_pool, dim)
+    given = {d: i for i, d in enumerate(doc_ids)}
+    order = list(corpus)
+    out = np.empty((len(order), doc_embeddings.shape[1]), dtype=np.float32)  # (n_pool, dim)
+    have = [j for j, d in enumerate(order) if d in given]
+    out[have] = doc_embeddings[[given[order[j]] for j in have]]
+    missing = [j for j, d in enumerate(order) if d not in given]
+    if missing:
+        out[missing] = encode_corpus(
+            encoder, {order[j]: corpus[order[j]] for j in missing}, show_progress=True
+        )[1]
+    return out
 
 
 def compute_report(
@@ -322,11 +325,11 @@ def run_report(
     model_path = Path(model_dir) if model_dir is not None else None
     if model_path is not None and (model_path / "model").is_dir() and (model_path / "config.json").exists():
         model_path = model_path / "model"  # the run folder itself was given
-    config, run_dir = TrainConfig(), None
+    config, run_dir = TrainConfig.model_validate({}), None
     if model_path is not None and (model_path.parent / "config.json").exists():
         run_dir = model_path.parent
         saved = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
-        config = TrainConfig(**saved.get("config", saved))
+        config = TrainConfig.model_validate(saved.get("config", saved))
     if out_dir is None:
         if run_dir is None:
             raise ConfigError("--out is required unless --model is a training run folder (or its model/)")

@@ -12,7 +12,7 @@ from tqdm.auto import tqdm
 
 from training.encoder import DEFAULT_MODEL_NAME, Encoder, default_model_path
 from training.errors import ConfigError
-from training.evaluate import evaluate
+from training.evaluate import EvalResult, evaluate
 from training.gap import estimators as est
 from training.report_schema import (
     Bound,
@@ -200,7 +200,7 @@ def theory_section(tau_eff: float, k: int, n_train: int, delta: float) -> Theory
     )
 
 
-def _metrics(res) -> RetrievalMetrics:
+def _metrics(res: EvalResult) -> RetrievalMetrics:
     m = res.metrics
     return RetrievalMetrics(
         n_queries=res.n_queries, ndcg_at_10=m["ndcg@10"], recall_at_10=m["recall@10"], mrr_at_10=m["mrr@10"]
