@@ -89,7 +89,7 @@ def coverage_table(n_sims: int, n_boot: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
     for k in (15, 127):
         true_gap = (
-            true_risk(test_world, k, rng, n=2_000_000)[0] - true_risk(train_world, k, rng, n=2_000_000)[0]
+            true_risk(test_world, k, rng, n=1_000_000)[0] - true_risk(train_world, k, rng, n=1_000_000)[0]
         )
         for n in (50, 200, 1000):
             covered, widths = 0, []
@@ -117,9 +117,9 @@ def main() -> None:
         rate_table(20_000, args.seed)
         coverage_table(200, 600, args.seed)
     else:
-        ce_inf_table(2000, 20_000, 8192, args.seed)
-        rate_table(200_000, args.seed)
-        coverage_table(1000, 1000, args.seed)
+        ce_inf_table(2000, 10_000, 8192, args.seed)
+        rate_table(100_000, args.seed)
+        coverage_table(500, 1000, args.seed)
     print(f"\n({time.perf_counter() - t0:.0f} s)")
 
 
