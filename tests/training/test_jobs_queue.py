@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -231,3 +232,31 @@ def test_dead_worker_jobs_fail_on_restart_and_stale_heartbeats_read_as_failed(qu
     assert "worker restarted" in (queue.records.get(killed.id).error or "")
     assert queue.records.get(silent.id).state == "failed"  # now stored, not only derived
     assert queue.records.get(alive.id).state == "running"
+
+
+def test_a_real_worker_consumes_the_queue_and_records_the_outcome(queue_url, data_root, tmp_path):
+    """`python -m training worker` on this URL picks the job up and writes its final state; here a reindex
+    into an empty bundles folder, which must fail with a clear reason (no live model to re-encode with)."""
+    queue = JobQueue(queue_url)
+    record = _submit(queue, data_root, tmp_path, job_type="reindex", options={"index_kind": "flat"})
+    log = tmp_path / "worker.log"
+    with log.open("wb") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "training", "worker", "--queue", queue_url],
+            cwd=Path(__file__).resolve().parents[2],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while queue.get(record.id).state in ("queued", "running") and time.monotonic() < deadline:
+            time.sleep(0.3)
+    finally:
+        worker.terminate()
+        worker.wait(timeout=30)
+    job = queue.get(record.id)
+    assert job.state == "failed", log.read_text()[-2000:]
+    assert "needs a live bundle" in (job.error or "")
+    assert job.worker is not None and job.started_at is not None and job.finished_at is not None
+    assert any("failed" in line for line in job.log_tail)
+    assert queue.huey.pending_count() == 0

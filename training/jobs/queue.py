@@ -48,9 +48,10 @@ __all__ = [
 
 
 class RetrainOptions(TrainConfig):
-    """retrain options: every TrainConfig field, plus the index type of the bundle it publishes."""
+    """retrain options: every TrainConfig field, plus how the candidate bundle is indexed and gated."""
 
     index_kind: IndexKind = "auto"
+    force: bool = False  # True: publish live even if the quality gate would keep it as a candidate
 
 
 class ReindexOptions(BaseModel):

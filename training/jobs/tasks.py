@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from training.errors import InfonceSearchError, JobCancelled
+from training.errors import InfonceSearchError, JobCancelled, NoLiveBundle
 from training.jobs.records import (
     HEARTBEAT_INTERVAL_S,
     LOG_TAIL_LINES,
@@ -77,7 +77,8 @@ class Reporter(logging.Handler):
         known = {
             k: info[k] for k in ("step", "total_steps", "epoch", "loss", "temperature", "eta_s") if k in info
         }
-        self.progress(**known)
+        last = known.get("total_steps") is not None and known.get("step", 0) >= known["total_steps"]
+        self.progress(**known, phase="evaluate, report, index, publish" if last else "train")
         if self.cancel.is_set():
             raise JobCancelled(f"job {self.job_id} cancelled at step {info.get('step')}")
 
@@ -196,7 +197,7 @@ def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
     from training.pipeline import run_pipeline
 
     options = RetrainOptions.model_validate(record.options)
-    config = TrainConfig(**options.model_dump(exclude={"index_kind"}))
+    config = TrainConfig(**options.model_dump(exclude={"index_kind", "force"}))
     reporter.progress(phase="train", total_steps=config.max_steps)
     with tempfile.TemporaryDirectory(prefix=f"job-{record.id[:8]}-") as work_dir:
         result = run_pipeline(
@@ -205,7 +206,9 @@ def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
             config=config,
             work_dir=work_dir,
             index_kind=options.index_kind,
+            force=options.force,
             on_progress=reporter.on_progress,
+            show_progress=False,  # progress goes to the job record, not to tqdm bars in the worker log
         )
     return _publish_outcome(result)
 
@@ -218,11 +221,18 @@ def _reindex(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
     options = ReindexOptions.model_validate(record.options)
     store = BundleStore(record.bundles_dir)
     version = store.current_version()
+    if version is None:
+        raise NoLiveBundle(f"reindex needs a live bundle's model, and {record.bundles_dir} has none yet")
     model_dir = Path(record.bundles_dir) / version / "model"
     logger.info("re-encoding %s with the live model of bundle %s", record.dataset, version)
     reporter.progress(phase="index")
     reporter.check_cancel()
     result = index_model(
-        model_dir, record.data_dir, record.bundles_dir, index_kind=options.index_kind, force=options.force
+        model_dir,
+        record.data_dir,
+        record.bundles_dir,
+        index_kind=options.index_kind,
+        force=options.force,
+        show_progress=False,
     )
     return _publish_outcome(result)
