@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faiss
 import numpy as np
 import pytest
 
@@ -194,3 +195,23 @@ def test_load_refuses_garbage(tmp_path):
         VectorIndex.load(
             bad, IndexInfo(factory="Flat", kind="flat", metric="ip", ntotal=1, dim=1, bytes_per_vector=4)
         )
+
+
+def test_opq_front_end_above_ten_thousand_vectors(monkeypatch):
+    """With OPQ in front (opt-in, >= 39·256 vectors) plain and filtered (IDSelector) search still work."""
+    monkeypatch.setattr(index_mod, "EXACT_FILTER_MAX", 0)
+    monkeypatch.setattr(index_mod, "USE_OPQ", True)
+    x = _clustered(10_000, 8, 21)
+    q = x[:20] + 0.05 * np.random.default_rng(2).normal(size=(20, 8)).astype(np.float32)
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)  # OPQ training's OpenMP loops crawl on a shared 2-core box
+    try:
+        vi = build_index(x, kind="ivfpq", tune_queries=q)
+    finally:
+        faiss.omp_set_num_threads(threads)
+    assert vi.info.factory.startswith("OPQ") and vi.info.recall_at_10 >= 0.95
+    allowed = np.arange(0, 10_000, 2)
+    scores = oracle_scores(x, q, "ip")
+    for i, (pos, sc) in enumerate(vi.search(q, K, allowed=allowed)):
+        assert len(pos) == K and (pos % 2 == 0).all()
+        np.testing.assert_allclose(sc, scores[i, pos], rtol=1e-4, atol=1e-4)
