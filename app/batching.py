@@ -96,6 +96,7 @@ class MicroBatcher:
         self.metrics = metrics
         self.queue: asyncio.Queue[_Pending] = asyncio.Queue(maxsize=queue_max)
         self._task: asyncio.Task[None] | None = None
+        self.in_flight = 0  # requests taken from the queue and not answered yet
 
     def pending(self) -> int:
         return self.queue.qsize()
@@ -147,22 +148,33 @@ class MicroBatcher:
     async def _worker(self) -> None:
         while True:
             batch = await self._collect()
-            batch = [b for b in batch if not b.future.done()]  # the client went away
-            if not batch:
+            self.in_flight = len(batch)
+            try:
+                await self._run(batch)
+            except Exception as exc:  # never let the worker die: fail this batch, keep serving
+                logger.exception("micro-batch failed")
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_exception(exc)
+            finally:
+                self.in_flight = 0
+
+    async def _run(self, batch: list[_Pending]) -> None:
+        groups: dict[int, list[_Pending]] = {}
+        for item in batch:  # in-flight requests keep the bundle they started with
+            if item.future.done():  # the client went away
                 continue
-            groups: dict[int, list[_Pending]] = {}
-            for item in batch:  # in-flight requests keep the bundle they started with
-                groups.setdefault(id(item.live), []).append(item)
-            for items in groups.values():
-                self.metrics.batch_queries.observe(sum(i.spec.n for i in items))
-                try:
-                    answers = await self.inference.call(items[0].live.run_many, [i.spec for i in items])
-                except Exception as exc:  # e.g. the encoder failed: every request of the group fails alike
-                    answers = [exc] * len(items)
-                for item, answer in zip(items, answers, strict=True):
-                    if item.future.done():
-                        continue
-                    if isinstance(answer, BaseException):
-                        item.future.set_exception(answer)
-                    else:
-                        item.future.set_result(answer)
+            groups.setdefault(id(item.live), []).append(item)
+        for items in groups.values():
+            self.metrics.batch_queries.observe(sum(i.spec.n for i in items))
+            try:
+                answers = await self.inference.call(items[0].live.run_many, [i.spec for i in items])
+            except Exception as exc:  # e.g. the encoder failed: every request of the group fails alike
+                answers = [exc] * len(items)
+            for item, answer in zip(items, answers, strict=True):
+                if item.future.done():
+                    continue
+                if isinstance(answer, BaseException):
+                    item.future.set_exception(answer)
+                else:
+                    item.future.set_result(answer)

@@ -121,7 +121,7 @@ def _field(loc: tuple[Any, ...] | list[Any]) -> str:
 
 async def _service_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ServiceError)
-    if exc.status_code >= 500:
+    if exc.status_code >= 500 and exc.status_code != 503:
         logger.warning("%s %s -> %d %s: %s", request.method, request.url.path, exc.status_code, exc.code, exc)
     return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status_code, headers=exc.headers)
 
