@@ -215,9 +215,12 @@ def test_tensor_temperature_receives_a_gradient():
 def test_learnable_temperature_is_trained_and_clipped():
     q, d = _unit(4, 8, seed=23).float(), _unit(4, 8, seed=24).float()
     loss_fn = InfoNCELoss(0.1, learn_temperature=True)
-    assert float(loss_fn(q, d)) == pytest.approx(float(info_nce_loss(q, d, temperature=0.1)), rel=1e-6)
+    assert float(loss_fn(q, d).detach()) == pytest.approx(
+        float(info_nce_loss(q, d, temperature=0.1)), rel=1e-6
+    )
     loss_fn(q, d).backward()
     assert loss_fn.log_scale.grad is not None and float(loss_fn.log_scale.grad) != 0.0
+    assert loss_fn.param_groups(1e-3) == [{"params": [loss_fn.log_scale], "lr": 1e-3, "weight_decay": 0.0}]
     with torch.no_grad():
         loss_fn.log_scale.fill_(10.0)  # 1/τ = e^10, far beyond CLIP's bound
     loss_fn(q, d)
@@ -228,6 +231,7 @@ def test_learnable_temperature_is_trained_and_clipped():
 def test_fixed_temperature_is_not_a_trainable_parameter():
     loss_fn = InfoNCELoss(0.05)
     assert not any(p.requires_grad for p in loss_fn.parameters())
+    assert loss_fn.param_groups(1e-3) == []
     assert loss_fn.temperature == pytest.approx(0.05)
     sim = loss_fn.similarity()
     assert sim.metric == "cosine" and sim.temperature == pytest.approx(0.05)
@@ -238,7 +242,7 @@ def test_fixed_temperature_is_not_a_trainable_parameter():
 def test_wrapper_options_reach_the_loss():
     q, d, extra = _unit(5, 8, seed=25).float(), _unit(5, 8, seed=26).float(), _unit(2, 8, seed=27).float()
     for options in ({"symmetric": True}, {"decoupled": True}, {"debiased_tau_plus": 0.2}):
-        wrapped = float(InfoNCELoss(0.1, **options)(q, d, extra))
+        wrapped = float(InfoNCELoss(0.1, **options)(q, d, extra).detach())
         assert wrapped == pytest.approx(
             float(info_nce_loss(q, d, temperature=0.1, extra_docs=extra, **options))
         )

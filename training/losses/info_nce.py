@@ -159,6 +159,12 @@ class InfoNCELoss(nn.Module):
             debiased_tau_plus=self.debiased_tau_plus,
         )
 
+    def param_groups(self, temperature_lr: float) -> list[dict[str, Any]]:
+        """Optimizer parameter group for the learned log(1/τ) (none when τ is fixed)."""
+        if not self.learn_temperature:
+            return []
+        return [{"params": [self.log_scale], "lr": temperature_lr, "weight_decay": 0.0}]
+
     @property
     def temperature(self) -> float:
         return float(torch.exp(-self.log_scale.detach().clamp(max=math.log(MAX_LOGIT_SCALE))))
