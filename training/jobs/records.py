@@ -73,8 +73,8 @@ class JobRecord(BaseModel):
     finished_at: float | None = None
 
     def stale(self, timeout_s: float, now: float | None = None) -> bool:
-        """A running job whose worker stopped stamping its heartbeat (killed, host gone)."""
-        if self.state != "running":
+        """A running (or claimed, lock-waiting) job whose worker stopped stamping its heartbeat."""
+        if self.state not in ("queued", "running") or self.worker is None:
             return False
         beat = self.heartbeat_at or self.started_at or self.created_at
         return (now or time.time()) - beat > timeout_s
