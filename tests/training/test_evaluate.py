@@ -211,9 +211,9 @@ def test_real_encoder_finds_obvious_answers_and_reuses_corpus_encoding(shared_en
 
 @pytest.mark.scifact
 def test_scifact_slice_beats_random(scifact: Path, shared_encoder) -> None:
-    data = subset(load_beir(scifact, "test"), n_queries=40, n_distractors=200, seed=0)
+    data = subset(load_beir(scifact, "test"), n_queries=30, n_distractors=120, seed=0)
     result = evaluate(shared_encoder, data, batch_size=32, show_progress=False)
     assert all(0.0 <= v <= 1.0 for v in result.metrics.values())
     assert result.metrics["recall@100"] >= result.metrics["recall@10"] >= result.metrics["recall@1"]
-    # random ranking of ~245 docs with ~1.1 relevant per query gives nDCG@10 around 0.02
+    # random ranking of ~155 docs with ~1.1 relevant per query gives nDCG@10 around 0.03 (base model: 0.87)
     assert result.metrics["ndcg@10"] > 0.4
