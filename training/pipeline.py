@@ -1,0 +1,74 @@
+"""The main job: train → report → index → publish through the quality gate.
+
+`python -m training pipeline` (the README's demo) and the retrain job both run this. Each stage writes
+its own artifacts (the run folder of `train`, then a bundle staged beside the published versions), so a
+crash at any point leaves at most an unpublished folder behind — never a half-written live bundle.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from training.bundle_store import PublishResult
+from training.config import TrainConfig
+from training.indexing import index_model
+from training.trainer import ProgressFn, TrainResult, train
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class PipelineResult:
+    run_dir: Path
+    train: TrainResult
+    publish: PublishResult
+    seconds: float
+
+
+def default_run_dir(work_dir: str | Path) -> Path:
+    """A fresh, time-sorted run folder under `work_dir`."""
+    return Path(work_dir) / datetime.now(UTC).strftime("run-%Y%m%dT%H%M%SZ")
+
+
+def run_pipeline(
+    data_dir: str | Path,
+    bundles_dir: str | Path,
+    *,
+    config: TrainConfig,
+    work_dir: str | Path,
+    index_kind: str = "auto",
+    target_recall: float = 0.95,
+    force: bool = False,
+    keep: int = 5,
+    gate_metric: str = "ndcg@10",
+    tolerance: float = 0.005,
+    on_progress: ProgressFn | None = None,
+    show_progress: bool = True,
+) -> PipelineResult:
+    """Fine-tune on `data_dir`, write the gap report, build the index and publish the bundle.
+
+    The bundle goes live only if the quality gate accepts it (or `force`); `publish.reason` says why.
+    """
+    started = time.perf_counter()
+    run_dir = default_run_dir(work_dir)
+    logger.info("pipeline: training into %s", run_dir)
+    trained = train(config, data_dir, run_dir, on_progress=on_progress, show_progress=show_progress)
+    logger.info("pipeline: indexing %s into %s", data_dir, bundles_dir)
+    published = index_model(
+        run_dir,
+        data_dir,
+        bundles_dir,
+        index_kind=index_kind,
+        target_recall=target_recall,
+        split=config.eval_split,
+        force=force,
+        keep=keep,
+        gate_metric=gate_metric,
+        tolerance=tolerance,
+        show_progress=show_progress,
+    )
+    return PipelineResult(run_dir, trained, published, time.perf_counter() - started)
