@@ -1,0 +1,87 @@
+"""The ONNX query encoder: same vectors as torch (fp32), quality recorded in the manifest, served by the API."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from tests.app.conftest import make_settings
+from training.errors import ModelLoadError
+from training.onnx_encoder import EXTRAS_KEY, OnnxQueryEncoder, choose_variant, export_onnx
+
+pytestmark = pytest.mark.scifact
+
+
+def test_onnx_fp32_reproduces_torch_vectors_and_int8_stays_close(staged, shared_encoder, slice_data):
+    texts = list(slice_data.queries.values()) + ["", "a " * 600]  # empty and over-long inputs too
+    torch_vecs = shared_encoder.encode(texts, kind="query")  # (n, 384)
+    fp32 = OnnxQueryEncoder.load(staged["A"] / "model", variant="fp32").encode(texts)
+    int8 = OnnxQueryEncoder.load(staged["A"] / "model", variant="int8").encode(texts)
+    assert fp32.shape == int8.shape == torch_vecs.shape
+    np.testing.assert_allclose(np.linalg.norm(fp32, axis=1), 1.0, atol=1e-5)
+    assert (fp32 * torch_vecs).sum(1).min() > 0.9999
+    assert (int8 * torch_vecs).sum(1).min() > 0.95
+
+
+def test_quality_is_recorded_in_the_manifest(staged):
+    manifest = json.loads((staged["A"] / "manifest.json").read_text())
+    record = manifest["extras"][EXTRAS_KEY]
+    assert set(record["ndcg@10"]) == {"torch", "fp32", "int8"}
+    assert abs(record["ndcg_loss"]["fp32"]) < 1e-3  # same vectors, same ranking
+    for variant in ("fp32", "int8"):
+        assert record["ndcg_loss"][variant] == pytest.approx(
+            record["ndcg@10"]["torch"] - record["ndcg@10"][variant]
+        )
+        assert record["files"][variant] in manifest["files"]  # checksummed with the bundle
+
+
+def test_choose_variant_follows_the_recorded_loss(tmp_path):
+    model = tmp_path / "model"
+    (model / "onnx").mkdir(parents=True)
+    for name in ("model.onnx", "model_int8.onnx"):
+        (model / "onnx" / name).write_bytes(b"x")
+    rec = {EXTRAS_KEY: {"ndcg_loss": {"fp32": 0.0, "int8": 0.004}}}
+    assert choose_variant(rec, model) == "int8"
+    rec = {EXTRAS_KEY: {"ndcg_loss": {"fp32": 0.0, "int8": 0.02}}}
+    assert choose_variant(rec, model) == "fp32"
+    assert choose_variant({EXTRAS_KEY: {"ndcg_loss": {"fp32": 0.01, "int8": 0.02}}}, model) is None
+    assert choose_variant({}, model) is None  # never measured: torch
+
+
+def test_export_refuses_a_pipeline_it_cannot_reproduce(tmp_path, staged):
+    model = tmp_path / "model"
+    shutil.copytree(staged["A"] / "model", model, ignore=shutil.ignore_patterns("onnx", "*.safetensors"))
+    modules = json.loads((model / "modules.json").read_text())
+    (model / "modules.json").write_text(json.dumps(modules[:2]))  # no Normalize
+    with pytest.raises(ModelLoadError, match="modules.json"):
+        export_onnx(model)
+
+
+@pytest.mark.parametrize("backend", ["onnx", "auto"])
+def test_api_serves_with_the_onnx_encoder(
+    live_bundles, staged, shared_encoder, slice_data, doc_embeddings, backend
+):
+    bundles, _ = live_bundles
+    extras = json.loads((staged["A"] / "manifest.json").read_text())["extras"]
+    variant = choose_variant(extras, staged["A"] / "model")
+    expected = {"onnx": "onnx", "auto": {None: "torch", "fp32": "onnx", "int8": "onnx-int8"}[variant]}[
+        backend
+    ]
+    with TestClient(
+        create_app(make_settings(bundles, encoder_backend=backend, reload_poll_seconds=0))
+    ) as client:
+        assert client.get("/bundles").json()["encoder_backend"] == expected
+        query = list(slice_data.queries.values())[4]
+        hits = client.post("/search", json={"query": query, "top_k": 10}).json()["results"][0]["hits"]
+    if expected in ("torch", "onnx"):  # identical query vectors: identical ranking and scores
+        scores = doc_embeddings @ shared_encoder.encode([query], kind="query")[0]
+        order = np.argsort(-scores, kind="stable")[:10]
+        assert [h["id"] for h in hits] == [list(slice_data.corpus)[i] for i in order]
+        np.testing.assert_allclose([h["score"] for h in hits], scores[order], atol=1e-4)
+    else:
+        assert len(hits) == 10
