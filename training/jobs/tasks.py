@@ -61,6 +61,7 @@ class Reporter(logging.Handler):
         self._progress: Progress | None = None
         self._mutex = threading.Lock()
         self._stop = threading.Event()
+        self._finished = False
         self._beater = threading.Thread(target=self._run, name=f"heartbeat-{job_id[:8]}", daemon=True)
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -87,22 +88,37 @@ class Reporter(logging.Handler):
         if self.cancel.is_set() or self.records.get(self.job_id).cancel_requested:
             raise JobCancelled(f"job {self.job_id} cancelled")
 
-    def beat(self) -> None:
+    def beat(self, final: dict[str, Any] | None = None) -> None:
+        """Write heartbeat, latest progress and new log lines (and, with `final`, the end state)."""
         with self._mutex:
             lines, self._lines = self._lines, []
             progress = self._progress
 
-        def fn(record: JobRecord) -> JobRecord:
+        def fn(record: JobRecord) -> JobRecord | None:
             if record.cancel_requested or record.state == "cancelled":
                 self.cancel.set()
+            if final is not None and record.state not in ("queued", "running"):
+                return None  # already failed by a sweeper that thought us dead: keep its verdict
             changes: dict[str, Any] = {"heartbeat_at": time.time()}
             if lines:
                 changes["log_tail"] = (record.log_tail + lines)[-LOG_TAIL_LINES:]
             if progress is not None:
                 changes["progress"] = progress
+            if final is not None:
+                changes.update(final, finished_at=time.time())
             return record.model_copy(update=changes)
 
         self.records.mutate(self.job_id, fn)
+
+    def finish(self, final: dict[str, Any]) -> None:
+        """Stop the heartbeat and write the end state with the last progress and log lines (once)."""
+        if self._finished:
+            return
+        self._finished = True
+        self._stop.set()
+        if self._beater.is_alive():
+            self._beater.join()
+        self.beat(final)
 
     def _run(self) -> None:
         while not self._stop.wait(HEARTBEAT_INTERVAL_S):
@@ -117,10 +133,8 @@ class Reporter(logging.Handler):
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._beater.join()
         logging.getLogger().removeHandler(self)
-        self.beat()  # last progress and log lines
+        self.finish({"state": "failed", "error": "the job ended without recording an outcome"})
 
 
 @contextmanager
@@ -161,24 +175,31 @@ def execute(job_id: str, records: RecordStore) -> None:
                 if started is None:
                     raise JobCancelled(f"job {job_id} cancelled while waiting for the bundle lock")
                 logger.info("job %s started: %s on %s", job_id, claimed.type, claimed.dataset)
-                outcome = (
-                    _retrain(claimed, reporter) if claimed.type == "retrain" else _reindex(claimed, reporter)
-                )
-        except JobCancelled as e:
-            logger.info("%s", e)
-            final: dict[str, Any] = {"state": "cancelled"}
-        except InfonceSearchError as e:
-            logger.error("job %s failed: %s", job_id, e)
-            final = {"state": "failed", "error": str(e)}
-        except Exception as e:  # the record must say what happened, whatever happened
-            logger.exception("job %s failed", job_id)
-            final = {"state": "failed", "error": f"{type(e).__name__}: {e}"}
-        else:
-            logger.info(
-                "job %s succeeded: bundle %s live=%s", job_id, outcome["bundle_version"], outcome["live"]
-            )
-            final = {"state": "succeeded", **outcome}
-    update(records, job_id, expect={"queued", "running"}, finished_at=time.time(), **final)
+                # the end state is written before the lock is released, so the records of jobs on one
+                # bundles folder never overlap: the next job starts after this one has finished
+                reporter.finish(_attempt(claimed, reporter))
+        except Exception as e:  # cancelled while waiting for the lock, or the lock file is unusable
+            reporter.finish(_failure(job_id, e))
+
+
+def _attempt(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
+    try:
+        outcome = _retrain(record, reporter) if record.type == "retrain" else _reindex(record, reporter)
+    except Exception as e:
+        return _failure(record.id, e)
+    logger.info("job %s succeeded: bundle %s live=%s", record.id, outcome["bundle_version"], outcome["live"])
+    return {"state": "succeeded", **outcome}
+
+
+def _failure(job_id: str, error: Exception) -> dict[str, Any]:
+    if isinstance(error, JobCancelled):
+        logger.info("%s", error)
+        return {"state": "cancelled"}
+    if isinstance(error, InfonceSearchError):
+        logger.error("job %s failed: %s", job_id, error)
+        return {"state": "failed", "error": str(error)}
+    logger.exception("job %s failed", job_id)  # the record must say what happened, whatever happened
+    return {"state": "failed", "error": f"{type(error).__name__}: {error}"}
 
 
 def _publish_outcome(result: Any) -> dict[str, Any]:
