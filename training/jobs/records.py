@@ -220,7 +220,7 @@ class RedisRecords:
         return JobRecord.model_validate_json(doc)
 
     def list(self, limit: int = 100) -> list[JobRecord]:
-        ids = self._redis.zrevrange(self._index, 0, limit - 1)
+        ids: list[bytes] = list(self._redis.zrevrange(self._index, 0, limit - 1))  # type: ignore[arg-type]
         with self._redis.pipeline(transaction=False) as pipe:
             for job_id in ids:
                 pipe.hget(self._key(job_id.decode()), "doc")
