@@ -260,3 +260,45 @@ def test_a_real_worker_consumes_the_queue_and_records_the_outcome(queue_url, dat
     assert job.worker is not None and job.started_at is not None and job.finished_at is not None
     assert any("failed" in line for line in job.log_tail)
     assert queue.huey.pending_count() == 0
+
+
+def test_cli_submit_status_cancel_with_the_api_environment_variables(tmp_path, data_root):
+    """The CLI reads SEARCH_QUEUE_URL / SEARCH_DATA_ROOT / SEARCH_BUNDLES_DIR like the API does."""
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    env = {
+        **os.environ,
+        "SEARCH_QUEUE_URL": url,
+        "SEARCH_DATA_ROOT": str(data_root),
+        "SEARCH_BUNDLES_DIR": str(tmp_path / "bundles"),
+    }
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "training", "jobs", *args],
+            env=env,
+            cwd=Path(__file__).resolve().parents[2],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    submitted = cli(
+        "submit", "--type", "retrain", "--dataset", "small", "-o", "max_steps=2", "-o", "index_kind=flat"
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    assert JobQueue(url).get(job_id).options == {"max_steps": 2, "index_kind": "flat"}
+    status = cli("status", job_id)
+    assert status.returncode == 0 and '"state": "queued"' in status.stdout
+    assert job_id in cli("status").stdout
+    cancelled = cli("cancel", job_id)
+    assert cancelled.returncode == 0 and "cancelled" in cancelled.stdout
+    assert JobQueue(url).get(job_id).state == "cancelled"
+
+    refused = cli("submit", "--type", "retrain", "--dataset", "../secret")
+    assert refused.returncode == 2 and "outside the data root" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    bad = cli("submit", "--type", "retrain", "--dataset", "small", "-o", "max_steps=zero")
+    assert bad.returncode == 2 and "options.max_steps" in bad.stderr
+    missing = cli("status", "nope")
+    assert missing.returncode == 2 and "no job with id 'nope'" in missing.stderr
