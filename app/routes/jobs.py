@@ -13,7 +13,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 
 from app.deps import ApiKeyDep, SettingsDep
-from training.jobs.queue import JobQueue, JobRecord
+from training.jobs.queue import JobQueue, JobRecord, WorkerBeat
 
 router = APIRouter(tags=["jobs"])
 _queue_lock = threading.Lock()
@@ -30,6 +30,9 @@ class JobSubmission(BaseModel):
 
 class JobList(BaseModel):
     jobs: list[JobRecord]
+    workers: list[WorkerBeat] = Field(
+        description="Worker processes seen recently; `alive` = heartbeat fresh."
+    )
 
 
 def get_job_queue(request: Request, settings: SettingsDep) -> JobQueue:
@@ -72,7 +75,7 @@ def submit_job(body: JobSubmission, queue: QueueDep, settings: SettingsDep) -> J
 
 @router.get("/jobs", response_model=JobList, summary="Recent jobs, newest first")
 def list_jobs(queue: QueueDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> JobList:
-    return JobList(jobs=queue.list(limit))
+    return JobList(jobs=queue.recent(limit), workers=queue.workers())
 
 
 @router.get(

@@ -55,7 +55,9 @@ def test_submit_returns_202_and_the_job_is_listed(client, settings):
     assert job["state"] == "queued" and job["type"] == "retrain" and job["dataset"] == "mini"
     assert job["options"] == {"max_steps": 2, "max_seq_length": 64}
     assert client.get(f"/jobs/{job['id']}").json() == job
-    assert [j["id"] for j in client.get("/jobs").json()["jobs"]] == [job["id"]]
+    listing = client.get("/jobs").json()
+    assert [j["id"] for j in listing["jobs"]] == [job["id"]]
+    assert listing["workers"] == []  # none started in this test
     # the queue holds it for a worker
     assert JobQueue(settings.queue_url).huey.pending_count() == 1
 

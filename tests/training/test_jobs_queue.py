@@ -104,7 +104,7 @@ def test_submit_records_a_queued_job_and_enqueues_it(queue_url, data_root, tmp_p
     # a second process (the API after a restart) sees the same record
     again = JobQueue(queue_url).get(record.id)
     assert again == record
-    assert [r.id for r in JobQueue(queue_url).list()] == [record.id]
+    assert [r.id for r in JobQueue(queue_url).recent()] == [record.id]
 
 
 @pytest.mark.parametrize("name", ["../secret", "small/../../secret", "escape", "/etc", ""])
@@ -124,7 +124,7 @@ def test_unknown_dataset_and_bad_options_are_named(queue_url, data_root, tmp_pat
         _submit(queue, data_root, tmp_path, job_type="reindex", options={"index_kind": "annoy"})
     with pytest.raises(JobOptionsInvalid, match="unknown job type"):
         _submit(queue, data_root, tmp_path, job_type="deploy")
-    assert queue.list() == [] and queue.huey.pending_count() == 0
+    assert queue.recent() == [] and queue.huey.pending_count() == 0
 
 
 def test_cancel_queued_job_revokes_it_and_the_worker_skips_it(queue_url, data_root, tmp_path):
@@ -251,6 +251,7 @@ def test_a_real_worker_consumes_the_queue_and_records_the_outcome(queue_url, dat
         deadline = time.monotonic() + 120
         while queue.get(record.id).state in ("queued", "running") and time.monotonic() < deadline:
             time.sleep(0.3)
+        workers = queue.workers()  # the idle worker's own heartbeat
     finally:
         worker.terminate()
         worker.wait(timeout=30)
@@ -260,6 +261,7 @@ def test_a_real_worker_consumes_the_queue_and_records_the_outcome(queue_url, dat
     assert job.worker is not None and job.started_at is not None and job.finished_at is not None
     assert any("failed" in line for line in job.log_tail)
     assert queue.huey.pending_count() == 0
+    assert [w.alive for w in workers] == [True] and workers[0].id.endswith(f":{worker.pid}")
 
 
 def test_cli_submit_status_cancel_with_the_api_environment_variables(tmp_path, data_root):

@@ -89,8 +89,10 @@ def status(
     """One job as JSON, or a table of recent jobs."""
     jobs = JobQueue(queue or default_queue_url(bundles), heartbeat_timeout_s=heartbeat_timeout)
     if job_id is None:
-        for r in jobs.list():
+        for r in jobs.recent():
             typer.echo(_line(r))
+        alive = [w.id for w in jobs.workers() if w.alive]
+        typer.echo(f"workers alive: {', '.join(alive) if alive else 'none'}")
         return
     try:
         typer.echo(json.dumps(jobs.get(job_id).model_dump(), indent=2))

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from training.config import TrainConfig
 from training.errors import DatasetNotFound, DatasetRefused, JobConflict, JobOptionsInvalid
-from training.jobs.records import FINISHED, JobRecord, JobType, RecordStore, open_records
+from training.jobs.records import FINISHED, JobRecord, JobType, RecordStore, WorkerBeat, open_records
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,7 @@ __all__ = [
     "JobRecord",
     "RetrainOptions",
     "ReindexOptions",
+    "WorkerBeat",
     "open_huey",
     "resolve_dataset",
 ]
@@ -164,8 +165,16 @@ class JobQueue:
     def get(self, job_id: str) -> JobRecord:
         return self.records.get(job_id).as_seen(self.heartbeat_timeout_s)
 
-    def list(self, limit: int = 100) -> list[JobRecord]:
-        return [r.as_seen(self.heartbeat_timeout_s) for r in self.records.list(limit)]
+    def recent(self, limit: int = 100) -> list[JobRecord]:
+        return [r.as_seen(self.heartbeat_timeout_s) for r in self.records.recent(limit)]
+
+    def workers(self) -> list[WorkerBeat]:
+        """Workers seen in the last day, newest heartbeat first, `alive` judged by the heartbeat timeout."""
+        now = time.time()
+        return [
+            w.model_copy(update={"alive": now - w.heartbeat_at <= self.heartbeat_timeout_s})
+            for w in self.records.workers()
+        ]
 
     def cancel(self, job_id: str) -> JobRecord:
         """Queued → cancelled now (and its message revoked); running → cancelled at the next step."""

@@ -16,7 +16,6 @@ either; `expect=` makes a state transition conditional.
 
 from __future__ import annotations
 
-import json
 import logging
 import sqlite3
 import threading
@@ -91,14 +90,26 @@ class JobRecord(BaseModel):
         )
 
 
+class WorkerBeat(BaseModel):
+    """A worker process's own heartbeat, stamped while it runs (idle or busy)."""
+
+    id: str  # host:pid
+    started_at: float
+    heartbeat_at: float
+    alive: bool | None = None  # filled in by readers: heartbeat younger than their timeout
+
+
 Mutator = Callable[[JobRecord], JobRecord | None]
+WORKER_FORGET_S = 86_400.0  # workers silent for a day are dropped from the list
 
 
 class RecordStore(Protocol):
     def create(self, record: JobRecord) -> None: ...
     def get(self, job_id: str) -> JobRecord: ...
-    def list(self, limit: int = 100) -> list[JobRecord]: ...
+    def recent(self, limit: int = 100) -> list[JobRecord]: ...
     def mutate(self, job_id: str, fn: Mutator) -> JobRecord | None: ...
+    def beat_worker(self, beat: WorkerBeat) -> None: ...
+    def workers(self) -> list[WorkerBeat]: ...
 
 
 def update(
@@ -142,6 +153,9 @@ class SqliteRecords:
             db.execute(
                 "CREATE TABLE IF NOT EXISTS job (id TEXT PRIMARY KEY, created_at REAL NOT NULL, doc TEXT NOT NULL)"
             )
+            db.execute(
+                "CREATE TABLE IF NOT EXISTS worker (id TEXT PRIMARY KEY, doc TEXT NOT NULL, beat REAL NOT NULL)"
+            )
 
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
@@ -176,7 +190,7 @@ class SqliteRecords:
             raise JobNotFound(f"no job with id {job_id!r}")
         return JobRecord.model_validate_json(row[0])
 
-    def list(self, limit: int = 100) -> list[JobRecord]:
+    def recent(self, limit: int = 100) -> list[JobRecord]:
         rows = (
             self._conn().execute("SELECT doc FROM job ORDER BY created_at DESC LIMIT ?", (limit,)).fetchall()
         )
@@ -192,6 +206,18 @@ class SqliteRecords:
                 db.execute("UPDATE job SET doc = ? WHERE id = ?", (new.model_dump_json(), job_id))
             return new
 
+    def beat_worker(self, beat: WorkerBeat) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO worker (id, doc, beat) VALUES (?, ?, ?)",
+                (beat.id, beat.model_dump_json(), beat.heartbeat_at),
+            )
+            db.execute("DELETE FROM worker WHERE beat < ?", (beat.heartbeat_at - WORKER_FORGET_S,))
+
+    def workers(self) -> list[WorkerBeat]:
+        rows = self._conn().execute("SELECT doc FROM worker ORDER BY beat DESC").fetchall()
+        return [WorkerBeat.model_validate_json(doc) for (doc,) in rows]
+
 
 class RedisRecords:
     """Records as Redis hashes (`doc` = the JSON record, `state` for humans using redis-cli)."""
@@ -203,6 +229,7 @@ class RedisRecords:
         self._watch_error = redis.WatchError
         self._ns = namespace
         self._index = f"{namespace}:jobs"
+        self._workers = f"{namespace}:workers"
 
     def _key(self, job_id: str) -> str:
         return f"{self._ns}:job:{job_id}"
@@ -219,7 +246,7 @@ class RedisRecords:
             raise JobNotFound(f"no job with id {job_id!r}")
         return JobRecord.model_validate_json(doc)
 
-    def list(self, limit: int = 100) -> list[JobRecord]:
+    def recent(self, limit: int = 100) -> list[JobRecord]:
         ids: list[bytes] = list(self._redis.zrevrange(self._index, 0, limit - 1))  # type: ignore[arg-type]
         with self._redis.pipeline(transaction=False) as pipe:
             for job_id in ids:
@@ -247,7 +274,14 @@ class RedisRecords:
                 except self._watch_error:
                     continue  # someone wrote between WATCH and EXEC: re-read and re-apply
 
+    def beat_worker(self, beat: WorkerBeat) -> None:
+        with self._redis.pipeline() as pipe:
+            pipe.hset(self._workers, beat.id, beat.model_dump_json())
+            for worker_id, doc in self._redis.hgetall(self._workers).items():
+                if WorkerBeat.model_validate_json(doc).heartbeat_at < beat.heartbeat_at - WORKER_FORGET_S:
+                    pipe.hdel(self._workers, worker_id)
+            pipe.execute()
 
-def dumps(record: JobRecord) -> str:
-    """Pretty JSON for the CLI."""
-    return json.dumps(record.model_dump(), indent=2)
+    def workers(self) -> list[WorkerBeat]:
+        docs = self._redis.hgetall(self._workers).values()
+        return sorted((WorkerBeat.model_validate_json(d) for d in docs), key=lambda w: -w.heartbeat_at)

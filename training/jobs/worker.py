@@ -9,7 +9,8 @@ already consumed. Two rules turn it into `failed` so it can be resubmitted:
 
 - on start, jobs claimed by a process of this host that no longer exists (or by our own pid: a
   container restart reuses pid 1) are failed with "worker died: worker restarted";
-- while running, a sweeper thread fails any claimed job whose heartbeat is older than the timeout
+- while running, a heartbeat thread stamps the worker's own record (GET /jobs lists live workers) and
+  fails any claimed job whose heartbeat is older than the timeout
   ("worker died: heartbeat expired"), whichever worker wrote it. Readers (API, CLI) apply the same rule
   on the fly, so a stale job reads as failed even when no worker is running.
 """
@@ -23,11 +24,11 @@ import threading
 import time
 
 from training.jobs.queue import DEFAULT_HEARTBEAT_TIMEOUT_S, open_huey
-from training.jobs.records import JobRecord, RecordStore, open_records, update
+from training.jobs.records import JobRecord, RecordStore, WorkerBeat, open_records, update
 
 logger = logging.getLogger(__name__)
 
-SWEEP_INTERVAL_S = 5.0
+SWEEP_INTERVAL_S = 5.0  # worker heartbeat and dead-job sweep period
 
 
 def _pid_alive(pid: int) -> bool:
@@ -56,7 +57,7 @@ def fail_dead_jobs(records: RecordStore, *, timeout_s: float, at_start: bool = F
     """Mark jobs whose worker is gone as failed; returns their ids."""
     host = socket.gethostname()
     failed = []
-    for record in records.list(limit=10_000):
+    for record in records.recent(limit=10_000):
         reason = _death_reason(record, host=host, at_start=at_start, timeout_s=timeout_s)
         if reason is None:
             continue
@@ -69,12 +70,19 @@ def fail_dead_jobs(records: RecordStore, *, timeout_s: float, at_start: bool = F
     return failed
 
 
-def _sweep_forever(records: RecordStore, timeout_s: float, stop: threading.Event) -> None:
-    while not stop.wait(SWEEP_INTERVAL_S):
+def _beat_and_sweep(records: RecordStore, timeout_s: float, stop: threading.Event) -> None:
+    """Stamp this worker's own heartbeat (idle or busy), then fail jobs whose heartbeat expired."""
+    beat = WorkerBeat(
+        id=f"{socket.gethostname()}:{os.getpid()}", started_at=time.time(), heartbeat_at=time.time()
+    )
+    while True:
         try:
+            records.beat_worker(beat.model_copy(update={"heartbeat_at": time.time()}))
             fail_dead_jobs(records, timeout_s=timeout_s)
-        except Exception:
-            logger.warning("dead-job sweep failed", exc_info=True)
+        except Exception:  # a busy or unreachable store must not end the thread
+            logger.warning("worker heartbeat / dead-job sweep failed", exc_info=True)
+        if stop.wait(SWEEP_INTERVAL_S):
+            return
 
 
 def run_worker(
@@ -86,7 +94,10 @@ def run_worker(
     fail_dead_jobs(records, timeout_s=heartbeat_timeout_s, at_start=True)
     stop = threading.Event()
     sweeper = threading.Thread(
-        target=_sweep_forever, args=(records, heartbeat_timeout_s, stop), name="dead-job-sweeper", daemon=True
+        target=_beat_and_sweep,
+        args=(records, heartbeat_timeout_s, stop),
+        name="worker-heartbeat",
+        daemon=True,
     )
     sweeper.start()
     # max_delay: an idle SQLite queue is polled with backoff; cap it so a new job starts within a second.
