@@ -268,3 +268,6 @@ def test_bad_input_gets_a_clear_error():
         InfoNCELoss(0.001, learn_temperature=True)
     with pytest.raises(ValueError, match="at least one negative"):
         info_nce_loss(q[:1], q[:1], temperature=0.1, decoupled=True)
+    with pytest.raises(ValueError, match="at least one negative"):  # doc→query has only the one query
+        info_nce_loss(q[:1], q[:1], temperature=0.1, extra_docs=q[1:], symmetric=True, decoupled=True)
+    assert torch.isfinite(info_nce_loss(q[:1], q[:1], temperature=0.1, extra_docs=q[1:], decoupled=True))

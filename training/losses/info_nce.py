@@ -57,8 +57,9 @@ def info_nce_loss(
     q = F.normalize(q, dim=-1)  # (B, D)
     d = F.normalize(d, dim=-1)  # (B, D)
     candidates = d if extra_docs is None else torch.cat([d, F.normalize(extra_docs, dim=-1)])  # (B + M, D)
-    if (decoupled or debiased_tau_plus > 0) and candidates.shape[0] < 2:
-        raise ValueError("decoupled/debiased InfoNCE needs at least one negative (batch of 1, no extra_docs)")
+    if (decoupled or debiased_tau_plus > 0) and min(candidates.shape[0], q.shape[0] if symmetric else 2) < 2:
+        # without a negative the decoupled denominator is empty (log 0 = -inf)
+        raise ValueError("decoupled/debiased InfoNCE needs at least one negative per row (batch of 1)")
     loss = _directional_loss(q @ candidates.T / temperature, temperature, decoupled, debiased_tau_plus)
     if symmetric:
         # doc→query: each positive picks its query among the B queries only
