@@ -283,7 +283,9 @@ def report_cmd(
     k: Annotated[
         int | None, typer.Option("--k", help="Negatives per anchor; default: the run's training k.")
     ] = None,
-    seed: Annotated[int, typer.Option("--seed", help="Seed of negatives and bootstrap.")] = 0,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Seed of negatives and bootstrap; default: the run's seed.")
+    ] = None,
     log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
 ) -> None:
     configure_logging(log_level)

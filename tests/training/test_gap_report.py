@@ -198,10 +198,28 @@ def test_training_k_counts_every_negative_a_row_is_scored_against():
 
 
 @pytest.mark.scifact
-def test_report_cli_on_a_scifact_subset_with_the_real_encoder(scifact, tmp_path):
-    from tests.training.scifact_slice import scifact_slice
+def test_training_writes_the_report_and_the_cli_regenerates_it(scifact, tmp_path):
+    import torch
 
-    data_dir = scifact_slice(scifact, tmp_path / "data", n_train=12, n_test=8, n_distractors=50)
+    from tests.training.scifact_slice import scifact_slice
+    from training.trainer import train
+
+    data_dir = scifact_slice(scifact, tmp_path / "data", n_train=8, n_test=6, n_distractors=16)
+    config = TrainConfig(max_seq_length=32, batch_size=4, max_steps=1, random_negatives=1, seed=2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # two OpenMP threads stall on this shared 2-core machine
+    try:
+        train(config, data_dir, tmp_path / "run", show_progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    path = tmp_path / "run" / "report" / REPORT_FILE
+    first = GapReport.model_validate_json(path.read_text())
+    _check_report(first)
+    assert first.k == training_k(config) == 4 and first.seed == 2
+    assert first.n_test == sum(len(r) for r in load_beir(data_dir, "test").qrels.values())
+    assert first.theory_terms.finite_k_log.vacuous  # τ = 0.05: log(1 + e^40/4) ≫ log 5
+    assert first.retrieval is not None and first.retrieval.test.n_queries == 6
+
     cmd = [sys.executable, "-m", "training", "report", "--data", str(data_dir), "--log-level", "WARNING"]
     refused = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
     assert refused.returncode == 2
@@ -209,17 +227,17 @@ def test_report_cli_on_a_scifact_subset_with_the_real_encoder(scifact, tmp_path)
         "error: --out is required unless --model is a training run folder (or its model/)"
     ]
     done = subprocess.run(
-        [*cmd, "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300, cwd=REPO
+        [*cmd, "--model", str(tmp_path / "run")], capture_output=True, text=True, timeout=300, cwd=REPO
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    report = GapReport.model_validate_json((tmp_path / "out" / REPORT_FILE).read_text())
-    _check_report(report)
-    assert report.model.name == "all-MiniLM-L6-v2"
-    assert report.k == 31 and report.n_test_queries == 8
-    assert report.n_test == sum(len(r) for r in load_beir(data_dir, "test").qrels.values())
-    assert report.theory_terms.finite_k_log.vacuous  # τ = 0.05: log(1 + e^40/31) ≫ log 32
-    assert report.retrieval is not None and report.retrieval.test.n_queries == 8
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [REPORT_FILE, *report.plots]
+    again = GapReport.model_validate_json(path.read_text())
+    _check_report(again)
+    assert (again.k, again.seed, again.n_test) == (first.k, 2, first.n_test)
+    assert again.risk_test.value == pytest.approx(
+        first.risk_test.value, abs=1e-3
+    )  # same model, seed, negatives
+    assert again.created_at > first.created_at
+    assert sorted(p.name for p in path.parent.iterdir()) == [REPORT_FILE, *again.plots]
 
 
 def test_subset_helper_is_still_what_the_scifact_test_expects():

@@ -312,7 +312,7 @@ def run_report(
     out_dir: str | Path | None = None,
     *,
     k: int | None = None,
-    seed: int = 0,
+    seed: int | None = None,
     max_train_queries: int | None = 300,
     max_test_queries: int | None = None,
     n_boot: int = 2000,
@@ -320,7 +320,7 @@ def run_report(
     """Regenerate a report for any model folder (`python -m training report`); returns report.json's path.
 
     A training run's folder (or its `<run>/model`) brings its `<run>/config.json`, which fixes k, the splits and the
-    seed; otherwise k defaults to TrainConfig's (batch_size − 1) and `out_dir` must be given.
+    seed (unless given); otherwise k defaults to TrainConfig's (batch_size − 1) and `out_dir` must be given.
     """
     model_path = Path(model_dir) if model_dir is not None else None
     if model_path is not None and (model_path / "model").is_dir() and (model_path / "config.json").exists():
@@ -343,7 +343,7 @@ def run_report(
         test,
         k=k if k is not None else training_k(config),
         k_rule="given on the command line" if k is not None else K_RULE,
-        seed=seed,
+        seed=config.seed if seed is None else seed,
         max_train_queries=max_train_queries,
         max_test_queries=max_test_queries,
         n_boot=n_boot,
