@@ -389,6 +389,8 @@ def _tune_grid(vi: VectorIndex) -> list[dict[str, int]]:
     if vi.info.kind == "ivf":
         return [{"nprobe": p} for p in probes]
     n, d = vi.ntotal, vi.dim
+    # past half the lists a PQ scan costs about as much as exact search: not worth tuning into
+    probes = [p for p in probes if p <= max(1, nlist // 2)]
     combos = [{"nprobe": p, "k_factor": kf} for p in probes for kf in (2, 4, 8, 16, 32)]
     # cost model: PQ codes scanned (m bytes each) + full vectors read for re-ranking
     return sorted(combos, key=lambda c: c["nprobe"] * n / nlist * _pq_m(d) + c["k_factor"] * RECALL_K * 4 * d)
