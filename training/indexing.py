@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from training.bundle import build_bundle
+from training.bundle import MANIFEST_FILE, build_bundle, read_manifest
 from training.bundle_store import BundleStore, PublishResult
 from training.data import load_split
 from training.encoder import Encoder
@@ -30,12 +30,13 @@ RUN_REPORT = "report"
 
 
 def resolve_run(model_dir: str | Path) -> tuple[Path, Path | None]:
-    """(model folder, training run folder or None): accepts `<run>` or `<run>/model` or a bare model."""
+    """(model folder, run or bundle folder or None): accepts `<run>`, `<run>/model`, `<bundle>/model`
+    or a bare sentence-transformers folder."""
     path = Path(model_dir)
     if (path / "model").is_dir():
         return path / "model", path
-    if (path.parent / RUN_CONFIG).is_file() or (path.parent / RUN_METRICS).is_file():
-        return path, path.parent
+    if any((path.parent / name).is_file() for name in (RUN_CONFIG, RUN_METRICS, MANIFEST_FILE)):
+        return path, path.parent  # a run's model/ or a published bundle's model/
     return path, None
 
 
@@ -86,6 +87,11 @@ def index_model(
             extras["training_metrics"] = _read_json(run / RUN_METRICS)
         if (run / RUN_REPORT / "report.json").is_file():
             report_dir = run / RUN_REPORT
+        if (run / MANIFEST_FILE).is_file():  # re-indexing with a published bundle's model: keep its story
+            previous = read_manifest(run)
+            training_config = previous.training_config
+            extras = {**{k: v for k, v in previous.extras.items() if k == "training_metrics"}, **extras}
+            extras["reindexed_from"] = previous.version
 
     logger.info("encoding %d documents with %s", len(data.corpus), encoder.source)
     _, doc_emb = encode_corpus(encoder, data.corpus, show_progress=show_progress)  # (n_docs, dim)
@@ -93,7 +99,8 @@ def index_model(
     result = evaluate(
         encoder, data, doc_embeddings=doc_emb, query_embeddings=query_emb, show_progress=show_progress
     )
-    metrics = {split: result.metrics}
+    # stored as "test" whatever the split is called: the gate compares held-out metrics under that key
+    metrics = {"test": result.metrics}
 
     bundles = Path(bundles_dir)
     bundles.mkdir(parents=True, exist_ok=True)

@@ -60,6 +60,9 @@ def test_resolve_run_accepts_run_or_model_folder(run_dir, tmp_path):
     assert resolve_run(run_dir) == (run_dir / "model", run_dir)
     assert resolve_run(run_dir / "model") == (run_dir / "model", run_dir)
     assert resolve_run(tmp_path) == (tmp_path, None)
+    (tmp_path / "bundle" / "model").mkdir(parents=True)
+    (tmp_path / "bundle" / "manifest.json").write_text("{}")
+    assert resolve_run(tmp_path / "bundle" / "model") == (tmp_path / "bundle" / "model", tmp_path / "bundle")
 
 
 def test_index_model_publishes_a_servable_bundle(run_dir, slice_dir, shared_encoder, tmp_path):
@@ -99,6 +102,15 @@ def test_index_model_publishes_a_servable_bundle(run_dir, slice_dir, shared_enco
     ((pos, _),) = bundle.index.search(q[:1], 5, allowed=allowed)
     assert all(h["metadata"]["bucket"] == 1 for h in bundle.docstore.get(pos, include=("metadata",)))
     assert not [p for p in bundles.iterdir() if p.name.startswith(".build-")]
+    # re-indexing with the live bundle's own model (the reindex job) keeps its training story and
+    # passes the gate (same model, same metric)
+    again = index_model(
+        bundles / result.version / "model", slice_dir, bundles, index_kind="flat", show_progress=False
+    )
+    assert again.live and store.current_version() == again.version
+    m2 = store.load_current().manifest
+    assert m2.training_config == m.training_config and m2.extras["reindexed_from"] == result.version
+    assert m2.metrics["test"]["ndcg@10"] == pytest.approx(m.metrics["test"]["ndcg@10"], abs=1e-6)
 
 
 def test_index_model_rejects_bad_options(run_dir, slice_dir, tmp_path):
