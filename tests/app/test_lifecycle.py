@@ -62,6 +62,9 @@ def test_activation_needs_the_right_key(tmp_path, staged):
         assert r.json() == {"version": b, "previous": a, "encoder_backend": "torch"}
         assert BundleStore(bundles).current_version() == b
         assert client.post("/search", json={"query": "x"}).json()["version"] == b
+        r = client.get("/generalization-gap")  # B was built without a report
+        assert r.status_code == 404 and r.json()["error"]["code"] == "report_missing"
+        assert b in r.json()["error"]["message"]
     with TestClient(create_app(make_settings(bundles, api_key=None, reload_poll_seconds=0))) as client:
         r = client.post(f"/bundles/{a}/activate", headers=KEY)
         assert r.status_code == 403 and "SEARCH_API_KEY" in r.json()["error"]["message"]
