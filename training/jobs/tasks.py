@@ -105,7 +105,8 @@ class Reporter(logging.Handler):
             if progress is not None:
                 changes["progress"] = progress
             if final is not None:
-                changes.update(final, finished_at=time.time())
+                done = (progress or record.progress).model_copy(update={"phase": final["state"]})
+                changes.update(final, progress=done, finished_at=time.time())
             return record.model_copy(update=changes)
 
         self.records.mutate(self.job_id, fn)
