@@ -97,6 +97,7 @@ class MicroBatcher:
         self.queue: asyncio.Queue[_Pending] = asyncio.Queue(maxsize=queue_max)
         self._task: asyncio.Task[None] | None = None
         self.in_flight = 0  # requests taken from the queue and not answered yet
+        self._last_batch = 1
 
     def pending(self) -> int:
         return self.queue.qsize()
@@ -128,7 +129,9 @@ class MicroBatcher:
     async def _collect(self) -> list[_Pending]:
         first = await self.queue.get()
         batch, n = [first], first.spec.n
-        deadline = time.perf_counter() + self.max_wait_s
+        # a lone client (last batch had one request) gets no added wait; under load, wait a little for more
+        wait = self.max_wait_s if self._last_batch > 1 else 0.0
+        deadline = time.perf_counter() + wait
         while n < self.max_size:
             try:
                 item = self.queue.get_nowait()
@@ -143,6 +146,7 @@ class MicroBatcher:
             batch.append(item)
             n += item.spec.n
         self.metrics.queue_depth.set(self.queue.qsize())
+        self._last_batch = len(batch)
         return batch
 
     async def _worker(self) -> None:
