@@ -93,3 +93,16 @@ class Settings(BaseSettings):
         if self.queue_url is None:
             self.queue_url = f"sqlite:///{(self.bundles_dir.parent / 'jobs.db').as_posix()}"
         return self
+
+
+def settings_table() -> str:
+    """Markdown table of every setting (variable, default, meaning), for the README."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        default = "" if field.default is None else f"`{field.default}`"
+        rows.append(f"| `SEARCH_{name.upper()}` | {default} | {field.description} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(settings_table())  # noqa: T201 - `python -m app.settings` prints the README table
