@@ -34,7 +34,9 @@ class Settings(BaseSettings):
     )
     max_top_k: int = Field(1000, ge=1, le=1000, description="Upper bound for `top_k` in POST /search.")
     max_batch: int = Field(64, ge=1, le=4096, description="Most queries or vectors in one POST /search.")
-    max_query_chars: int = Field(2048, ge=1, description="Longest query text accepted.")
+    max_query_chars: int = Field(
+        2048, ge=1, le=2048, description="Longest query text accepted, in characters (at most 2048)."
+    )
     encoder_backend: EncoderBackend = Field(
         "auto",
         description="Query encoder: torch, onnx (fp32), onnx-int8, or auto = the fastest ONNX variant whose "

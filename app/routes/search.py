@@ -47,6 +47,12 @@ async def search(
         raise InvalidInputError(
             f"body.top_k: {body.top_k} is above this server's limit of {settings.max_top_k}"
         )
+    long = [i for i, t in enumerate(body.texts or []) if len(t) > settings.max_query_chars]
+    if long:
+        where = "query" if field == "query" else f"queries[{long[0]}]"
+        raise InvalidInputError(
+            f"body.{where}: longer than this server's limit of {settings.max_query_chars} characters"
+        )
     raw = body.raw_vectors
     spec = SearchSpec(
         texts=body.texts,
