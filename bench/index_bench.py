@@ -13,8 +13,9 @@ recall@10 is |index top-10 ∩ exact top-10| / 10 on the measuring queries. QPS:
 search() call (the /search path), "b64" = 64 queries per call. Bytes/vector: the serialised index /
 N; for ivfpq also the resident part (PQ codes + ids) when the re-ranking vectors are memory-mapped.
 
-Run under the heavy-job lock:
-    flock /tmp/infonce-heavy.lock .venv/bin/python bench/index_bench.py --n 200000
+Run it under the team's heavy-job flock (it needs minutes of both cores), smaller N first:
+    flock <heavy-job lock> .venv/bin/python bench/index_bench.py --n 200000
+    flock <heavy-job lock> .venv/bin/python bench/index_bench.py --skip-real --n 1000000
 """
 
 from __future__ import annotations
