@@ -25,9 +25,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from training.errors import InfonceSearchError, JobCancelled, NoLiveBundle
+
+if TYPE_CHECKING:
+    from training.bundle_store import PublishResult
 from training.jobs.records import (
     HEARTBEAT_INTERVAL_S,
     LOG_TAIL_LINES,
@@ -203,14 +206,8 @@ def _failure(job_id: str, error: Exception) -> dict[str, Any]:
     return {"state": "failed", "error": f"{type(error).__name__}: {error}"}
 
 
-def _publish_outcome(result: Any) -> dict[str, Any]:
-    """version / live / reason of a PublishResult (or of a PipelineResult holding one)."""
-    publish = getattr(result, "publish", None) or result
-    return {
-        "bundle_version": getattr(publish, "version", None),
-        "live": getattr(publish, "live", None),
-        "gate_reason": getattr(publish, "reason", None),
-    }
+def _publish_outcome(published: PublishResult) -> dict[str, Any]:
+    return {"bundle_version": published.version, "live": published.live, "gate_reason": published.reason}
 
 
 def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
@@ -232,7 +229,7 @@ def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
             on_progress=reporter.on_progress,
             show_progress=False,  # progress goes to the job record, not to tqdm bars in the worker log
         )
-    return _publish_outcome(result)
+    return _publish_outcome(result.publish)
 
 
 def _reindex(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
