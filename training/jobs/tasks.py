@@ -28,9 +28,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from training.errors import InfonceSearchError, JobCancelled, NoLiveBundle
-
-if TYPE_CHECKING:
-    from training.bundle_store import PublishResult
 from training.jobs.records import (
     HEARTBEAT_INTERVAL_S,
     LOG_TAIL_LINES,
@@ -39,6 +36,9 @@ from training.jobs.records import (
     RecordStore,
     update,
 )
+
+if TYPE_CHECKING:
+    from training.bundle_store import PublishResult
 
 logger = logging.getLogger(__name__)
 
