@@ -1,0 +1,235 @@
+"""Retrain and reindex end to end: the real app, a real worker subprocess, a real SQLite queue.
+
+Data: a seeded scifact slice (40 train queries, 20 test queries, ~110 documents) written as a BEIR folder
+under a temporary data root. The first live bundle is the base model indexed on it; jobs then train for
+two steps (max_seq_length 32) and publish through the quality gate. The worker runs two consumer
+threads, so two retrains running one after the other proves the bundle lock, not a single thread.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from safetensors.numpy import load_file
+
+from app.main import create_app
+from app.settings import Settings
+from tests.training.scifact_slice import scifact_slice
+from training.jobs.queue import JobQueue
+
+pytestmark = [pytest.mark.slow, pytest.mark.scifact]
+
+REPO = Path(__file__).resolve().parents[1]
+KEY = {"X-API-Key": "e2e-key"}
+HEARTBEAT_TIMEOUT_S = 15
+# lr is tiny so the two-step candidate's test nDCG stays within the gate's tolerance of the base model
+# (these tests are about the job machinery; training quality has its own tests)
+QUICK = {"max_steps": 2, "max_seq_length": 32, "batch_size": 8, "lr": 1e-7, "eval_max_queries": 20}
+# many steps, so there is time to cancel or kill it mid-training
+LONG = {
+    "epochs": 200,
+    "max_seq_length": 32,
+    "batch_size": 4,
+    "lr": 1e-7,
+    "eval_max_queries": 5,
+    "report": False,
+}
+
+
+class Worker:
+    """`python -m training worker` as a subprocess, its output in a log file."""
+
+    def __init__(self, queue_url: str, log: Path):
+        self.queue_url, self.log = queue_url, log
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "training", "worker", "--queue", self.queue_url, "--workers", "2",
+                 "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT_S)],
+                cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, scifact) -> Iterator[dict[str, Any]]:
+    from training.encoder import Encoder
+    from training.indexing import index_model
+
+    root = tmp_path_factory.mktemp("jobs-e2e")
+    data_root = root / "data"
+    scifact_slice(scifact, data_root / "scifact-mini", n_train=40, n_test=20, n_distractors=30)
+    base = Encoder.load()
+    base.model.max_seq_length = 32  # the bundles keep it: every encode in these tests stays cheap
+    base.save(root / "base-model")
+    first = index_model(root / "base-model", data_root / "scifact-mini", root / "bundles", index_kind="flat",
+                        show_progress=False)  # fmt: skip
+    assert first.live
+    settings = Settings(
+        bundles_dir=root / "bundles",
+        api_key=KEY["X-API-Key"],
+        data_root=data_root,
+        queue_url=f"sqlite:///{root / 'jobs.db'}",
+        job_heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S,
+        reload_poll_seconds=0.2,
+        microbatch_enabled=False,
+    )
+    worker = Worker(settings.queue_url, root / "worker.log")
+    worker.start()
+    try:
+        with TestClient(create_app(settings)) as client:
+            yield {"client": client, "bundles": root / "bundles", "worker": worker, "first": first.version,
+                   "base": str(root / "base-model"),
+                   "settings": settings}  # fmt: skip
+    finally:
+        worker.stop()
+
+
+def _wait(what: str, check: Callable[[], Any], worker: Worker, timeout: float = 300) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.3)
+    pytest.fail(f"timed out waiting for {what}; worker log:\n{worker.tail()}")
+
+
+def _submit(env: dict[str, Any], job_type: str, options: dict[str, Any]) -> str:
+    if job_type == "retrain":  # start from the 32-token base model: every encode stays cheap
+        options = {"base_model": env["base"]} | options
+    body = {"type": job_type, "dataset": "scifact-mini", "options": options}
+    r = env["client"].post("/jobs", json=body, headers=KEY)
+    assert r.status_code == 202, r.text
+    return r.json()["id"]
+
+
+def _job(client: TestClient, job_id: str) -> dict[str, Any]:
+    return client.get(f"/jobs/{job_id}").json()
+
+
+def _finished(client: TestClient, job_id: str) -> dict[str, Any] | None:
+    job = _job(client, job_id)
+    return job if job["state"] in ("succeeded", "failed", "cancelled") else None
+
+
+def _current(bundles: Path) -> str:
+    return (bundles / "CURRENT").read_text().strip()
+
+
+def _versions(bundles: Path) -> set[str]:
+    return {p.name for p in bundles.iterdir() if p.is_dir() and not p.name.startswith(".")}
+
+
+def _served_version(client: TestClient) -> str:
+    r = client.post("/search", json={"query": "vitamin d and bone density", "top_k": 3})
+    assert r.status_code == 200, r.text
+    return r.json()["version"]
+
+
+def test_two_retrains_run_one_after_the_other_and_the_app_serves_the_result(env):
+    client, worker, bundles = env["client"], env["worker"], env["bundles"]
+    assert _served_version(client) == env["first"]
+    ids = [_submit(env, "retrain", QUICK) for _ in range(2)]
+    jobs = [_wait(f"job {i}", lambda i=i: _finished(client, i), worker) for i in ids]
+
+    for job in jobs:
+        assert job["state"] == "succeeded", (job, worker.tail())
+        assert job["progress"]["step"] == job["progress"]["total_steps"] == 2
+        assert job["bundle_version"] and job["live"] is True and job["gate_reason"]
+        assert job["log_tail"]
+    first, second = sorted(jobs, key=lambda j: j["started_at"])
+    assert first["finished_at"] <= second["started_at"], "the bundle lock let two retrains overlap"
+    assert _current(bundles) == second["bundle_version"]
+    _wait(
+        "the app to swap in the new bundle",
+        lambda: _served_version(client) == second["bundle_version"],
+        worker,
+        60,
+    )
+
+
+def test_reindex_publishes_the_live_model_into_a_new_bundle(env):
+    client, worker, bundles = env["client"], env["worker"], env["bundles"]
+    live = _current(bundles)
+    job_id = _submit(env, "reindex", {"index_kind": "flat"})
+    job = _wait("reindex", lambda: _finished(client, job_id), worker)
+    assert job["state"] == "succeeded", (job, worker.tail())
+    assert job["live"] is True and job["bundle_version"] != live
+    # the same weights as the bundle it re-encoded with: a reindex never trains
+    old = load_file(str(bundles / live / "model" / "model.safetensors"))
+    new = load_file(str(bundles / job["bundle_version"] / "model" / "model.safetensors"))
+    assert old.keys() == new.keys() and all(np.array_equal(old[k], new[k]) for k in old)
+    _wait(
+        "the app to serve the reindexed bundle",
+        lambda: _served_version(client) == job["bundle_version"],
+        worker,
+        60,
+    )
+
+
+def test_cancel_mid_training_publishes_nothing(env):
+    client, worker, bundles = env["client"], env["worker"], env["bundles"]
+    live, versions = _current(bundles), _versions(bundles)
+    job_id = _submit(env, "retrain", LONG)
+    _wait("training to start", lambda: _job(client, job_id)["progress"]["step"] >= 1, worker)
+    r = client.post(f"/jobs/{job_id}/cancel", headers=KEY)
+    assert r.status_code == 200 and r.json()["cancel_requested"]
+    job = _wait("the cancel", lambda: _finished(client, job_id), worker, 120)
+    assert job["state"] == "cancelled", (job, worker.tail())
+    assert job["bundle_version"] is None
+    assert job["progress"]["step"] < job["progress"]["total_steps"]
+    assert _current(bundles) == live and _versions(bundles) == versions
+
+
+def test_kill_9_mid_run_keeps_the_old_bundle_and_fails_the_job(env):
+    client, worker, bundles = env["client"], env["worker"], env["bundles"]
+    live, versions = _current(bundles), _versions(bundles)
+    job_id = _submit(env, "retrain", LONG)
+    _wait("training to start", lambda: _job(client, job_id)["progress"]["step"] >= 1, worker)
+    worker.kill9()
+
+    assert _current(bundles) == live and _versions(bundles) == versions
+    assert _served_version(client) == live
+    # no worker is running: the API itself reports the job failed once its heartbeat expires
+    job = _wait("heartbeat expiry", lambda: _finished(client, job_id), worker, HEARTBEAT_TIMEOUT_S + 30)
+    assert job["state"] == "failed" and "heartbeat expired" in job["error"]
+
+    # a restarted worker records the failure for good, and the job can be resubmitted
+    worker.start()
+    records = JobQueue(env["settings"].queue_url).records
+    stored = _wait("the restarted worker to fail the job", lambda: records.get(job_id).state == "failed" and
+                   records.get(job_id), worker, 120)  # fmt: skip
+    assert "worker died" in (stored.error or "")
+    again = _submit(env, "retrain", QUICK)
+    job = _wait("the resubmitted job", lambda: _finished(client, again), worker)
+    assert job["state"] == "succeeded", (job, worker.tail())
+    assert _current(bundles) == job["bundle_version"]
