@@ -1,6 +1,6 @@
 """Load benchmark of POST /search against a real uvicorn server on 127.0.0.1.
 
-    flock /tmp/infonce-heavy.lock .venv/bin/python bench/load_bench.py [--bundles DIR] [--seconds 4]
+    flock "$HEAVY_LOCK" .venv/bin/python bench/load_bench.py [--bundles DIR] [--seconds 4]   # the shared heavy-job lock
 
 Without --bundles it builds (once, cached under var/bench/, git-ignored) a bundle of the whole scifact
 corpus (../shared/data/scifact) with the base all-MiniLM-L6-v2 and an exact (flat) index, plus its ONNX
