@@ -4,17 +4,19 @@
 
 What it does, all on 127.0.0.1 and all stopped at the end (or after --max-seconds):
 
-1. writes a small scifact slice (BEIR folder) and builds the first bundle with
-   `python -m training pipeline` on a tiny training budget;
+1. writes a small scifact slice (BEIR folder) under a fresh data root;
 2. starts redis-server on a free port, two real `uvicorn --factory app.main:create_app` processes on
-   the same bundles folder, and one `python -m training worker`, all with SEARCH_QUEUE_URL=redis://…;
-3. keeps querying POST /search through a round-robin client over both APIs;
-4. submits a retrain (same tiny budget) to API 1 and follows it on API 2 (records live in Redis);
+   one (empty) bundles folder, and one `python -m training worker`, all with SEARCH_QUEUE_URL=redis://…;
+3. submits a retrain on a tiny budget through API 1 and follows it on API 2 (job records live in
+   Redis); the worker publishes the first bundle and both APIs go from 503 to ready, like a fresh
+   compose deployment after bootstrap;
+4. keeps querying POST /search through a round-robin client over both APIs, and submits a second
+   retrain (same budget) while it does;
 5. waits until both APIs serve the bundle the worker published, queries a little longer, then prints
    the failed-request count (should be 0) and the version each API served before and after.
 
-The retrain uses the same config and seed as the first bundle, so its test metrics match and the
-quality gate lets it through; what is measured here is the hand-over, not model quality.
+Both retrains use the same config and seed, so their test metrics match and the quality gate lets the
+second through; what is measured here is the hand-over, not model quality.
 Results go to bench/results/scaleout.json.
 """
 
@@ -152,8 +154,47 @@ def build_slice(scifact: Path, data_root: Path) -> tuple[Path, list[str]]:
     return folder, queries
 
 
-def pipeline_args(budget: dict[str, Any]) -> list[str]:
-    return [arg for key, value in budget.items() for arg in (f"--{key.replace('_', '-')}", str(value))]
+def run_job(
+    client: httpx.Client, bases: list[str], worker: Proc, deadline: Deadline
+) -> tuple[dict[str, Any], float]:
+    """Submit a retrain to API 1, follow it on API 2 (the records live in Redis); (record, seconds)."""
+    response = client.post(
+        f"{bases[0]}/jobs",
+        json={"type": "retrain", "dataset": "slice", "options": BUDGET},
+        headers={"X-API-Key": API_KEY},
+    )
+    if response.status_code != 202:
+        raise RuntimeError(f"POST /jobs answered {response.status_code}: {response.text}")
+    job_id = response.json()["id"]
+    started = time.monotonic()
+    print(f"retrain job {job_id} submitted to api1", flush=True)
+    job: dict[str, Any] = {}
+    last_phase = ""
+    while job.get("state") not in ("succeeded", "failed", "cancelled"):
+        if not worker.alive():
+            raise RuntimeError(f"worker exited:\n{worker.tail()}")
+        deadline.check(f"job {job_id}")
+        time.sleep(1.0)
+        job = client.get(f"{bases[1]}/jobs/{job_id}").json()
+        phase = f"{job.get('state')}/{job.get('progress', {}).get('phase')}"
+        if phase != last_phase:
+            print(f"  job {phase} (+{time.monotonic() - started:.1f} s)", flush=True)
+            last_phase = phase
+    if job["state"] != "succeeded" or not job.get("live"):
+        raise RuntimeError(f"retrain did not publish: {json.dumps(job)[:2000]}")
+    return job, time.monotonic() - started
+
+
+def wait_serving(client: httpx.Client, bases: list[str], version: str, deadline: Deadline) -> list[float]:
+    """Poll every API's /readyz until it serves `version`; the monotonic time each one did."""
+    seen: list[float | None] = [None] * len(bases)
+    while None in seen:
+        for i, base in enumerate(bases):
+            if seen[i] is None and ready_version(client, base) == version:
+                seen[i] = time.monotonic()
+        deadline.check(f"every API serving {version}")
+        time.sleep(0.2)
+    return [t for t in seen if t is not None]
 
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -161,22 +202,11 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     logs = work / "logs"
     logs.mkdir(parents=True)
     data_root, bundles = work / "data", work / "bundles"
+    bundles.mkdir()
     slice_dir, queries = build_slice(args.data, data_root)
     print(f"slice: {slice_dir} ({len(queries)} queries)", flush=True)
 
     base_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    t0 = time.monotonic()
-    subprocess.run(
-        [sys.executable, "-m", "training", "pipeline", "--data", str(slice_dir), "--bundles", str(bundles),
-         *pipeline_args(BUDGET)],
-        cwd=REPO, env=base_env, check=True, stdout=(logs / "bootstrap.log").open("w"), stderr=subprocess.STDOUT,
-        timeout=max(deadline.left(), 1),
-    )  # fmt: skip
-    print(
-        f"first bundle: {(bundles / 'CURRENT').read_text().strip()} in {time.monotonic() - t0:.1f} s",
-        flush=True,
-    )
-
     procs: list[Proc] = []
     try:
         redis_port = free_port()
@@ -211,49 +241,19 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             wait_port(port, api, deadline)
 
         with httpx.Client(timeout=30) as client:
-            before: list[str | None] = [None, None]
-            while None in before:
-                before = [ready_version(client, base) for base in bases]
-                deadline.check("both APIs ready")
-                time.sleep(0.5)
-            print(f"ready: api1={before[0]} api2={before[1]}", flush=True)
+            # First bundle: the APIs start on an empty folder (503) and pick it up when the job publishes,
+            # as a fresh compose deployment does after bootstrap.
+            first, first_s = run_job(client, bases, worker, deadline)
+            wait_serving(client, bases, first["bundle_version"], deadline)
+            before = [ready_version(client, base) for base in bases]
+            print(f"ready after {first_s:.1f} s job: api1={before[0]} api2={before[1]}", flush=True)
 
             load = QueryLoad(bases, queries, args.rate)
             load.start()
             try:
-                response = client.post(
-                    f"{bases[0]}/jobs",
-                    json={"type": "retrain", "dataset": "slice", "options": BUDGET},
-                    headers={"X-API-Key": API_KEY},
-                )
-                if response.status_code != 202:
-                    raise RuntimeError(f"POST /jobs answered {response.status_code}: {response.text}")
-                job_id = response.json()["id"]
-                t_submit = time.monotonic()
-                print(f"retrain job {job_id} submitted to api1", flush=True)
-                job: dict[str, Any] = {}
-                last_phase = ""
-                while job.get("state") not in ("succeeded", "failed", "cancelled"):
-                    if not worker.alive():
-                        raise RuntimeError(f"worker exited:\n{worker.tail()}")
-                    deadline.check(f"job {job_id}")
-                    time.sleep(1.0)
-                    job = client.get(f"{bases[1]}/jobs/{job_id}").json()  # followed on the *other* API
-                    phase = f"{job.get('state')}/{job.get('progress', {}).get('phase')}"
-                    if phase != last_phase:
-                        print(f"  job {phase} (+{time.monotonic() - t_submit:.1f} s)", flush=True)
-                        last_phase = phase
+                job, job_s = run_job(client, bases, worker, deadline)
                 t_done = time.monotonic()
-                if job["state"] != "succeeded" or not job.get("live"):
-                    raise RuntimeError(f"retrain did not publish: {json.dumps(job)[:2000]}")
-                new_version = job["bundle_version"]
-                swapped_at: list[float | None] = [None, None]
-                while None in swapped_at:
-                    for i, base in enumerate(bases):
-                        if swapped_at[i] is None and ready_version(client, base) == new_version:
-                            swapped_at[i] = time.monotonic()
-                    deadline.check(f"both APIs serving {new_version}")
-                    time.sleep(0.2)
+                swapped_at = wait_serving(client, bases, job["bundle_version"], deadline)
                 time.sleep(args.after_seconds)  # keep querying the new version for a while
             finally:
                 load.stop()
@@ -266,15 +266,15 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             "requests": len(outcomes),
             "failed": len(failed),
             "failures": [{"api": o[1] + 1, "status": o[2], "detail": o[3]} for o in failed[:20]],
-            "job_id": job_id,
-            "job_seconds": round(t_done - t_submit, 1),
+            "job_id": job["id"],
+            "job_seconds": round(job_s, 1),
             "gate_reason": job.get("gate_reason"),
             "apis": [
                 {
                     "api": i + 1,
                     "before": before[i],
                     "after": after[i],
-                    "swap_lag_after_job_s": round((swapped_at[i] or t_done) - t_done, 2),
+                    "swap_lag_after_job_s": round(swapped_at[i] - t_done, 2),
                     "answers_per_version": served[i],
                 }
                 for i in range(2)
