@@ -40,7 +40,9 @@ NEGATIVE_SAMPLER = (
 
 def model_identity(encoder: Encoder, temperature: float | None) -> ModelIdentity:
     """Metric, τ used in the risks and τ_eff used in the bounds (see training.gap.report's docstring)."""
-    name = encoder.source.rstrip("/").split("/")[-1] if encoder.source else "in-memory"
+    parts = encoder.source.rstrip("/").split("/") if encoder.source else ["in-memory"]
+    # a training run saves its model as <run>/model: the run folder is the name people know
+    name = parts[-2] if parts[-1] == "model" and len(parts) > 1 else parts[-1]
     if encoder.source and encoder.source == str(default_model_path()):
         name = DEFAULT_MODEL_NAME
     if encoder.metric == "aninfonce":
