@@ -14,7 +14,9 @@ SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 def scifact_dir() -> Path:
     """Path of ../shared/data/scifact, or skip the calling test with a clear reason."""
     if not (SCIFACT / "corpus.jsonl").exists():
-        pytest.skip(f"scifact benchmark not found at {SCIFACT} (expected ../shared/data/scifact beside the repo)")
+        pytest.skip(
+            f"scifact benchmark not found at {SCIFACT} (expected ../shared/data/scifact beside the repo)"
+        )
     return SCIFACT
 
 

@@ -34,7 +34,15 @@ KEY = {"X-API-Key": "e2e-key"}
 HEARTBEAT_TIMEOUT_S = 15
 # lr is tiny so the two-step candidate's test nDCG stays within the gate's tolerance of the base model
 # (these tests are about the job machinery; training quality has its own tests)
-QUICK = {"max_steps": 2, "max_seq_length": 32, "batch_size": 8, "lr": 1e-7, "eval_max_queries": 20}
+# onnx off: ONNX export is covered by tests/app/test_onnx.py and test_indexing; here it would only add time
+QUICK = {
+    "max_steps": 2,
+    "max_seq_length": 32,
+    "batch_size": 8,
+    "lr": 1e-7,
+    "eval_max_queries": 20,
+    "onnx": False,
+}
 # many steps, so there is time to cancel or kill it mid-training
 LONG = {
     "epochs": 200,
@@ -91,7 +99,7 @@ def env(tmp_path_factory, scifact) -> Iterator[dict[str, Any]]:
     base.model.max_seq_length = 32  # the bundles keep it: every encode in these tests stays cheap
     base.save(root / "base-model")
     first = index_model(root / "base-model", data_root / "scifact-mini", root / "bundles", index_kind="flat",
-                        show_progress=False)  # fmt: skip
+                        onnx=False, show_progress=False)  # fmt: skip
     assert first.live
     settings = Settings(
         bundles_dir=root / "bundles",
@@ -180,7 +188,7 @@ def test_two_retrains_run_one_after_the_other_and_the_app_serves_the_result(env)
 def test_reindex_publishes_the_live_model_into_a_new_bundle(env):
     client, worker, bundles = env["client"], env["worker"], env["bundles"]
     live = _current(bundles)
-    job_id = _submit(env, "reindex", {"index_kind": "flat"})
+    job_id = _submit(env, "reindex", {"index_kind": "flat", "onnx": False})
     job = _wait("reindex", lambda: _finished(client, job_id), worker)
     assert job["state"] == "succeeded", (job, worker.tail())
     assert job["live"] is True and job["bundle_version"] != live

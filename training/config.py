@@ -56,7 +56,9 @@ class TrainConfig(BaseModel):
     def _check(self) -> TrainConfig:
         if self.hard_negative_rank_max <= self.hard_negative_rank_min:
             raise ValueError("hard_negative_rank_max must be greater than hard_negative_rank_min")
-        if self.loss == "aninfonce" and (self.decoupled or self.debiased_tau_plus > 0 or self.learn_temperature):
+        if self.loss == "aninfonce" and (
+            self.decoupled or self.debiased_tau_plus > 0 or self.learn_temperature
+        ):
             raise ValueError("decoupled, debiased and learn_temperature apply to loss=infonce only")
         if self.decoupled and self.debiased_tau_plus > 0:
             raise ValueError("choose decoupled or debiased, not both")

@@ -72,7 +72,9 @@ class Similarity:
         data = dict(data)
         metric = data.pop("metric", "cosine")
         if metric not in ("cosine", "aninfonce"):
-            raise ModelLoadError(f"{SIMILARITY_FILE}: unknown metric {metric!r} (expected cosine or aninfonce)")
+            raise ModelLoadError(
+                f"{SIMILARITY_FILE}: unknown metric {metric!r} (expected cosine or aninfonce)"
+            )
         lam = data.pop("lambda", None)
         temperature = data.pop("temperature", None)
         if metric == "aninfonce" and not lam:
@@ -114,8 +116,7 @@ class Encoder:
                 similarity = Similarity.from_json(json.loads(sim_file.read_text()))
             except json.JSONDecodeError as exc:
                 raise ModelLoadError(f"{sim_file}: invalid JSON ({exc})") from exc
-        logger.info("loaded encoder %s (dim %d, metric %s)", folder, _embedding_dim(model),
-                    similarity.metric)
+        logger.info("loaded encoder %s (dim %d, metric %s)", folder, _embedding_dim(model), similarity.metric)
         return cls(model, similarity, source=str(folder))
 
     def save(self, path: str | Path) -> Path:

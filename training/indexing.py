@@ -19,8 +19,9 @@ from training.bundle_store import BundleStore, PublishResult
 from training.data import load_split
 from training.encoder import Encoder
 from training.errors import ConfigError
-from training.evaluate import encode_corpus, evaluate
+from training.evaluate import EvalResult, encode_corpus, evaluate
 from training.index import KINDS
+from training.onnx_encoder import attach_onnx
 
 logger = logging.getLogger(__name__)
 
@@ -63,12 +64,19 @@ def index_model(
     gate_metric: str = "ndcg@10",
     tolerance: float = 0.005,
     memory_budget_bytes: int | None = None,
+    onnx: bool = True,
+    evaluation: EvalResult | None = None,
     show_progress: bool = True,
 ) -> PublishResult:
     """Encode `data_dir`'s corpus with the model, evaluate on `split`, build and publish a bundle.
 
     `model_dir` is a training run folder (`<out>` with model/, config.json, metrics.json, report/), its
     model/ folder, or any sentence-transformers folder; None means the packaged base model.
+
+    `onnx`: also export the ONNX query encoders (fp32 + int8) into the bundle and record their nDCG@10
+    against torch, so the API picks the fast one only when it costs no quality.
+    `evaluation`: an `evaluate()` of this very model on this split (the trainer's final one); its corpus
+    embeddings and metrics are reused instead of encoding the corpus a second time.
     """
     if index_kind not in KINDS:
         raise ConfigError(f"--index: unknown index kind {index_kind!r} (expected one of {', '.join(KINDS)})")
@@ -93,12 +101,16 @@ def index_model(
             extras = {**{k: v for k, v in previous.extras.items() if k == "training_metrics"}, **extras}
             extras["reindexed_from"] = previous.version
 
-    logger.info("encoding %d documents with %s", len(data.corpus), encoder.source)
-    _, doc_emb = encode_corpus(encoder, data.corpus, show_progress=show_progress)  # (n_docs, dim)
     query_emb = encoder.encode(list(data.queries.values()), kind="query")  # (n_queries, dim)
-    result = evaluate(
-        encoder, data, doc_embeddings=doc_emb, query_embeddings=query_emb, show_progress=show_progress
-    )
+    if evaluation is not None and evaluation.doc_ids == list(data.corpus):
+        logger.info("reusing the training run's corpus embeddings (%d documents)", len(data.corpus))
+        doc_emb, result = evaluation.doc_embeddings, evaluation
+    else:
+        logger.info("encoding %d documents with %s", len(data.corpus), encoder.source)
+        _, doc_emb = encode_corpus(encoder, data.corpus, show_progress=show_progress)  # (n_docs, dim)
+        result = evaluate(
+            encoder, data, doc_embeddings=doc_emb, query_embeddings=query_emb, show_progress=show_progress
+        )
     # stored as "test" whatever the split is called: the gate compares held-out metrics under that key
     metrics = {"test": result.metrics}
 
@@ -123,6 +135,9 @@ def index_model(
             extras=extras,
             show_progress=show_progress,
         )
+        if onnx:
+            # after the model is staged, before publishing: attach_onnx refreshes the manifest checksums
+            attach_onnx(staging, data.queries, data.qrels, quantize=True)
         published = BundleStore(bundles, keep=keep).publish(
             staging, gate_metric=gate_metric, tolerance=tolerance, force=force
         )

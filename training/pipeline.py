@@ -46,6 +46,7 @@ def run_pipeline(
     keep: int = 5,
     gate_metric: str = "ndcg@10",
     tolerance: float = 0.005,
+    onnx: bool = True,
     on_progress: ProgressFn | None = None,
     show_progress: bool = True,
 ) -> PipelineResult:
@@ -69,6 +70,7 @@ def run_pipeline(
         keep=keep,
         gate_metric=gate_metric,
         tolerance=tolerance,
+        onnx=onnx,
         show_progress=show_progress,
     )
     return PipelineResult(run_dir, trained, published, time.perf_counter() - started)

@@ -102,10 +102,19 @@ def test_index_model_publishes_a_servable_bundle(run_dir, slice_dir, shared_enco
     ((pos, _),) = bundle.index.search(q[:1], 5, allowed=allowed)
     assert all(h["metadata"]["bucket"] == 1 for h in bundle.docstore.get(pos, include=("metadata",)))
     assert not [p for p in bundles.iterdir() if p.name.startswith(".build-")]
+    # the ONNX query encoders were exported into the bundle, checksummed, and scored against torch
+    onnx = m.extras["onnx"]
+    assert set(onnx["ndcg_loss"]) == {"fp32", "int8"} and abs(onnx["ndcg_loss"]["fp32"]) < 0.01
+    assert all(f in m.files for f in onnx["files"].values())
     # re-indexing with the live bundle's own model (the reindex job) keeps its training story and
     # passes the gate (same model, same metric)
     again = index_model(
-        bundles / result.version / "model", slice_dir, bundles, index_kind="flat", show_progress=False
+        bundles / result.version / "model",
+        slice_dir,
+        bundles,
+        index_kind="flat",
+        onnx=False,
+        show_progress=False,
     )
     assert again.live and store.current_version() == again.version
     m2 = store.load_current().manifest

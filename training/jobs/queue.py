@@ -53,6 +53,7 @@ class RetrainOptions(TrainConfig):
 
     index_kind: IndexKind = "auto"
     force: bool = False  # True: publish live even if the quality gate would keep it as a candidate
+    onnx: bool = True  # export + quality-check the ONNX query encoders into the bundle
 
 
 class ReindexOptions(BaseModel):
@@ -65,6 +66,7 @@ class ReindexOptions(BaseModel):
     # operator's deliberate change (new corpus, other index type) with the same model, so "worse than
     # the live bundle on the old corpus" is expected rather than a regression. force=False applies the gate.
     force: bool = True
+    onnx: bool = True  # export + quality-check the ONNX query encoders into the bundle
 
 
 OPTION_MODELS: dict[str, type[BaseModel]] = {"retrain": RetrainOptions, "reindex": ReindexOptions}

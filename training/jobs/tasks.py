@@ -216,7 +216,7 @@ def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
     from training.pipeline import run_pipeline
 
     options = RetrainOptions.model_validate(record.options)
-    config = TrainConfig(**options.model_dump(exclude={"index_kind", "force"}))
+    config = TrainConfig(**options.model_dump(exclude={"index_kind", "force", "onnx"}))
     reporter.progress(phase="train", total_steps=config.max_steps)
     with tempfile.TemporaryDirectory(prefix=f"job-{record.id[:8]}-") as work_dir:
         result = run_pipeline(
@@ -226,6 +226,7 @@ def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
             work_dir=work_dir,
             index_kind=options.index_kind,
             force=options.force,
+            onnx=options.onnx,
             on_progress=reporter.on_progress,
             show_progress=False,  # progress goes to the job record, not to tqdm bars in the worker log
         )
@@ -252,6 +253,7 @@ def _reindex(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
         record.bundles_dir,
         index_kind=options.index_kind,
         force=options.force,
+        onnx=options.onnx,
         show_progress=False,
     )
     return _publish_outcome(result)
