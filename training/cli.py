@@ -211,6 +211,11 @@ def _train_signature() -> inspect.Signature:
             annotation=Annotated[bool, typer.Option("--quiet", help="No progress bars.")],
         ),
     ]
+    return inspect.Signature(fixed + _config_parameters())
+
+
+def _config_parameters() -> list[inspect.Parameter]:
+    """One keyword option per TrainConfig field (default None = keep the config's value)."""
     fields = []
     for name, field in TrainConfig.model_fields.items():
         kind = _option_type(field.annotation)
@@ -226,7 +231,7 @@ def _train_signature() -> inspect.Signature:
                 annotation=Annotated[kind | None, typer.Option(*flags, help=help_text, show_default=False)],
             )
         )
-    return inspect.Signature(fixed + fields)
+    return fields
 
 
 _train.__signature__ = _train_signature()  # type: ignore[attr-defined]
@@ -296,6 +301,120 @@ def report_cmd(
     except InfonceSearchError as exc:
         fail(str(exc))
     typer.echo(f"report written to {path}")
+
+
+def _option(name: str, annotation: Any, default: Any = inspect.Parameter.empty) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+def _pipeline(
+    data: Path,
+    bundles: Path,
+    work_dir: Path,
+    index: str,
+    target_recall: float,
+    force: bool,
+    keep: int,
+    onnx: bool,
+    config_file: Path | None,
+    log_level: str,
+    quiet: bool,
+    **overrides: Any,
+) -> None:
+    configure_logging(log_level)
+    config = load_config(config_file, overrides)
+    if not data.exists():
+        fail(f"--data {data}: no such file or folder (expected a BEIR folder or a pairs JSONL file)")
+    from training.pipeline import run_pipeline  # torch and friends load only when a run starts
+
+    try:
+        result = run_pipeline(
+            data,
+            bundles,
+            config=config,
+            work_dir=work_dir,
+            index_kind=index,
+            target_recall=target_recall,
+            force=force,
+            keep=keep,
+            onnx=onnx,
+            show_progress=not quiet,
+        )
+    except InfonceSearchError as exc:
+        fail(str(exc))
+    except ValidationError as exc:
+        fail(validation_message(exc))
+    typer.echo(metrics_table(result.train.base_metrics, result.train.tuned_metrics))
+    published = result.publish
+    state = "live" if published.live else "kept as a candidate"
+    typer.echo(f"bundle {published.version} {state} ({published.reason})")
+    typer.echo(f"run folder {result.run_dir}; pipeline took {result.seconds:.0f}s")
+
+
+_pipeline.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [
+        _option("data", Annotated[Path, typer.Option("--data", help="BEIR folder or pairs JSONL file.")]),
+        _option(
+            "bundles", Annotated[Path, typer.Option("--bundles", help="Bundles folder (versions + CURRENT).")]
+        ),
+        _option(
+            "work_dir",
+            Annotated[Path, typer.Option("--work-dir", help="Where training run folders are written.")],
+            Path("runs"),
+        ),
+        _option(
+            "index", Annotated[str, typer.Option("--index", help="auto, flat, hnsw, ivf or ivfpq.")], "auto"
+        ),
+        _option(
+            "target_recall",
+            Annotated[
+                float, typer.Option("--target-recall", help="ANN recall@10 vs exact search to tune to.")
+            ],
+            0.95,
+        ),
+        _option(
+            "force",
+            Annotated[
+                bool,
+                typer.Option("--force", help="Make the bundle live even if the quality gate rejects it."),
+            ],
+            False,
+        ),
+        _option(
+            "keep", Annotated[int, typer.Option("--keep", help="Versions kept (the live one always is).")], 5
+        ),
+        _option(
+            "onnx",
+            Annotated[
+                bool,
+                typer.Option(
+                    "--onnx/--no-onnx", help="Export + score the ONNX query encoders into the bundle."
+                ),
+            ],
+            True,
+        ),
+        _option(
+            "config_file",
+            Annotated[
+                Path | None,
+                typer.Option("--config", help="JSON file of TrainConfig fields; explicit options win."),
+            ],
+            None,
+        ),
+        _option(
+            "log_level",
+            Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING or ERROR.")],
+            "INFO",
+        ),
+        _option("quiet", Annotated[bool, typer.Option("--quiet", help="No progress bars.")], False),
+        *_config_parameters(),
+    ]
+)
+_pipeline.__annotations__ = {p.name: p.annotation for p in _pipeline.__signature__.parameters.values()}  # type: ignore[attr-defined]
+app.command(
+    "pipeline",
+    help="Train, write the gap report, build the index and publish the bundle through the quality gate.",
+)(_pipeline)
 
 
 # jobs submit|status|list|cancel and the worker (training/jobs/cli.py; light: huey + pydantic, no torch)

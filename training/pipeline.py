@@ -71,6 +71,7 @@ def run_pipeline(
         gate_metric=gate_metric,
         tolerance=tolerance,
         onnx=onnx,
+        evaluation=trained.evaluation,
         show_progress=show_progress,
     )
     return PipelineResult(run_dir, trained, published, time.perf_counter() - started)

@@ -56,6 +56,7 @@ class TrainResult:
     base_metrics: dict[str, float]
     tuned_metrics: dict[str, float]
     train_seconds: float
+    evaluation: EvalResult | None = None  # the tuned model's evaluation (its corpus embeddings are reused)
 
 
 def train(
@@ -218,6 +219,7 @@ def train(
         base_metrics=base.metrics,
         tuned_metrics=tuned.metrics,
         train_seconds=train_seconds,
+        evaluation=tuned,
     )
 
 
