@@ -23,7 +23,15 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 demo: install
-	$(BIN)/python -m training train --data $(DATA) --out $(RUN_DIR)/run
+	scripts/demo.sh $(DATA) $(RUN_DIR) $(HOST) $(PORT)
+
+serve: install
+	SEARCH_BUNDLES_DIR=$(RUN_DIR)/bundles SEARCH_QUEUE_URL=sqlite:///$(RUN_DIR)/jobs.db \
+		$(BIN)/python -m uvicorn --factory app.main:create_app --host $(HOST) --port $(PORT)
+
+worker: install
+	SEARCH_BUNDLES_DIR=$(RUN_DIR)/bundles SEARCH_QUEUE_URL=sqlite:///$(RUN_DIR)/jobs.db \
+		SEARCH_DATA_ROOT=$(dir $(DATA)) $(BIN)/python -m training worker
 
 test: install
 	$(BIN)/python -m pytest
@@ -31,6 +39,7 @@ test: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/hadolint Dockerfile
 
 typecheck: install
 	$(BIN)/mypy
