@@ -173,7 +173,7 @@ def test_report_after_training_uses_the_training_k_and_reuses_given_embeddings(s
     # another order than the corpus (rows matched by id), one document missing (encoded on the spot)
     ids = list(train.corpus)[::-1][:-1]
     emb = shared_encoder.encode([f"{train.corpus[i].title} {train.corpus[i].text}".strip() for i in ids])
-    config = TrainConfig(batch_size=4, random_negatives=2, seed=1)
+    config = TrainConfig(batch_size=4, hard_negatives=0, random_negatives=2, seed=1)
     report = report_after_training(
         shared_encoder, train, test, config=config, doc_ids=ids, doc_embeddings=emb, out_dir=tmp_path
     )
@@ -193,7 +193,7 @@ def test_bad_settings_are_refused_with_the_field_named(shared_encoder, base_enco
 
 
 def test_training_k_counts_every_negative_a_row_is_scored_against():
-    assert training_k(TrainConfig(batch_size=32)) == 31
+    assert training_k(TrainConfig(batch_size=32, hard_negatives=0)) == 31
     assert training_k(TrainConfig(batch_size=8, hard_negatives=1, random_negatives=5)) == 7 + 8 + 5
 
 
@@ -205,7 +205,9 @@ def test_training_writes_the_report_and_the_cli_regenerates_it(scifact, tmp_path
     from training.trainer import train
 
     data_dir = scifact_slice(scifact, tmp_path / "data", n_train=8, n_test=6, n_distractors=16)
-    config = TrainConfig(max_seq_length=32, batch_size=4, max_steps=1, random_negatives=1, seed=2)
+    config = TrainConfig(
+        max_seq_length=32, batch_size=4, max_steps=1, hard_negatives=0, random_negatives=1, seed=2
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # two OpenMP threads stall on this shared 2-core machine
     try:

@@ -44,6 +44,7 @@ def test_tiny_run_writes_artifacts_and_the_model_reloads(slice_dir, tmp_path):
         random_negatives=2,
         eval_max_queries=6,
         report=False,
+        corpus_title_pairs=5,
     )
     progress: list[dict] = []
     # When
@@ -58,7 +59,8 @@ def test_tiny_run_writes_artifacts_and_the_model_reloads(slice_dir, tmp_path):
     assert metrics["tuned"]["ndcg@10"] == pytest.approx(result.tuned_metrics["ndcg@10"])
     saved = json.loads((out / "config.json").read_text())
     assert TrainConfig(**saved["config"]) == config
-    assert saved["data"]["source"] == str(slice_dir) and saved["data"]["n_train_pairs"] >= 16
+    assert saved["data"]["source"] == str(slice_dir) and saved["data"]["n_corpus_title_pairs"] == 5
+    assert saved["data"]["n_train_pairs"] >= 16 + 5  # the title pairs joined the labelled ones
     assert saved["versions"]["torch"] and saved["base_model"]["name"] == "all-MiniLM-L6-v2"
 
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
@@ -122,3 +124,32 @@ def test_shared_extra_negatives_are_never_a_positive_of_any_batch_query():
         assert extra[:2] == [4, 5]
     # warmup rises linearly, decay reaches 0 at the last step
     assert [round(linear_schedule(s, 2, 6), 3) for s in range(6)] == [0.333, 0.667, 1.0, 0.75, 0.5, 0.25]
+
+
+def test_title_pairs_are_seeded_titles_querying_their_own_body_without_the_title():
+    import numpy as np
+
+    from training.data import Document, RetrievalData
+    from training.trainer import title_pairs
+
+    # Given: 6 documents, one without a title and one without a body; q0 is a real query
+    docs = [Document(f"d{i}", f"Title {i}", f"Body {i}.", {}) for i in range(6)]
+    docs[1] = Document("d1", " ", "Body 1.", {})
+    docs[2] = Document("d2", "Title 2", "", {})
+    data = RetrievalData({d.id: d for d in docs}, {"q0": "a claim"}, {"q0": {"d0": 1}}, "mem")
+    # When: more pairs asked for than eligible documents
+    pairs = title_pairs(data, 10, np.random.default_rng(0))
+    # Then: every titled document with a body, once; query = title, positive = body only
+    assert [p.positive_id for p in pairs] == ["d0", "d3", "d4", "d5"]
+    for p in pairs:
+        n = p.positive_id[1:]
+        assert (p.query, p.positive, p.query_id) == (f"Title {n}", f"Body {n}.", f"title:d{n}")
+    # a smaller sample is seeded, without repeats, and n=0 adds nothing
+    two = [p.positive_id for p in title_pairs(data, 2, np.random.default_rng(3))]
+    assert two == [p.positive_id for p in title_pairs(data, 2, np.random.default_rng(3))]
+    assert len(set(two)) == 2 and set(two) <= {"d0", "d3", "d4", "d5"}
+    assert title_pairs(data, 0, np.random.default_rng(0)) == []
+    # a pseudo-query id that collides with a real query id is refused, naming the option
+    clash = RetrievalData(data.corpus, {"title:d0": "x"}, {"title:d0": {"d0": 1}}, "mem")
+    with pytest.raises(ValueError, match="corpus_title_pairs"):
+        title_pairs(clash, 10, np.random.default_rng(0))
