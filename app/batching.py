@@ -20,14 +20,17 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from app.errors import QueueFullError
 from app.metrics import AppMetrics
 from app.service import LiveBundle, SearchAnswer, SearchSpec
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class Inference:
@@ -36,7 +39,7 @@ class Inference:
     def __init__(self) -> None:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="inference")
 
-    async def call(self, fn, *args):  # type: ignore[no-untyped-def]
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
     def shutdown(self) -> None:

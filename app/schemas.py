@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
+from fastapi.openapi.models import Example
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from training.report_schema import GapReport
@@ -42,7 +43,7 @@ class Condition(BaseModel):
 
 FilterValue = Scalar | list[Scalar] | Condition
 
-SEARCH_EXAMPLES = {
+SEARCH_EXAMPLES: dict[str, Example] = {
     "one query": {
         "summary": "One text query",
         "value": {"query": "vitamin D and bone fractures", "top_k": 5, "include": ["title"]},

@@ -20,16 +20,18 @@ import numpy as np
 from app.errors import InvalidInputError
 from app.schemas import Hit
 from training.bundle import Bundle
-from training.encoder import Encoder
-from training.onnx_encoder import OnnxQueryEncoder, choose_variant
+from training.encoder import Encoder, TextKind
+from training.onnx_encoder import OnnxQueryEncoder, Variant, choose_variant
 
 logger = logging.getLogger(__name__)
 
-BACKEND_VARIANT = {"onnx": "fp32", "onnx-int8": "int8"}
+BACKEND_VARIANT: dict[str, Variant] = {"onnx": "fp32", "onnx-int8": "int8"}
 
 
 class QueryEncoder(Protocol):
-    def encode(self, texts: Sequence[str], *, kind: str = ...) -> np.ndarray: ...
+    # matches both Encoder.encode (kind: TextKind, plus batch_size/show_progress) and
+    # OnnxQueryEncoder.encode (kind: str, plus batch_size); extra defaulted keywords are allowed
+    def encode(self, texts: Sequence[str], *, kind: TextKind = ...) -> np.ndarray: ...
 
 
 @dataclass
@@ -229,5 +231,5 @@ def open_live_bundle(
 
             torch.set_num_threads(threads)
         return LiveBundle(bundle, bundle.encoder, "torch")
-    onnx = OnnxQueryEncoder.load(model_dir, variant=BACKEND_VARIANT[backend], threads=threads)  # type: ignore[arg-type]
+    onnx = OnnxQueryEncoder.load(model_dir, variant=BACKEND_VARIANT[backend], threads=threads)
     return LiveBundle(bundle, onnx, backend)

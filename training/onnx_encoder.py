@@ -82,7 +82,13 @@ def export_onnx(
     except Exception as exc:  # library errors vary; name the folder
         raise ModelLoadError(f"cannot load model from {model_dir} for ONNX export: {exc}") from exc
     out.mkdir(parents=True, exist_ok=True)
-    graph = _pooled_encoder(st[0].auto_model.eval())
+    transformer = st[0].auto_model
+    if not isinstance(transformer, torch.nn.Module):
+        raise ModelLoadError(f"{model_dir}: first module has no transformer to export (auto_model)")
+    if st.max_seq_length is None:
+        raise ModelLoadError(f"{model_dir}: max_seq_length is not set; ONNX export needs it")
+    max_seq_length = int(st.max_seq_length)
+    graph = _pooled_encoder(transformer.eval())
     sample = st.tokenizer(
         ["an example query", "a second, longer example query"], padding=True, return_tensors="pt"
     )
@@ -121,7 +127,7 @@ def export_onnx(
         out_dir=str(out),
         files=files,
         opset=OPSET,
-        max_seq_length=int(st.max_seq_length),
+        max_seq_length=max_seq_length,
         dim=_embedding_dim(st),
         seconds=round(time.perf_counter() - started, 3),
         bytes={k: (out / v).stat().st_size for k, v in files.items()},
@@ -298,6 +304,8 @@ def _ndcg_at_10(
     if index is not None:
         rows = index.search(encoder.to_index_space(query_emb), 100)
     else:
+        if doc_embeddings is None:
+            raise ValueError("nDCG@10 needs either an index or doc_embeddings")
         scores, idx = exact_search(query_emb, doc_embeddings, 100, similarity=encoder.similarity_matrix)
         rows = list(zip(idx, scores, strict=True))
     run = {q: {doc_ids[int(j)]: float(s) for j, s in zip(*rows[r], strict=True)} for r, q in enumerate(qids)}
@@ -356,7 +364,7 @@ def choose_variant(
             and loss <= max_loss
             and (Path(model_dir) / ONNX_SUBDIR / FILES[variant]).exists()
         ):
-            return variant  # type: ignore[return-value]
+            return variant
     return None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from fastapi import APIRouter
 
@@ -13,7 +14,7 @@ from app.service import SearchSpec
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["health"])
-NOT_READY = {503: {"description": "Not ready; the error message says why."}}
+NOT_READY: dict[int | str, dict[str, Any]] = {503: {"description": "Not ready; the error message says why."}}
 
 
 @router.get("/healthz", summary="Liveness: the process is up")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body
 
@@ -13,7 +13,7 @@ from app.schemas import SEARCH_EXAMPLES, QueryResult, SearchRequest, SearchRespo
 from app.service import SearchSpec
 
 router = APIRouter(tags=["search"])
-ERRORS = {
+ERRORS: dict[int | str, dict[str, Any]] = {
     422: {"description": "Malformed body; `error.details` names each offending field."},
     413: {"description": "Body larger than SEARCH_MAX_BODY_BYTES."},
     429: {"description": "The batching queue is full; retry later."},
