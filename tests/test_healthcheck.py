@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.deploy_files import REPO, dockerfile_cmd, dockerfile_env, dockerfile_healthcheck
+from tests.servers import free_port, redis_server
 
 HEALTHCHECK = [sys.executable, "-m", "app.healthcheck"]
 
@@ -63,12 +64,6 @@ def server() -> Iterator[str]:
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
     httpd.server_close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_200_is_healthy(server: str) -> None:
@@ -336,44 +331,8 @@ def test_worker_check_refuses_an_unknown_queue_scheme() -> None:
 
 @pytest.fixture(scope="module")
 def redis_with_password(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
-    import shutil
-
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.skip("redis-server not on PATH (apt-get install redis-server); Redis probe not run")
-    port = free_port()
-    folder = tmp_path_factory.mktemp("redis-hc")
-    proc = subprocess.Popen(
-        [
-            server,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(folder),
-            "--requirepass",
-            "s3cret",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        end = time.monotonic() + 30
-        while True:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert proc.poll() is None and time.monotonic() < end, "redis-server did not start"
-            time.sleep(0.05)
+    with redis_server(tmp_path_factory.mktemp("redis-hc"), password="s3cret", what="Redis probe") as port:
         yield port
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
 
 
 @pytest.mark.redis

@@ -7,7 +7,6 @@ and dead-worker recovery. The model-running paths are in tests/test_jobs_e2e.py.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.servers import redis_server
 from training.errors import DatasetNotFound, DatasetRefused, JobCancelled, JobConflict, JobOptionsInvalid
 from training.jobs.queue import JobQueue, resolve_dataset
 from training.jobs.records import JobRecord, update
@@ -24,48 +24,10 @@ from training.jobs.tasks import Reporter, bundle_lock, execute
 from training.jobs.worker import fail_dead_jobs
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def redis_url(tmp_path_factory):
-    server = shutil.which("redis-server")
-    if server is None:
-        pytest.skip("redis-server not on PATH (apt-get install redis-server); Redis queue variant not run")
-    port = _free_port()
-    folder = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen(
-        [
-            server,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(folder),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    import redis
-
-    client = redis.Redis(port=port)
-    for _ in range(100):
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    yield f"redis://127.0.0.1:{port}/0"
-    proc.terminate()
-    proc.wait(timeout=10)
+    with redis_server(tmp_path_factory.mktemp("redis"), what="Redis queue variant") as port:
+        yield f"redis://127.0.0.1:{port}/0"
 
 
 @pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.redis)])
