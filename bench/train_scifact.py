@@ -36,8 +36,9 @@ def busy_cpu_seconds() -> float:
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     out = Path(sys.argv[1])
-    overrides = {k: json.loads(v) for k, v in (arg.split("=", 1) for arg in sys.argv[2:])}
-    cache = Path(overrides.pop("base_cache")) if "base_cache" in overrides else None
+    raw = dict(arg.split("=", 1) for arg in sys.argv[2:])
+    cache = Path(raw.pop("base_cache")) if "base_cache" in raw else None  # a path, not JSON
+    overrides = {k: json.loads(v) for k, v in raw.items()}
     config = TrainConfig(**overrides)
     t0, busy0, own0 = time.perf_counter(), busy_cpu_seconds(), time.process_time()
     base_eval = None

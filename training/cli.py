@@ -40,6 +40,8 @@ HELP: dict[str, str] = {
     "base_model": "Local sentence-transformers model folder to start from; default: the packaged all-MiniLM-L6-v2.",
     "max_seq_length": "Token limit while training (longer texts are cut). Evaluation and the saved model keep "
     "the base model's own limit; shorter training inputs are much cheaper on CPU.",
+    "corpus_title_pairs": "Add n unsupervised pairs from the corpus itself: a document's title as a pseudo-query "
+    "for its body text (title removed). Uses no queries or labels, only the corpus that gets indexed.",
     "loss": "infonce (cosine / τ logits) or aninfonce (learned diagonal Λ, served as L2 on √Λ-scaled vectors).",
     "temperature": "InfoNCE temperature τ (MultipleNegativesRankingLoss scale = 1/τ); AnInfoNCE starts at Λ = 1/τ.",
     "learn_temperature": "Learn τ (as log 1/τ, CLIP-style, 1/τ capped at 100) at --lambda-lr; the final τ is saved.",

@@ -19,6 +19,9 @@ class TrainConfig(BaseModel):
     # tokens while training (longer texts are cut); evaluation and the saved model keep the base model's
     # own limit (256 for all-MiniLM-L6-v2). 128 halves the cost of a step on CPU (scifact: bench/train_scifact.py)
     max_seq_length: int = Field(128, ge=16, le=512)
+    # unsupervised in-domain pairs: n corpus documents' titles as pseudo-queries for their own body text
+    # (no queries, no qrels: only the corpus the service indexes anyway; GPL-style domain adaptation)
+    corpus_title_pairs: int = Field(0, ge=0)
 
     # loss
     loss: Literal["infonce", "aninfonce"] = "infonce"

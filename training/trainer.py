@@ -32,7 +32,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from training.config import TrainConfig
-from training.data import RetrievalData, load_split, training_pairs
+from training.data import Pair, RetrievalData, load_split, training_pairs
 from training.encoder import DEFAULT_MODEL_NAME, Encoder, document_text
 from training.evaluate import EvalResult, evaluate
 from training.grad_cache import cached_loss_backward
@@ -90,11 +90,15 @@ def train(
         base = evaluate(encoder, eval_data, show_progress=show_progress)
 
     # -- training pairs, corpus positions, negatives ---------------------------------------------------
-    pairs = training_pairs(train_data)
+    labelled = training_pairs(train_data)
+    pseudo = title_pairs(train_data, config.corpus_title_pairs, np.random.default_rng([config.seed, 1]))
+    pairs = labelled + pseudo
     doc_ids = list(train_data.corpus)
     position = {did: i for i, did in enumerate(doc_ids)}
     doc_texts = [document_text(train_data.corpus[d].title, train_data.corpus[d].text) for d in doc_ids]
-    known = {qid: {position[d] for d in rel} for qid, rel in train_data.qrels.items()}
+    # a pseudo-query's only known positive is its own document (it joins batching and mining as a query)
+    qrels = {**train_data.qrels, **{p.query_id: {p.positive_id: 1} for p in pseudo}}
+    known = {qid: {position[d] for d in rel} for qid, rel in qrels.items()}
     mined: list[list[int]] = [[] for _ in pairs]
     if config.hard_negatives:
         mined = _mine(encoder, pairs, train_data, base, position, known, config, rng, show_progress)
@@ -109,7 +113,7 @@ def train(
             [p.positive_id for p in pairs],
             config.batch_size,
             rng,
-            positives={q: set(r) for q, r in train_data.qrels.items()},
+            positives={q: set(r) for q, r in qrels.items()},
         )
         for _ in range(config.epochs)
     ]
@@ -121,8 +125,9 @@ def train(
         optimizer, lambda s: linear_schedule(s, warmup, total_steps)
     )
     logger.info(
-        "training on %d pairs: %d epochs, %d steps of %d pairs (%d warmup), loss %s",
+        "training on %d pairs (%d from corpus titles): %d epochs, %d steps of %d pairs (%d warmup), loss %s",
         len(pairs),
+        len(pseudo),
         config.epochs,
         total_steps,
         config.batch_size,
@@ -191,6 +196,7 @@ def train(
                 "train_split": config.train_split,
                 "eval_split": config.eval_split,
                 "n_train_pairs": len(pairs),
+                "n_corpus_title_pairs": len(pseudo),
                 "n_eval_queries": tuned.n_queries,
                 "n_docs": tuned.n_docs,
             },
@@ -228,6 +234,37 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+TITLE_QUERY_PREFIX = "title:"  # pseudo-query ids: "title:<doc id>", kept apart from the split's queries
+
+
+def title_pairs(data: RetrievalData, n: int, rng: np.random.Generator) -> list[Pair]:
+    """n seeded corpus documents as (title → body text) pairs: unsupervised in-domain training data.
+
+    The title is a short, on-topic pseudo-query written by the document's authors, in the corpus's own
+    vocabulary (the idea behind pseudo-query domain adaptation such as GPL, Wang et al. 2022, with the
+    title instead of a generated question). The positive is the body *without* the title, otherwise the
+    query would be a substring of its positive and the task trivial. Documents lacking a title or a body
+    are skipped; the pairs use no queries and no qrels, only the corpus that gets indexed anyway.
+    """
+    if n == 0:
+        return []
+    eligible = [d for d in data.corpus.values() if d.title.strip() and d.text.strip()]
+    picked = sorted(int(i) for i in rng.choice(len(eligible), size=min(n, len(eligible)), replace=False))
+    pseudo = [
+        Pair(
+            query=eligible[i].title.strip(),
+            positive=document_text(None, eligible[i].text),
+            query_id=TITLE_QUERY_PREFIX + eligible[i].id,
+            positive_id=eligible[i].id,
+        )
+        for i in picked
+    ]
+    clash = next((p.query_id for p in pseudo if p.query_id in data.queries), None)
+    if clash is not None:
+        raise ValueError(f"corpus_title_pairs: pseudo-query id {clash!r} is also a query id of the split")
+    return pseudo
 
 
 def linear_schedule(step: int, warmup: int, total: int) -> float:
