@@ -9,12 +9,14 @@ never a traceback. Logging is configured here, once.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import logging
 import sys
 import types
 import typing
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -127,6 +129,28 @@ def metrics_table(base: dict[str, float], tuned: dict[str, float]) -> str:
     return "\n".join(lines)
 
 
+def _prepare_run(
+    data: Path, config_file: Path | None, log_level: str, overrides: dict[str, Any]
+) -> TrainConfig:
+    """What `train` and `pipeline` do before a run: logging, the config, a dataset that exists."""
+    configure_logging(log_level)
+    config = load_config(config_file, overrides)
+    if not data.exists():
+        fail(f"--data {data}: no such file or folder (expected a BEIR folder or a pairs JSONL file)")
+    return config
+
+
+@contextlib.contextmanager
+def _one_line_errors() -> Iterator[None]:
+    """Domain and validation errors end the command as one line on stderr (exit 2), never a traceback."""
+    try:
+        yield
+    except InfonceSearchError as exc:
+        fail(str(exc))
+    except ValidationError as exc:
+        fail(validation_message(exc))
+
+
 def _train(
     data: Path,
     out: Path,
@@ -135,18 +159,11 @@ def _train(
     quiet: bool,
     **overrides: Any,
 ) -> None:
-    configure_logging(log_level)
-    config = load_config(config_file, overrides)
-    if not data.exists():
-        fail(f"--data {data}: no such file or folder (expected a BEIR folder or a pairs JSONL file)")
+    config = _prepare_run(data, config_file, log_level, overrides)
     from training.trainer import train  # torch and friends load only when a run starts
 
-    try:
+    with _one_line_errors():
         result = train(config, data, out, show_progress=not quiet)
-    except InfonceSearchError as exc:
-        fail(str(exc))
-    except ValidationError as exc:
-        fail(validation_message(exc))
     typer.echo(metrics_table(result.base_metrics, result.tuned_metrics))
     typer.echo(
         f"trained in {result.train_seconds:.0f}s; model in {result.model_dir}, metrics in {result.metrics_path}"
@@ -323,13 +340,10 @@ def _pipeline(
     quiet: bool,
     **overrides: Any,
 ) -> None:
-    configure_logging(log_level)
-    config = load_config(config_file, overrides)
-    if not data.exists():
-        fail(f"--data {data}: no such file or folder (expected a BEIR folder or a pairs JSONL file)")
+    config = _prepare_run(data, config_file, log_level, overrides)
     from training.pipeline import run_pipeline  # torch and friends load only when a run starts
 
-    try:
+    with _one_line_errors():
         result = run_pipeline(
             data,
             bundles,
@@ -342,10 +356,6 @@ def _pipeline(
             onnx=onnx,
             show_progress=not quiet,
         )
-    except InfonceSearchError as exc:
-        fail(str(exc))
-    except ValidationError as exc:
-        fail(validation_message(exc))
     typer.echo(metrics_table(result.train.base_metrics, result.train.tuned_metrics))
     published = result.publish
     state = "live" if published.live else "kept as a candidate"
