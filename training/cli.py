@@ -1,6 +1,6 @@
 """`python -m training …`: the command line of the offline side.
 
-    python -m training train --data DIR --out DIR [--epochs 3 --hard-negatives 1 …] [--config FILE.json]
+    python -m training train --data DIR --out DIR [--epochs 2 --hard-negatives 1 …] [--config FILE.json]
 
 Every TrainConfig field is an option of `train` (built from the model, so the two cannot drift apart;
 `HELP` explains each one). Domain errors and invalid options end as one line on stderr and exit code 2,

@@ -97,7 +97,11 @@ def train(
     position = {did: i for i, did in enumerate(doc_ids)}
     doc_texts = [document_text(train_data.corpus[d].title, train_data.corpus[d].text) for d in doc_ids]
     # a pseudo-query's only known positive is its own document (it joins batching and mining as a query)
-    qrels = {**train_data.qrels, **{p.query_id: {p.positive_id: 1} for p in pseudo}}
+    qrels: dict[str, dict[str, int]] = dict(train_data.qrels)
+    for p in pseudo:
+        if p.query_id is None or p.positive_id is None:  # title_pairs always sets both
+            raise ValueError(f"title pair for {p.query!r} lacks query_id or positive_id")
+        qrels[p.query_id] = {p.positive_id: 1}
     known = {qid: {position[d] for d in rel} for qid, rel in qrels.items()}
     mined: list[list[int]] = [[] for _ in pairs]
     if config.hard_negatives:
