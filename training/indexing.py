@@ -51,6 +51,14 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+def _base_model_name(training_config: dict[str, Any]) -> str:
+    """The base model's name: a run's config.json records {path, name, package}; older ones a string."""
+    base = training_config.get("base_model") or "all-MiniLM-L6-v2"
+    if isinstance(base, dict):
+        return str(base.get("name") or base.get("path") or "all-MiniLM-L6-v2")
+    return str(base)
+
+
 def index_model(
     model_dir: str | Path | None,
     data_dir: str | Path,
@@ -132,7 +140,7 @@ def index_model(
             training_config=training_config,
             metrics=metrics,
             report_dir=report_dir,
-            base_model=str(training_config.get("base_model") or "all-MiniLM-L6-v2"),
+            base_model=_base_model_name(training_config),
             extras=extras,
             show_progress=show_progress,
         )
