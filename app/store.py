@@ -96,56 +96,69 @@ class BundleHolder:
         )
         return live
 
-    async def load(self, version: str, *, explicit: bool = False) -> LiveBundle:
-        """Load `version` off the event loop and swap it in; on failure keep the old one and raise."""
-        async with self._lock:
-            if self.live is not None and self.live.version == version:
+    async def _load_locked(self, version: str, *, follow_current: bool) -> LiveBundle | None:
+        """Load `version` off the event loop and swap it in; on failure keep the old one and raise.
+
+        Caller holds `self._lock`. With `follow_current` (the poller), the swap happens only if CURRENT
+        still names `version` once it is loaded: a load that CURRENT moved away from meanwhile (a rollback
+        by another process) must not swap a stale version back in; the next poll follows CURRENT.
+        """
+        if self.live is not None and self.live.version == version:
+            return self.live
+        try:
+            live = await asyncio.to_thread(self._open, version)
+        except Exception as exc:
+            self._failed.add(version)
+            self.last_failure = LoadFailure(version=version, error=str(exc), at=datetime.now(UTC).isoformat())
+            self.metrics.reloads.labels(outcome="failed").inc()
+            kept = self.live.version if self.live else "nothing"
+            logger.error("loading bundle %s failed, still serving %s: %s", version, kept, exc)
+            raise
+        if follow_current:
+            current = await asyncio.to_thread(self.current_on_disk)
+            if current != version:
+                logger.info("CURRENT moved to %s while %s was loading: not swapping it in", current, version)
                 return self.live
-            try:
-                live = await asyncio.to_thread(self._open, version)
-            except Exception as exc:
-                self._failed.add(version)
-                self.last_failure = LoadFailure(
-                    version=version, error=str(exc), at=datetime.now(UTC).isoformat()
-                )
-                self.metrics.reloads.labels(outcome="failed").inc()
-                kept = self.live.version if self.live else "nothing"
-                logger.error("loading bundle %s failed, still serving %s: %s", version, kept, exc)
-                raise
-            previous, self.live = self.live, live  # the swap: one reference
-            self._failed.discard(version)
-            self.metrics.reloads.labels(outcome="ok").inc()
-            m = live.bundle.manifest
-            self.metrics.set_live(
-                version,
-                n_vectors=live.n_vectors,
-                recall=m.index.recall_at_10,
-                backend=live.backend,
-                metric=m.metric.similarity,
-            )
-            logger.info(
-                "now serving bundle %s (was %s)", version, previous.version if previous else "nothing"
-            )
-            return live
+        previous, self.live = self.live, live  # the swap: one reference
+        self._failed.discard(version)
+        self.metrics.reloads.labels(outcome="ok").inc()
+        m = live.bundle.manifest
+        self.metrics.set_live(
+            version,
+            n_vectors=live.n_vectors,
+            recall=m.index.recall_at_10,
+            backend=live.backend,
+            metric=m.metric.similarity,
+        )
+        logger.info("now serving bundle %s (was %s)", version, previous.version if previous else "nothing")
+        return live
 
     async def sync(self) -> None:
         """Follow CURRENT: load it if it names a version we do not serve and that has not failed already."""
-        current = await asyncio.to_thread(self.current_on_disk)
-        if (
-            current is None
-            or (self.live is not None and self.live.version == current)
-            or current in self._failed
-        ):
-            return
-        with contextlib.suppress(Exception):  # already logged and recorded by load()
-            await self.load(current)
+        async with self._lock:
+            current = await asyncio.to_thread(self.current_on_disk)
+            if (
+                current is None
+                or (self.live is not None and self.live.version == current)
+                or current in self._failed
+            ):
+                return
+            with contextlib.suppress(Exception):  # already logged and recorded by _load_locked()
+                await self._load_locked(current, follow_current=True)
 
     async def activate(self, version: str) -> LiveBundle:
-        """Validate `version` by loading it, then point CURRENT at it. A bad version never becomes CURRENT."""
+        """Validate `version` by loading it, then point CURRENT at it. A bad version never becomes CURRENT.
+
+        Load, swap and the CURRENT write happen under one lock, so the poller can never read the old
+        CURRENT in between and swap the previous version back in.
+        """
         self.store.version_path(version)  # BundleNotFound (404) for an unknown or malformed id
         self._failed.discard(version)
-        live = await self.load(version, explicit=True)
-        await asyncio.to_thread(self.store.activate, version)
+        async with self._lock:
+            live = await self._load_locked(version, follow_current=False)
+            await asyncio.to_thread(self.store.activate, version)
+        if live is None:  # unreachable: without follow_current a load either swaps in or raises
+            raise BundleInvalid(f"bundle {version} could not be made live")
         return live
 
     # -- background polling -------------------------------------------------------------------------
