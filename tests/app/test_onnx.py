@@ -28,6 +28,15 @@ def test_onnx_fp32_reproduces_torch_vectors_and_int8_stays_close(staged, shared_
     assert (int8 * torch_vecs).sum(1).min() > 0.95
 
 
+def test_length_sorted_batches_keep_the_input_order(staged, slice_data):
+    # encode sorts texts by length before batching; rows must come back in the caller's order
+    texts = sorted(slice_data.queries.values())[:9] + ["short", "a much longer query " * 8]
+    enc = OnnxQueryEncoder.load(staged["A"] / "model", variant="fp32")
+    one_by_one = np.concatenate([enc.encode([t]) for t in texts])  # (n, 384), no padding at all
+    np.testing.assert_allclose(enc.encode(texts, batch_size=3), one_by_one, atol=1e-5)
+    np.testing.assert_allclose(enc.encode(texts, batch_size=64), one_by_one, atol=1e-5)
+
+
 def test_quality_is_recorded_in_the_manifest(staged):
     manifest = json.loads((staged["A"] / "manifest.json").read_text())
     record = manifest["extras"][EXTRAS_KEY]
