@@ -31,7 +31,7 @@ BACKEND_VARIANT: dict[str, Variant] = {"onnx": "fp32", "onnx-int8": "int8"}
 class QueryEncoder(Protocol):
     # matches both Encoder.encode (kind: TextKind, plus batch_size/show_progress) and
     # OnnxQueryEncoder.encode (kind: str, plus batch_size); extra defaulted keywords are allowed
-    def encode(self, texts: Sequence[str], *, kind: TextKind = ...) -> np.ndarray: ...
+    def encode(self, texts: Sequence[str], *, kind: TextKind = ..., batch_size: int = ...) -> np.ndarray: ...
 
 
 @dataclass
@@ -62,6 +62,9 @@ class LiveBundle:
     bundle: Bundle
     query_encoder: QueryEncoder
     backend: str  # torch | onnx | onnx-int8
+    # texts per encoder call inside one micro-batch; both encoders sort by length first, so small
+    # sub-batches pad little (see Settings.encode_batch_size for the measurement)
+    encode_batch_size: int = 8
     loaded_at: float = field(default_factory=time.time)
 
     @property
@@ -111,7 +114,9 @@ class LiveBundle:
     # -- blocking work --------------------------------------------------------------------------------
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """Texts -> index-space query vectors (n, dim)."""
-        emb = self.query_encoder.encode(list(texts), kind="query")  # (n, dim), normalised
+        emb = self.query_encoder.encode(
+            list(texts), kind="query", batch_size=self.encode_batch_size
+        )  # (n, dim), normalised
         return self.encoder.to_index_space(emb)  # (n, dim)
 
     def vectors_to_index_space(self, vectors: Sequence[Sequence[float]], field_name: str) -> np.ndarray:
@@ -218,7 +223,12 @@ class LiveBundle:
 
 
 def open_live_bundle(
-    bundle: Bundle, backend: str, *, threads: int = 0, max_ndcg_loss: float = 0.005
+    bundle: Bundle,
+    backend: str,
+    *,
+    threads: int = 0,
+    max_ndcg_loss: float = 0.005,
+    encode_batch_size: int = 8,
 ) -> LiveBundle:
     """Pick and load the query encoder for `bundle` (blocking)."""
     model_dir = Path(bundle.path) / "model"
@@ -230,6 +240,6 @@ def open_live_bundle(
             import torch
 
             torch.set_num_threads(threads)
-        return LiveBundle(bundle, bundle.encoder, "torch")
+        return LiveBundle(bundle, bundle.encoder, "torch", encode_batch_size)
     onnx = OnnxQueryEncoder.load(model_dir, variant=BACKEND_VARIANT[backend], threads=threads)
-    return LiveBundle(bundle, onnx, backend)
+    return LiveBundle(bundle, onnx, backend, encode_batch_size)

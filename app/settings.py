@@ -48,6 +48,13 @@ class Settings(BaseSettings):
     encoder_threads: int = Field(
         0, ge=0, description="Intra-op threads for the query encoder (0 = the library default)."
     )
+    encode_batch_size: int = Field(
+        8,
+        ge=1,
+        le=4096,
+        description="Texts per encoder call within one request or micro-batch, after sorting by length "
+        "(scifact queries, 2 cores: 8 encodes 25% faster per query than 32, which pads more).",
+    )
     microbatch_enabled: bool = Field(
         True,
         description="Encode concurrent queries together and search them as one FAISS batch. "

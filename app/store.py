@@ -79,6 +79,7 @@ class BundleHolder:
             self.settings.encoder_backend,
             threads=self.settings.encoder_threads,
             max_ndcg_loss=self.settings.onnx_max_ndcg_loss,
+            encode_batch_size=self.settings.encode_batch_size,
         )
         problems = live.consistency_problems()
         if problems:
