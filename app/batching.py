@@ -5,10 +5,19 @@ encoder's own intra-op threads already use both cores, and more request threads 
 (performance.md B7: torch throughput fell 10-17% from 8 to 32 concurrent requests).
 
 `MicroBatcher`: requests wait in a bounded asyncio queue; one worker takes whatever is pending (up to
-`max_size` queries, waiting at most `max_wait` for more once it has one), encodes every text in one
-call and searches the batch as one FAISS call (`LiveBundle.run_many`). Requests that arrive while a
-batch runs simply form the next one, so under load batches grow without any added wait. Exact search
-only gains from batches with FAISS's BLAS threshold lowered; `training.index` does that on load.
+`max_size` queries), encodes every text in one call and searches the batch as one FAISS call
+(`LiveBundle.run_many`). Requests that arrive while a batch runs form the next one.
+
+How long a batch waits for more: a lone client (last batch of one query) never waits. Otherwise the
+batch waits, at most `max_wait`, until it holds min(the previous batch's queries, `fill`) queries,
+where `fill` is the encoder's sub-batch size (`LiveBundle.encode_batch_size`: a larger batch is
+encoded in chunks of that size anyway, so waiting for more would only idle the encoder). Without
+the wait, load splits into alternating large and tiny batches: while a batch of 30 runs only the 2
+clients outside it can queue, the next batch takes just those 2, and the 30 answered clients' new
+requests, still being parsed on the event loop, miss it (measured: 32 clients, torch, 19 of 39
+batches held 2 queries, each costing nearly a whole single-query encode per query). Waiting ends the
+moment the target is met, and the target follows the load down within one batch.
+Exact search only gains from batches with FAISS's BLAS threshold lowered; `training.index` does that.
 
 `DirectRunner`: the per-request path (micro-batching off), same executor and the same bound.
 A full queue is refused at once with `QueueFullError` (429) instead of growing latency without limit.
@@ -91,16 +100,24 @@ class MicroBatcher:
     """Dynamic micro-batching over one bounded queue (see module docstring)."""
 
     def __init__(
-        self, inference: Inference, *, max_size: int, max_wait_s: float, queue_max: int, metrics: AppMetrics
+        self,
+        inference: Inference,
+        *,
+        max_size: int,
+        max_wait_s: float,
+        queue_max: int,
+        metrics: AppMetrics,
+        fill: int = 8,
     ):
         self.inference = inference
         self.max_size = max_size
         self.max_wait_s = max_wait_s
+        self.fill = fill
         self.metrics = metrics
         self.queue: asyncio.Queue[_Pending] = asyncio.Queue(maxsize=queue_max)
         self._task: asyncio.Task[None] | None = None
         self.in_flight = 0  # requests taken from the queue and not answered yet
-        self._last_batch = 1
+        self._last_batch = 1  # queries in the previous batch: the size the next one waits for
 
     def pending(self) -> int:
         return self.queue.qsize()
@@ -132,15 +149,14 @@ class MicroBatcher:
     async def _collect(self) -> list[_Pending]:
         first = await self.queue.get()
         batch, n = [first], first.spec.n
-        # a lone client (last batch had one request) gets no added wait; under load, wait a little for more
-        wait = self.max_wait_s if self._last_batch > 1 else 0.0
-        deadline = time.perf_counter() + wait
+        target = min(self._last_batch, self.fill, self.max_size)  # see the module docstring
+        deadline = time.perf_counter() + self.max_wait_s
         while n < self.max_size:
             try:
                 item = self.queue.get_nowait()
             except asyncio.QueueEmpty:
                 remaining = deadline - time.perf_counter()
-                if remaining <= 0:
+                if n >= target or remaining <= 0:
                     break
                 try:
                     item = await asyncio.wait_for(self.queue.get(), remaining)
@@ -149,7 +165,7 @@ class MicroBatcher:
             batch.append(item)
             n += item.spec.n
         self.metrics.queue_depth.set(self.queue.qsize())
-        self._last_batch = len(batch)
+        self._last_batch = n
         return batch
 
     async def _worker(self) -> None:
