@@ -9,9 +9,9 @@ encoder's own intra-op threads already use both cores, and more request threads 
 (`LiveBundle.run_many`). Requests that arrive while a batch runs form the next one.
 
 How long a batch waits for more: a lone client (last batch of one query) never waits. Otherwise the
-batch waits, at most `max_wait`, until it holds min(the previous batch's queries, `fill`) queries,
-where `fill` is the encoder's sub-batch size (`LiveBundle.encode_batch_size`: a larger batch is
-encoded in chunks of that size anyway, so waiting for more would only idle the encoder). Without
+batch waits, at most `max_wait`, until it holds min(the previous batch's queries, the live encoder's
+`encode_batch_size`) queries: a larger batch is encoded in chunks of that size anyway, so waiting for
+more would only idle the encoder (and ONNX encoders, at 1, never wait). Without
 the wait, load splits into alternating large and tiny batches: while a batch of 30 runs only the 2
 clients outside it can queue, the next batch takes just those 2, and the 30 answered clients' new
 requests, still being parsed on the event loop, miss it (measured: 32 clients, torch, 19 of 39
@@ -107,12 +107,10 @@ class MicroBatcher:
         max_wait_s: float,
         queue_max: int,
         metrics: AppMetrics,
-        fill: int = 8,
     ):
         self.inference = inference
         self.max_size = max_size
         self.max_wait_s = max_wait_s
-        self.fill = fill
         self.metrics = metrics
         self.queue: asyncio.Queue[_Pending] = asyncio.Queue(maxsize=queue_max)
         self._task: asyncio.Task[None] | None = None
@@ -149,7 +147,7 @@ class MicroBatcher:
     async def _collect(self) -> list[_Pending]:
         first = await self.queue.get()
         batch, n = [first], first.spec.n
-        target = min(self._last_batch, self.fill, self.max_size)  # see the module docstring
+        target = min(self._last_batch, first.live.encode_batch_size, self.max_size)  # module docstring
         deadline = time.perf_counter() + self.max_wait_s
         while n < self.max_size:
             try:

@@ -61,7 +61,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 max_wait_s=settings.microbatch_max_wait_ms / 1000,
                 queue_max=settings.queue_max,
                 metrics=app_metrics,
-                fill=settings.encode_batch_size,
             )
         else:
             runner = DirectRunner(inference, queue_max=settings.queue_max, metrics=app_metrics)

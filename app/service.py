@@ -26,6 +26,10 @@ from training.onnx_encoder import OnnxQueryEncoder, Variant, choose_variant
 logger = logging.getLogger(__name__)
 
 BACKEND_VARIANT: dict[str, Variant] = {"onnx": "fp32", "onnx-int8": "int8"}
+# Settings.encode_batch_size when unset. Measured on scifact queries (bench/load_bench.py prints it):
+# torch encodes one query in 11.9 ms but 4.9 ms/query in length-sorted chunks of 8; onnxruntime costs
+# about the same either way (int8 2.1 vs 1.9 ms), so for it batching texts only adds padding.
+DEFAULT_ENCODE_BATCH_SIZE = {"torch": 8, "onnx": 1, "onnx-int8": 1}
 
 
 class QueryEncoder(Protocol):
@@ -62,8 +66,8 @@ class LiveBundle:
     bundle: Bundle
     query_encoder: QueryEncoder
     backend: str  # torch | onnx | onnx-int8
-    # texts per encoder call inside one micro-batch; both encoders sort by length first, so small
-    # sub-batches pad little (see Settings.encode_batch_size for the measurement)
+    # texts per encoder call inside one request or micro-batch (both encoders sort by length first);
+    # also how many queries a micro-batch waits for (app/batching.py)
     encode_batch_size: int = 8
     loaded_at: float = field(default_factory=time.time)
 
@@ -228,18 +232,19 @@ def open_live_bundle(
     *,
     threads: int = 0,
     max_ndcg_loss: float = 0.005,
-    encode_batch_size: int = 8,
+    encode_batch_size: int | None = None,
 ) -> LiveBundle:
-    """Pick and load the query encoder for `bundle` (blocking)."""
+    """Pick and load the query encoder for `bundle` (blocking); `encode_batch_size` None = per backend."""
     model_dir = Path(bundle.path) / "model"
     if backend == "auto":
         variant = choose_variant(bundle.manifest.extras, model_dir, max_loss=max_ndcg_loss)
         backend = "torch" if variant is None else ("onnx-int8" if variant == "int8" else "onnx")
+    batch = encode_batch_size or DEFAULT_ENCODE_BATCH_SIZE[backend]
     if backend == "torch":
         if threads:
             import torch
 
             torch.set_num_threads(threads)
-        return LiveBundle(bundle, bundle.encoder, "torch", encode_batch_size)
+        return LiveBundle(bundle, bundle.encoder, "torch", batch)
     onnx = OnnxQueryEncoder.load(model_dir, variant=BACKEND_VARIANT[backend], threads=threads)
-    return LiveBundle(bundle, onnx, backend, encode_batch_size)
+    return LiveBundle(bundle, onnx, backend, batch)

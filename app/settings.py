@@ -48,12 +48,13 @@ class Settings(BaseSettings):
     encoder_threads: int = Field(
         0, ge=0, description="Intra-op threads for the query encoder (0 = the library default)."
     )
-    encode_batch_size: int = Field(
-        8,
+    encode_batch_size: int | None = Field(
+        None,
         ge=1,
         le=4096,
-        description="Texts per encoder call within one request or micro-batch, after sorting by length "
-        "(scifact queries, 2 cores: 8 encodes 25% faster per query than 32, which pads more).",
+        description="Texts per encoder call within one request or micro-batch, after sorting by length. "
+        "Unset: 8 for torch (on scifact queries 25% cheaper per query than 32, which pads more), 1 for ONNX "
+        "(a query costs it about the same alone as in a batch, so padding would only add work).",
     )
     microbatch_enabled: bool = Field(
         True,
@@ -69,7 +70,7 @@ class Settings(BaseSettings):
         ge=0.0,
         le=1000.0,
         description="Longest wait of a micro-batch for more queries, once it has one; it waits only "
-        "until it is as large as the previous batch (at most SEARCH_ENCODE_BATCH_SIZE), and a lone "
+        "until it is as large as the previous batch (at most the encode batch size), and a lone "
         "client never waits.",
     )
     queue_max: int = Field(
