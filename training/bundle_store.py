@@ -17,7 +17,11 @@ Publishing is a sequence of steps (`PUBLISH_STEPS`); each is crash-safe on its o
 6. current  — if it goes live: write CURRENT.tmp, fsync, os.replace over CURRENT, fsync the folder.
 
 A crash anywhere leaves CURRENT on the old version; at worst a complete, unpublished-as-live version
-(after 4) or a hidden `.staging-*` folder (cleaned by the next publish) remains. Tests inject a failure
+(after 4) or a hidden `.staging-*` folder (cleaned by the next publish) remains.
+
+Builders stage inside the root (`build_dir()`: `.build-*`, so publishing is a rename) while holding an
+flock on its `.lock` sibling. The kernel drops that lock when the builder dies, even by SIGKILL, so the
+next publish removes exactly the build folders nobody holds, never a concurrent builder's. Tests inject a failure
 before each step through the `hook` argument (the faiss contrib checkpoint idiom).
 """
 
@@ -28,6 +32,7 @@ import json
 import logging
 import os
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -44,6 +49,7 @@ logger = logging.getLogger(__name__)
 CURRENT_FILE = "CURRENT"
 GATE_LOG = "gate.jsonl"
 LOCK_FILE = ".lock"
+BUILD_PREFIX = ".build-"
 PUBLISH_STEPS = ("validate", "gate", "stage", "rename", "log", "current")
 StepHook = Callable[[str], None]
 
@@ -156,6 +162,26 @@ class BundleStore:
                 yield
             finally:
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+    @contextmanager
+    def build_dir(self) -> Iterator[Path]:
+        """A private folder inside the root to stage one bundle in; removed on exit unless published.
+
+        The lock file is created and locked before the folder exists and removed after it is gone, so a
+        `.build-*` folder without a held lock is always a dead builder's.
+        """
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd, lock_name = tempfile.mkstemp(dir=self.root, prefix=BUILD_PREFIX, suffix=".lock")
+        lock = Path(lock_name)
+        staging = lock.with_suffix("")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            staging.mkdir()
+            yield staging
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)  # gone already when publishing renamed it
+            lock.unlink(missing_ok=True)
+            os.close(fd)
 
     def publish(
         self,
@@ -279,6 +305,27 @@ class BundleStore:
         for path in self.root.iterdir():
             if path.is_dir() and path.name.startswith((".staging-", ".trash-")):
                 shutil.rmtree(path, ignore_errors=True)
+            elif path.name.startswith(BUILD_PREFIX) and not path.name.endswith(".lock"):
+                self._clean_build(path)
+
+    def _clean_build(self, path: Path) -> None:
+        """Remove a `.build-*` folder (and its lock file) unless a live builder holds its lock."""
+        lock = path.with_name(path.name + ".lock")
+        try:
+            fd = os.open(lock, os.O_RDWR)
+        except FileNotFoundError:  # the lock outlives the folder, so this builder is gone
+            shutil.rmtree(path, ignore_errors=True)
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # a builder is still working in it
+        else:
+            logger.info("removing %s, left by a build that died", path.name)
+            shutil.rmtree(path, ignore_errors=True)
+            lock.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
 
     def _prune(self, keep: int) -> list[str]:
         live = self.current_version()

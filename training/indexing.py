@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -123,11 +121,9 @@ def index_model(
     # stored as "test" whatever the split is called: the gate compares held-out metrics under that key
     metrics = {"test": result.metrics}
 
-    bundles = Path(bundles_dir)
-    bundles.mkdir(parents=True, exist_ok=True)
-    # build beside the versions so publishing is a rename on one filesystem
-    staging = Path(tempfile.mkdtemp(dir=bundles, prefix=".build-"))
-    try:
+    store = BundleStore(bundles_dir, keep=keep)
+    # built beside the versions so publishing is a rename; a crash leaves a folder the next publish removes
+    with store.build_dir() as staging:
         build_bundle(
             encoder,
             data.corpus,
@@ -147,9 +143,4 @@ def index_model(
         if onnx:
             # after the model is staged, before publishing: attach_onnx refreshes the manifest checksums
             attach_onnx(staging, data.queries, data.qrels, quantize=True)
-        published = BundleStore(bundles, keep=keep).publish(
-            staging, gate_metric=gate_metric, tolerance=tolerance, force=force
-        )
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)  # gone already when the rename happened
-    return published
+        return store.publish(staging, gate_metric=gate_metric, tolerance=tolerance, force=force)

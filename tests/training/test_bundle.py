@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from training.bundle_store import PUBLISH_STEPS, BundleStore
 from training.data import Document
 from training.errors import BundleInvalid, BundleNotFound, NoLiveBundle
 
+REPO = Path(__file__).resolve().parents[2]
 TOPICS = ["protein folding", "black holes", "sourdough bread", "volcanoes", "chess openings", "tax law"]
 CORPUS = {
     f"doc{i}": Document(
@@ -249,6 +252,35 @@ def test_concurrent_publishers_are_serialised(staged, tmp_path):
     versions = [v.version for v in store.list_versions()]
     assert len(versions) == 3 and store.current_version() in versions
     assert len((store.root / "gate.jsonl").read_text().splitlines()) == 3
+
+
+def test_publish_removes_a_killed_builders_folder_but_not_a_live_one(staged, tmp_path):
+    store = BundleStore(tmp_path / "store")
+    builder = (
+        "import sys, time\n"
+        "from training.bundle_store import BundleStore\n"
+        "with BundleStore(sys.argv[1]).build_dir() as p:\n"
+        "    (p / 'index.faiss').write_bytes(b'half written')\n"
+        "    print(p, flush=True)\n"
+        "    time.sleep(120)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", builder, str(store.root)], stdout=subprocess.PIPE, text=True, cwd=REPO
+    )
+    try:
+        dead = Path(proc.stdout.readline().strip())  # type: ignore[union-attr]
+        assert dead.is_dir() and dead.name.startswith(".build-")
+    finally:
+        proc.kill()  # SIGKILL: no finally block of the builder runs
+        proc.wait()
+    assert dead.is_dir()  # the crash left it behind
+    with store.build_dir() as mine:
+        (mine / "partial").write_text("still building")
+        store.publish(variant(staged, tmp_path / "v", 0.5))
+        assert not dead.exists() and not dead.with_name(dead.name + ".lock").exists()
+        assert (mine / "partial").exists()  # a live builder's folder is left alone
+    assert not mine.exists()
+    assert [p.name for p in store.root.iterdir() if p.name.startswith(".build-")] == []
 
 
 def test_manifest_schema_round_trip(staged):
