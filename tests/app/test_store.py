@@ -1,0 +1,78 @@
+"""BundleHolder (app/store.py) races, made deterministic by acting at the exact moment that matters.
+
+The load-dependent version of these lives in test_lifecycle.py (hot swap under concurrent requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from app.metrics import AppMetrics
+from app.store import BundleHolder
+from tests.app.conftest import make_settings, publish
+from training.bundle import BundleStore
+
+pytestmark = pytest.mark.scifact
+
+
+def test_a_load_that_current_moved_away_from_is_not_swapped_in(tmp_path, staged):
+    bundles = tmp_path / "bundles"
+    a = publish(staged["A"], bundles)
+    store = BundleStore(bundles)
+    holder = BundleHolder(make_settings(bundles, reload_poll_seconds=0), AppMetrics())
+    real_open = holder._open
+
+    def open_while_another_process_rolls_back(version: str):
+        live = real_open(version)
+        store.activate(a)  # CURRENT moves back to a after this process read it, before it swaps
+        return live
+
+    async def scenario() -> str:
+        await holder.sync()
+        assert holder.live is not None and holder.live.version == a
+        b = publish(staged["B"], bundles)
+        assert store.current_version() == b
+        holder._open = open_while_another_process_rolls_back  # type: ignore[method-assign]
+        await holder.sync()  # loads b; CURRENT says a by the time the load is done
+        return b
+
+    b = asyncio.run(scenario())
+    assert b != a
+    assert holder.live is not None and holder.live.version == a, "a stale version was swapped in"
+    assert store.current_version() == a
+    assert b not in holder._failed  # not a failure: a later poll may load b again if CURRENT names it
+
+
+def test_polls_during_an_activation_never_swap_the_old_version_back(tmp_path, staged):
+    bundles = tmp_path / "bundles"
+    a = publish(staged["A"], bundles)
+    b = publish(staged["B"], bundles)
+    store = BundleStore(bundles)
+    store.activate(a)
+    holder = BundleHolder(make_settings(bundles, reload_poll_seconds=0), AppMetrics())
+    seen: list[tuple[str | None, str | None]] = []
+    real_activate = holder.store.activate
+
+    def slow_current_write(version: str) -> None:
+        time.sleep(0.3)  # widen the window between the swap and the CURRENT write
+        real_activate(version)
+
+    holder.store.activate = slow_current_write  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        await holder.sync()
+        assert holder.live is not None and holder.live.version == a
+        activation = asyncio.create_task(holder.activate(b))
+        await asyncio.sleep(0)  # activation holds the lock and is loading b in a thread
+        polls = [asyncio.create_task(holder.sync()) for _ in range(3)]  # what the poller would do now
+        await activation
+        seen.append((holder.live.version if holder.live else None, store.current_version()))
+        await asyncio.gather(*polls)
+
+    asyncio.run(scenario())
+    assert seen == [(b, b)]  # activation finished with live and CURRENT agreeing
+    assert holder.live is not None and holder.live.version == b, "a poll swapped the old version back in"
+    assert store.current_version() == b
