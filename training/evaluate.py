@@ -99,14 +99,34 @@ def _inner_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a @ b.T  # (n, m)
 
 
+CHECKPOINT_DOCS = 1024  # documents encoded between two `checkpoint` calls
+
+
 def encode_corpus(
-    encoder: Encoder, corpus: dict[str, Document], batch_size: int = 32, show_progress: bool = True
+    encoder: Encoder,
+    corpus: dict[str, Document],
+    batch_size: int = 32,
+    show_progress: bool = True,
+    checkpoint: Callable[[], None] | None = None,
 ) -> tuple[list[str], np.ndarray]:
-    """Encode every document as document_text(title, text): (ids in corpus order, (n, dim) float32)."""
+    """Encode every document as document_text(title, text): (ids in corpus order, (n, dim) float32).
+
+    `checkpoint`, when given, is called before every CHECKPOINT_DOCS documents; it aborts the encoding
+    by raising (a job's cancel), so a long corpus never runs to the end against the caller's will.
+    """
     ids = list(corpus)
     texts = [document_text(corpus[i].title, corpus[i].text) for i in ids]
-    emb = encoder.encode(texts, kind="document", batch_size=batch_size, show_progress=show_progress)
-    return ids, emb  # emb: (n_docs, dim)
+    if checkpoint is None:
+        emb = encoder.encode(texts, kind="document", batch_size=batch_size, show_progress=show_progress)
+        return ids, emb  # emb: (n_docs, dim)
+    parts = []
+    with tqdm(total=len(texts), desc="encoding documents", unit="doc", disable=not show_progress) as bar:
+        for start in range(0, len(texts), CHECKPOINT_DOCS):
+            checkpoint()
+            chunk = texts[start : start + CHECKPOINT_DOCS]
+            parts.append(encoder.encode(chunk, kind="document", batch_size=batch_size))  # (chunk, dim)
+            bar.update(len(chunk))
+    return ids, np.concatenate(parts) if parts else encoder.encode([], kind="document")
 
 
 def trec_metrics(

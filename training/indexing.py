@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,7 @@ def index_model(
     onnx: bool = True,
     evaluation: EvalResult | None = None,
     show_progress: bool = True,
+    checkpoint: Callable[[], None] | None = None,
 ) -> PublishResult:
     """Encode `data_dir`'s corpus with the model, evaluate on `split`, build and publish a bundle.
 
@@ -83,7 +85,10 @@ def index_model(
     against torch, so the API picks the fast one only when it costs no quality.
     `evaluation`: an `evaluate()` of this very model over this corpus (the trainer's final one); its corpus
     embeddings are reused instead of encoding the corpus a second time.
+    `checkpoint`: called between phases and every 1,024 documents encoded; it cancels the indexing by
+    raising (a job's cancel). Nothing is published then, and the build folder is removed.
     """
+    stop = checkpoint or (lambda: None)
     if index_kind not in KINDS:
         raise ConfigError(f"--index: unknown index kind {index_kind!r} (expected one of {', '.join(KINDS)})")
     if not 0.0 < target_recall <= 1.0:
@@ -107,13 +112,16 @@ def index_model(
             extras = {**{k: v for k, v in previous.extras.items() if k == "training_metrics"}, **extras}
             extras["reindexed_from"] = previous.version
 
+    stop()
     query_emb = encoder.encode(list(data.queries.values()), kind="query")  # (n_queries, dim)
     if evaluation is not None and evaluation.doc_ids == list(data.corpus):
         logger.info("reusing the training run's corpus embeddings (%d documents)", len(data.corpus))
         doc_emb = evaluation.doc_embeddings  # (n_docs, dim)
     else:
         logger.info("encoding %d documents with %s", len(data.corpus), encoder.source)
-        _, doc_emb = encode_corpus(encoder, data.corpus, show_progress=show_progress)  # (n_docs, dim)
+        _, doc_emb = encode_corpus(
+            encoder, data.corpus, show_progress=show_progress, checkpoint=stop
+        )  # (n_docs, dim)
     # metrics on every query of the split (the trainer may have evaluated a subsample): cheap given doc_emb
     result = evaluate(
         encoder, data, doc_embeddings=doc_emb, query_embeddings=query_emb, show_progress=show_progress
@@ -124,6 +132,7 @@ def index_model(
     store = BundleStore(bundles_dir, keep=keep)
     # built beside the versions so publishing is a rename; a crash leaves a folder the next publish removes
     with store.build_dir() as staging:
+        stop()
         build_bundle(
             encoder,
             data.corpus,
@@ -141,6 +150,8 @@ def index_model(
             show_progress=show_progress,
         )
         if onnx:
+            stop()
             # after the model is staged, before publishing: attach_onnx refreshes the manifest checksums
             attach_onnx(staging, data.queries, data.qrels, quantize=True)
+        stop()  # the last moment a cancel is honoured: publishing is not interrupted
         return store.publish(staging, gate_metric=gate_metric, tolerance=tolerance, force=force)

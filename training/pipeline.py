@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,15 +50,20 @@ def run_pipeline(
     onnx: bool = True,
     on_progress: ProgressFn | None = None,
     show_progress: bool = True,
+    checkpoint: Callable[[], None] | None = None,
 ) -> PipelineResult:
     """Fine-tune on `data_dir`, write the gap report, build the index and publish the bundle.
 
     The bundle goes live only if the quality gate accepts it (or `force`); `publish.reason` says why.
+    `on_progress` sees every training step (and may raise to stop); `checkpoint` is called between the
+    later phases and during document encoding, and cancels by raising (see `index_model`).
     """
     started = time.perf_counter()
     run_dir = default_run_dir(work_dir)
     logger.info("pipeline: training into %s", run_dir)
     trained = train(config, data_dir, run_dir, on_progress=on_progress, show_progress=show_progress)
+    if checkpoint is not None:
+        checkpoint()
     logger.info("pipeline: indexing %s into %s", data_dir, bundles_dir)
     published = index_model(
         run_dir,
@@ -73,5 +79,6 @@ def run_pipeline(
         onnx=onnx,
         evaluation=trained.evaluation,
         show_progress=show_progress,
+        checkpoint=checkpoint,
     )
     return PipelineResult(run_dir, trained, published, time.perf_counter() - started)

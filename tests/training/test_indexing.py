@@ -13,7 +13,7 @@ import pytest
 from training.bundle_store import BundleStore
 from training.data import load_beir, subset
 from training.encoder import document_text
-from training.errors import ConfigError
+from training.errors import ConfigError, JobCancelled
 from training.evaluate import evaluate, trec_metrics
 from training.indexing import index_model, resolve_run
 
@@ -120,6 +120,49 @@ def test_index_model_publishes_a_servable_bundle(run_dir, slice_dir, shared_enco
     m2 = store.load_current().manifest
     assert m2.training_config == m.training_config and m2.extras["reindexed_from"] == result.version
     assert m2.metrics["test"]["ndcg@10"] == pytest.approx(m.metrics["test"]["ndcg@10"], abs=1e-6)
+
+
+@pytest.mark.parametrize("cancel_at_call", [2, 4], ids=["while-encoding-documents", "just-before-publish"])
+def test_a_cancel_during_indexing_publishes_nothing(run_dir, slice_dir, tmp_path, cancel_at_call):
+    calls = []
+
+    def checkpoint() -> None:
+        calls.append(len(calls) + 1)
+        if len(calls) == cancel_at_call:
+            raise JobCancelled("cancelled by the test")
+
+    bundles = tmp_path / "bundles"
+    with pytest.raises(JobCancelled):
+        index_model(
+            run_dir,
+            slice_dir,
+            bundles,
+            index_kind="flat",
+            onnx=False,
+            show_progress=False,
+            checkpoint=checkpoint,
+        )
+    store = BundleStore(bundles)
+    assert store.current_version() is None and store.list_versions() == []
+    assert [p.name for p in bundles.iterdir() if p.name.startswith(".build-")] == []
+    # calls: 1 queries, 2 the one chunk of documents (< 1,024), 3 build, 4 publish
+    assert len(calls) == cancel_at_call
+
+
+def test_encode_corpus_in_checkpointed_chunks_matches_one_call(shared_encoder, slice_dir, monkeypatch):
+    import training.evaluate as evaluate_module
+    from training.data import load_beir
+    from training.evaluate import encode_corpus
+
+    corpus = load_beir(slice_dir, "test").corpus
+    ids, whole = encode_corpus(shared_encoder, corpus, show_progress=False)
+    monkeypatch.setattr(evaluate_module, "CHECKPOINT_DOCS", 32)
+    calls = []
+    ids2, chunked = encode_corpus(
+        shared_encoder, corpus, show_progress=False, checkpoint=lambda: calls.append(1)
+    )
+    assert ids2 == ids and len(calls) == -(-len(corpus) // 32)
+    np.testing.assert_allclose(chunked, whole, atol=1e-5)
 
 
 def test_index_model_rejects_bad_options(run_dir, slice_dir, tmp_path):

@@ -5,8 +5,10 @@ reindex = `index_model` on the live bundle's model folder (`<bundles>/<CURRENT>/
 
 A `Reporter` thread stamps the record every HEARTBEAT_INTERVAL_S with the heartbeat, the latest progress
 and new log lines, and reads back `cancel_requested`; the trainer's progress callback then raises
-`JobCancelled` at the next step. The job ends `cancelled` and publishes nothing. A cancel that arrives
-after publishing has started is too late: the job ends `succeeded` with a log line saying so.
+`JobCancelled` at the next step. After training, `check_cancel` runs between phases and every 1,024
+documents encoded, so a reindex of a large corpus is cancellable too. The job ends `cancelled` and
+publishes nothing. A cancel that arrives after publishing has started is too late: the job ends
+`succeeded` with a log line saying so.
 
 Only one job at a time per bundles folder: an fcntl lock on `<bundles>/.jobs.lock`, held while the job
 runs. A second job waits in state `queued` (phase "waiting for the bundle lock") and can be cancelled
@@ -229,6 +231,7 @@ def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
             onnx=options.onnx,
             on_progress=reporter.on_progress,
             show_progress=False,  # progress goes to the job record, not to tqdm bars in the worker log
+            checkpoint=reporter.check_cancel,
         )
     return _publish_outcome(result.publish)
 
@@ -255,5 +258,6 @@ def _reindex(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
         force=options.force,
         onnx=options.onnx,
         show_progress=False,
+        checkpoint=reporter.check_cancel,
     )
     return _publish_outcome(result)
