@@ -41,14 +41,14 @@ SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 CACHE = REPO / "var" / "bench"
 
 
-def build_bundle_if_needed(bundles: Path) -> str:
+def build_bundle_if_needed(bundles: Path, distractors: int = 0) -> str:
     from training.bundle import BundleStore
 
     store = BundleStore(bundles)
     if store.current_version():
         return store.current_version()  # type: ignore[return-value]
     from training.bundle import build_bundle
-    from training.data import load_beir
+    from training.data import Document, load_beir
     from training.encoder import Encoder, default_model_path, document_text
     from training.onnx_encoder import OnnxQueryEncoder, attach_onnx, export_onnx
 
@@ -64,8 +64,17 @@ def build_bundle_if_needed(bundles: Path) -> str:
     t0 = time.perf_counter()
     emb = np.concatenate([fast.encode(texts[i : i + 256], batch_size=32) for i in range(0, len(texts), 256)])
     print(f"encoded {len(texts)} documents in {time.perf_counter() - t0:.0f} s", flush=True)
+    corpus = dict(test.corpus)
+    if distractors:
+        # a bigger exact index at no encoding cost: random unit vectors cost a flat scan what real ones do
+        rng = np.random.default_rng(0)
+        extra = rng.standard_normal((distractors, emb.shape[1])).astype(np.float32)  # (N, dim)
+        extra /= np.linalg.norm(extra, axis=1, keepdims=True)
+        emb = np.concatenate([emb, extra])
+        for i in range(distractors):
+            corpus[f"distractor-{i}"] = Document(f"distractor-{i}", "", f"synthetic distractor {i}", {})
     staging = CACHE / f"staging-{os.getpid()}"
-    build_bundle(Encoder.load(), test.corpus, staging_dir=staging, doc_embeddings=emb, index_kind="flat")
+    build_bundle(Encoder.load(), corpus, staging_dir=staging, doc_embeddings=emb, index_kind="flat")
     record = attach_onnx(staging, test.queries, test.qrels, quantize=True)
     print(f"ONNX quality (nDCG@10 on {record['n_queries']} test queries): {record['ndcg@10']}", flush=True)
     return store.publish(staging, force=True).version
@@ -205,6 +214,13 @@ def encoder_ceiling(bundles: Path, version: str, backend: str, queries: list[str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--bundles", type=Path, default=None, help="bundles folder with a live bundle")
+    parser.add_argument(
+        "--distractors",
+        type=int,
+        default=0,
+        help="add this many random unit-vector documents to the built bundle's exact index (0 = scifact only), "
+        "to see the regime where the FAISS scan, not the encoder, dominates",
+    )
     parser.add_argument("--seconds", type=float, default=4.0, help="duration of each cell")
     parser.add_argument("--max-requests", type=int, default=5000, help="request cap of each cell")
     parser.add_argument("--concurrency", default="1,8,32")
@@ -223,8 +239,8 @@ def main() -> None:
 
     from training.data import load_queries
 
-    bundles = args.bundles or CACHE / "bundles"
-    version = build_bundle_if_needed(bundles)
+    bundles = args.bundles or CACHE / ("bundles" if not args.distractors else f"bundles-{args.distractors}")
+    version = build_bundle_if_needed(bundles, args.distractors)
     queries = list(load_queries(SCIFACT / "queries.jsonl").values())
     levels = [int(c) for c in args.concurrency.split(",")]
     client = args.client if args.client != "auto" else ("wrk" if shutil.which("wrk") else "httpx")
