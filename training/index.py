@@ -24,6 +24,11 @@ from a per-query SIMD scan to one sgemm when nq·d >= 128000 (334 queries at d =
 8-256 re-read the whole index per query. `set_flat_batch_threshold` lowers it to 20·d (batches of >= 20
 queries use sgemm: 7x faster for batches of 64, performance.md B4); single queries are unaffected. It is
 process-global, so it is set once on build/load and never raised again.
+
+Threads: searches of fewer than SMALL_BATCH queries (the ones below that sgemm threshold) run FAISS on
+one OpenMP thread. A single query's scan gained nothing from the second core here and lost much when
+the query encoder's own threads (torch or onnxruntime, spinning after the encode) held the cores:
+105k-vector Flat, encode + search of one query 39.9 ms with FAISS's 2 threads, 11.9 ms with one.
 """
 
 from __future__ import annotations
@@ -69,6 +74,9 @@ class IndexInfo(BaseModel):
     bytes_per_vector: float  # serialised size / ntotal
     resident_bytes_per_vector: float | None = None  # ivfpq loaded with mmap: codes only
     build_seconds: float = 0.0
+
+
+SMALL_BATCH = 20  # queries; = the 20·d sgemm threshold below
 
 
 def set_flat_batch_threshold(dim: int) -> None:
@@ -127,8 +135,18 @@ class VectorIndex:
         kk = min(k, self.ntotal)
         if kk == 0:
             return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(len(q))]
-        dist, pos = self.index.search(q, kk)  # (nq, kk) each
+        dist, pos = self._faiss_search(q, kk)  # (nq, kk) each
         return [self._row(dist[i], pos[i]) for i in range(len(q))]
+
+    def _faiss_search(self, q: np.ndarray, k: int, params: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        if len(q) >= SMALL_BATCH:
+            return self.index.search(q, k, params=params)
+        threads = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(1)  # this thread's setting only (OpenMP per-thread ICV)
+        try:
+            return self.index.search(q, k, params=params)
+        finally:
+            faiss.omp_set_num_threads(threads)
 
     def _row(self, dist: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         keep = pos >= 0  # FAISS pads with −1 when it finds fewer than k
@@ -150,7 +168,7 @@ class VectorIndex:
             return self._exact_subset(q, kk, allowed)
         sel = faiss.IDSelectorBatch(allowed)
         params = self._search_params(sel)
-        dist, pos = self.index.search(q, kk, params=params)  # (nq, kk) each
+        dist, pos = self._faiss_search(q, kk, params=params)  # (nq, kk) each
         out = [self._row(dist[i], pos[i]) for i in range(len(q))]
         short = [i for i, (p, _) in enumerate(out) if len(p) < kk]
         if short:  # an ANN graph/list walk can starve under a selective filter: answer those exactly
