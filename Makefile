@@ -11,7 +11,7 @@ RUN_DIR ?= var
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install demo test lint typecheck serve worker clean
+.PHONY: install demo test lint typecheck serve worker bench-load clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -43,6 +43,11 @@ lint: install
 
 typecheck: install
 	$(BIN)/mypy
+
+# the load benchmark drives uvicorn with wrk (C, light on the shared cores); it falls back to httpx without it
+bench-load: install
+	command -v wrk >/dev/null || (apt-get install -y wrk >/dev/null 2>&1 || echo "wrk not installed: using httpx")
+	$(BIN)/python bench/load_bench.py
 
 clean:
 	rm -rf $(VENV) $(RUN_DIR) .pytest_cache .mypy_cache .ruff_cache
