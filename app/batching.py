@@ -11,12 +11,12 @@ encoder's own intra-op threads already use both cores, and more request threads 
 How long a batch waits for more: a lone client (last batch of one query) never waits. Otherwise the
 batch waits, at most `max_wait`, until it holds min(the previous batch's queries, the live encoder's
 `encode_batch_size`) queries: a larger batch is encoded in chunks of that size anyway, so waiting for
-more would only idle the encoder (and ONNX encoders, at 1, never wait). Without
-the wait, load splits into alternating large and tiny batches: while a batch of 30 runs only the 2
-clients outside it can queue, the next batch takes just those 2, and the 30 answered clients' new
-requests, still being parsed on the event loop, miss it (measured: 32 clients, torch, 19 of 39
-batches held 2 queries, each costing nearly a whole single-query encode per query). Waiting ends the
-moment the target is met, and the target follows the load down within one batch.
+more would only idle the encoder (ONNX encoders, at 1, never wait). Without the wait, load splits into
+alternating large and tiny batches: while a batch of 30 runs only the 2 clients outside it can queue,
+the next batch takes just those 2, and the 30 answered clients' new requests, still being parsed on
+the event loop, miss it (measured: 32 clients, torch, 19 of 39 batches held 2 queries, each costing
+nearly a whole single-query encode per query). Waiting ends the moment the target is met, and the
+target follows the load down within one batch.
 Exact search only gains from batches with FAISS's BLAS threshold lowered; `training.index` does that.
 
 `DirectRunner`: the per-request path (micro-batching off), same executor and the same bound.

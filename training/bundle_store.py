@@ -17,12 +17,12 @@ Publishing is a sequence of steps (`PUBLISH_STEPS`); each is crash-safe on its o
 6. current  — if it goes live: write CURRENT.tmp, fsync, os.replace over CURRENT, fsync the folder.
 
 A crash anywhere leaves CURRENT on the old version; at worst a complete, unpublished-as-live version
-(after 4) or a hidden `.staging-*` folder (cleaned by the next publish) remains.
+(after 4) or a hidden `.staging-*` folder (cleaned by the next publish) remains. Tests inject a failure
+before each step through the `hook` argument (the faiss contrib checkpoint idiom).
 
 Builders stage inside the root (`build_dir()`: `.build-*`, so publishing is a rename) while holding an
 flock on its `.lock` sibling. The kernel drops that lock when the builder dies, even by SIGKILL, so the
-next publish removes exactly the build folders nobody holds, never a concurrent builder's. Tests inject a failure
-before each step through the `hook` argument (the faiss contrib checkpoint idiom).
+next publish removes exactly the build folders nobody holds, never a concurrent builder's.
 """
 
 from __future__ import annotations
