@@ -32,8 +32,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import training.index as index_mod  # noqa: E402
-from training.index import VectorIndex, build_index, set_flat_batch_threshold  # noqa: E402
+import training.index_build as build_mod  # noqa: E402
+from training.index import VectorIndex, set_flat_batch_threshold  # noqa: E402
+from training.index_build import build_index  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 SCIFACT = REPO.parent / "shared" / "data" / "scifact"
@@ -109,7 +110,7 @@ def bench_kind(
     truth: np.ndarray,
     target: float,
 ) -> dict:
-    index_mod.USE_OPQ = kind == "opq"  # "opq": ivfpq with an OPQ rotation in front
+    build_mod.USE_OPQ = kind == "opq"  # "opq": ivfpq with an OPQ rotation in front
     t0 = time.perf_counter()
     vi = build_index(
         x,

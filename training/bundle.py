@@ -38,7 +38,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from training.docstore import DocStore, write_docstore
 from training.encoder import Encoder, document_text
 from training.errors import BundleInvalid, IndexBuildError, ModelLoadError
-from training.index import IndexInfo, VectorIndex, build_index
+from training.index import IndexInfo, VectorIndex
+from training.index_build import build_index
 from training.report_schema import GapReport
 
 if TYPE_CHECKING:

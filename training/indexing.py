@@ -19,7 +19,7 @@ from training.data import load_split
 from training.encoder import Encoder
 from training.errors import ConfigError
 from training.evaluate import EvalResult, encode_corpus, evaluate
-from training.index import KINDS
+from training.index_build import KINDS
 from training.onnx_encoder import attach_onnx
 
 logger = logging.getLogger(__name__)

@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 
 import training.index as index_mod
+import training.index_build as build_mod
 from training.encoder import Encoder, Similarity
 from training.errors import IndexBuildError
-from training.index import IndexInfo, VectorIndex, build_index, choose_kind
+from training.index import IndexInfo, VectorIndex
+from training.index_build import build_index, choose_kind
 
 N, D, NQ, K = 2_000, 32, 40, 10
 
@@ -200,7 +202,7 @@ def test_load_refuses_garbage(tmp_path):
 def test_opq_front_end_above_ten_thousand_vectors(monkeypatch):
     """With OPQ in front (opt-in, >= 39·256 vectors) plain and filtered (IDSelector) search still work."""
     monkeypatch.setattr(index_mod, "EXACT_FILTER_MAX", 0)
-    monkeypatch.setattr(index_mod, "USE_OPQ", True)
+    monkeypatch.setattr(build_mod, "USE_OPQ", True)
     x = _clustered(10_000, 8, 21)
     q = x[:20] + 0.05 * np.random.default_rng(2).normal(size=(20, 8)).astype(np.float32)
     threads = faiss.omp_get_max_threads()

@@ -1,0 +1,234 @@
+"""Build a FAISS index through a factory string: auto-choose the kind, build, tune to a recall target.
+
+Index kinds (FAISS wiki, "Guidelines to choose an index"; measured trade-offs in
+docs/performance.md, B4-B6):
+
+- ``flat``  : ``Flat``, exact. 4·d bytes/vector. Default below ~200k vectors.
+- ``hnsw``  : ``HNSW32,Flat``; knob efSearch. ~4·d + 2·32·4 bytes/vector, no training.
+- ``ivf``   : ``IVF{nlist},Flat`` with nlist ≈ 4·√N; knob nprobe.
+- ``ivfpq`` : ``IVF{nlist},PQ{m},RFlat``; knobs nprobe and k_factor. PQ alone caps at
+  R@10 ≈ 0.65 on text embeddings (performance.md B4), so the top k·k_factor PQ candidates are
+  re-ranked exactly against the full vectors kept in the RFlat stage. Loaded with ``mmap=True`` those
+  full vectors stay in the file's page cache, so resident memory is the PQ codes plus touched pages.
+  OPQ in front (``USE_OPQ``) is off by default: its training took 35 s for 10k 16-d vectors on the
+  2-core box and the exact re-ranking already recovers what OPQ would add to the PQ ranking.
+
+Tuning (`_tune`): the kind's search knobs are tried from cheapest up until recall@10 against exact
+search on the tuning queries (real queries when given, else held-out corpus rows) reaches the target;
+the reached recall and the knobs are recorded in `IndexInfo`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+import faiss
+import numpy as np
+
+from training.errors import IndexBuildError
+from training.index import IndexInfo, IndexKind, IndexMetric, VectorIndex, as_matrix, faiss_metric
+
+logger = logging.getLogger(__name__)
+
+KINDS = ("auto", "flat", "hnsw", "ivf", "ivfpq")
+AUTO_FLAT_MAX = 200_000  # performance.md C1: exact search stays < ~10 ms/query below this size
+HNSW_M = 32
+TUNE_SAMPLE = 1_000
+RECALL_K = 10
+USE_OPQ = False  # rotate before PQ (see module docstring); the benchmark measures both
+
+
+def estimated_bytes_per_vector(kind: str, dim: int) -> float:
+    """Resident bytes per vector (FAISS wiki formulas; ivfpq counts codes + id, refine is mmapped)."""
+    if kind == "hnsw":
+        return 4 * dim + 2 * HNSW_M * 4 * 1.05  # + upper levels
+    if kind == "ivfpq":
+        return _pq_m(dim) + 8
+    return 4 * dim + (8 if kind == "ivf" else 0)
+
+
+def choose_kind(n: int, dim: int, memory_budget_bytes: int | None = None) -> str:
+    """FAISS guideline, adapted to performance.md C1: exact below ~200k, HNSW above, PQ if memory forces."""
+
+    def fits(kind: str) -> bool:
+        return memory_budget_bytes is None or estimated_bytes_per_vector(kind, dim) * n <= memory_budget_bytes
+
+    if n <= AUTO_FLAT_MAX and fits("flat"):
+        return "flat"
+    if fits("hnsw"):
+        return "hnsw"
+    if fits("ivf"):
+        return "ivf"
+    if fits("ivfpq"):
+        return "ivfpq"
+    raise IndexBuildError(
+        f"{n} vectors of dim {dim} do not fit in a memory budget of {memory_budget_bytes} bytes "
+        f"even as IVF-PQ ({estimated_bytes_per_vector('ivfpq', dim):.0f} bytes/vector)"
+    )
+
+
+def _nlist(n: int) -> int:
+    # FAISS wiki: K = 4·√N … 16·√N lists; k-means wants >= 39 training points per centroid
+    return max(1, min(int(4 * math.sqrt(n)), n // 39))
+
+
+def _pq_m(dim: int) -> int:
+    # ~8 dimensions per sub-quantizer (PQ48 at d = 384, performance.md B4); m must divide d
+    m = max(1, dim // 8)
+    while dim % m:
+        m -= 1
+    return m
+
+
+def _pq_nbits(n: int) -> int:
+    return int(max(1, min(8, math.floor(math.log2(max(2, n // 39))))))
+
+
+def factory_string(kind: str, n: int, dim: int) -> str:
+    if kind == "flat":
+        return "Flat"
+    if kind == "hnsw":
+        return f"HNSW{HNSW_M},Flat"
+    nlist = _nlist(n)
+    if kind == "ivf":
+        return f"IVF{nlist},Flat"
+    if kind == "ivfpq":
+        m, nbits = _pq_m(dim), _pq_nbits(n)
+        opq = f"OPQ{m}_{dim}," if USE_OPQ and n >= 39 * 256 else ""  # OPQ trains a 256-centroid PQ
+        return f"{opq}IVF{nlist},PQ{m}x{nbits}np,RFlat"  # np: skip slow polysemous training
+    raise IndexBuildError(f"unknown index kind {kind!r} (expected one of {', '.join(KINDS)})")
+
+
+def build_index(
+    vectors: np.ndarray,
+    *,
+    metric: IndexMetric = "ip",
+    kind: IndexKind | str = "auto",
+    tune_queries: np.ndarray | None = None,
+    target_recall: float = 0.95,
+    memory_budget_bytes: int | None = None,
+    seed: int = 0,
+) -> VectorIndex:
+    """Build an index over `vectors` (rows = positions) and tune it to `target_recall` recall@10."""
+    x = as_matrix(vectors, "vectors")  # (n, d)
+    n, d = x.shape
+    if n == 0:
+        raise IndexBuildError("cannot build an index over 0 vectors")
+    if kind not in KINDS:
+        raise IndexBuildError(f"unknown index kind {kind!r} (expected one of {', '.join(KINDS)})")
+    if not 0.0 < target_recall <= 1.0:
+        raise IndexBuildError(f"target_recall must be in (0, 1], got {target_recall}")
+    t0 = time.perf_counter()
+    chosen = choose_kind(n, d, memory_budget_bytes) if kind == "auto" else str(kind)
+    factory = factory_string(chosen, n, d)
+    index = faiss.index_factory(d, factory, faiss_metric(metric))
+    if not index.is_trained:
+        rng = np.random.default_rng(seed)
+        n_train = min(n, 256 * _nlist(n), 200_000)
+        sample = x[np.sort(rng.choice(n, n_train, replace=False))] if n_train < n else x
+        logger.info("training %s on %d vectors", factory, len(sample))
+        index.train(sample)
+    index.add(x)
+    if chosen == "ivf":
+        faiss.extract_index_ivf(index).make_direct_map()  # exact_vectors() for filtered searches
+    info = IndexInfo(factory=factory, kind=chosen, metric=metric, ntotal=n, dim=d, bytes_per_vector=0.0)
+    vi = VectorIndex(index, info)
+    if chosen != "flat":
+        _tune(vi, x, tune_queries, target_recall, seed)
+    info.build_seconds = round(time.perf_counter() - t0, 3)
+    info.bytes_per_vector, info.resident_bytes_per_vector = _sizes(index, n)
+    logger.info(
+        "built %s (%s, %d vectors): params %s, recall@10 %s, %.1f s",
+        factory,
+        metric,
+        n,
+        info.params,
+        info.recall_at_10,
+        info.build_seconds,
+    )
+    return vi
+
+
+def _sizes(index: Any, n: int) -> tuple[float, float | None]:
+    total = len(faiss.serialize_index(index)) / n
+    if isinstance(index, faiss.IndexRefine):
+        base = len(faiss.serialize_index(index.base_index)) / n
+        return round(total, 1), round(base, 1)
+    return round(total, 1), None
+
+
+# -- tuning -----------------------------------------------------------------------------------------
+def _tune_grid(vi: VectorIndex) -> list[dict[str, int]]:
+    """Candidate search parameters, cheapest first."""
+    if vi.info.kind == "hnsw":
+        return [{"efSearch": ef} for ef in (16, 32, 64, 128, 256, 512, 1024, 2048)]
+    nlist = faiss.extract_index_ivf(vi.index).nlist
+    probes = sorted({min(nlist, 2**i) for i in range(int(math.log2(nlist)) + 2)})
+    if vi.info.kind == "ivf":
+        return [{"nprobe": p} for p in probes]
+    n, d = vi.ntotal, vi.dim
+    # past half the lists a PQ scan costs about as much as exact search: not worth tuning into
+    probes = [p for p in probes if p <= max(1, nlist // 2)]
+    combos = [{"nprobe": p, "k_factor": kf} for p in probes for kf in (2, 4, 8, 16, 32)]
+    # cost model: PQ codes scanned (m bytes each) + full vectors read for re-ranking
+    return sorted(combos, key=lambda c: c["nprobe"] * n / nlist * _pq_m(d) + c["k_factor"] * RECALL_K * 4 * d)
+
+
+def _tune(vi: VectorIndex, x: np.ndarray, tune_queries: np.ndarray | None, target: float, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    self_ids: np.ndarray | None = None
+    if tune_queries is None:
+        # no real queries: corpus vectors as queries, each one's own row excluded from both result lists
+        self_ids = np.sort(rng.choice(len(x), min(TUNE_SAMPLE, len(x)), replace=False))
+        q = x[self_ids]
+    else:
+        q = as_matrix(tune_queries, "tune_queries", vi.dim)
+        if len(q) > TUNE_SAMPLE:
+            q = q[np.sort(rng.choice(len(q), TUNE_SAMPLE, replace=False))]
+    k = min(RECALL_K, vi.ntotal - (1 if self_ids is not None else 0))
+    if k < 1 or len(q) == 0:
+        return
+    exact = faiss.IndexFlat(vi.dim, faiss_metric(vi.info.metric))
+    exact.add(x)
+    truth = _top(exact, q, k, self_ids)
+    best: tuple[float, dict[str, int]] | None = None
+    for params in _tune_grid(vi):
+        vi.set_params(params)
+        rec = recall_at(truth, _top(vi.index, q, k, self_ids))
+        if best is None or rec > best[0]:
+            best = (rec, params)
+        if rec >= target:
+            break
+    assert best is not None
+    if best[0] < target:
+        logger.warning(
+            "%s reached recall@10 %.3f < target %.3f (best params %s)",
+            vi.info.factory,
+            best[0],
+            target,
+            best[1],
+        )
+    vi.set_params(best[1])
+    vi.info.recall_at_10 = round(best[0], 4)
+    vi.info.tune_queries = len(q)
+
+
+def _top(index: Any, q: np.ndarray, k: int, self_ids: np.ndarray | None) -> list[np.ndarray]:
+    extra = 1 if self_ids is not None else 0
+    _, pos = index.search(q, min(k + extra, index.ntotal))  # (nq, k+extra)
+    rows = []
+    for i, row in enumerate(pos):
+        row = row[row >= 0]
+        if self_ids is not None:
+            row = row[row != self_ids[i]]
+        rows.append(row[:k])
+    return rows
+
+
+def recall_at(truth: list[np.ndarray], found: list[np.ndarray]) -> float:
+    """Mean |found ∩ truth| / |truth| over queries (recall@k of an ANN index vs exact search)."""
+    hits = [len(np.intersect1d(t, f)) / max(1, len(t)) for t, f in zip(truth, found, strict=True)]
+    return float(np.mean(hits)) if hits else 1.0
