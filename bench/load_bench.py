@@ -147,10 +147,18 @@ async def drive(url: str, queries: list[str], concurrency: int, seconds: float, 
     }
 
 
-def drive_wrk(url: str, queries: list[str], concurrency: int, seconds: float, max_requests: int) -> dict:
-    """The same closed-loop load from wrk (C, one thread): far less client CPU taken from the server."""
+def write_wrk_bodies(queries: list[str]) -> Path:
+    """One /search body per line, for bench/search_load.lua."""
     bodies = CACHE / "wrk_bodies.jsonl"
+    bodies.parent.mkdir(parents=True, exist_ok=True)
     bodies.write_text("".join(json.dumps({"query": q, "top_k": 10}) + "\n" for q in queries))
+    return bodies
+
+
+def drive_wrk(
+    url: str, queries: list[str], bodies: Path, concurrency: int, seconds: float, max_requests: int
+) -> dict:
+    """The same closed-loop load from wrk (C, one thread): far less client CPU taken from the server."""
     for q in queries[:3]:  # warm-up
         httpx.post(f"{url}/search", json={"query": q, "top_k": 10}, timeout=30)
     cmd = ["wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(seconds))}s", "--timeout", "30s"]
@@ -247,6 +255,7 @@ def main() -> None:
     if client == "wrk" and not shutil.which("wrk"):
         raise SystemExit("--client wrk: wrk is not installed (apt-get install wrk)")
     print(f"load generator: {client}", flush=True)
+    bodies = write_wrk_bodies(queries) if client == "wrk" else None
     ceilings = []
     for backend in args.backends.split(","):
         ceilings.append(encoder_ceiling(bundles, version, backend, queries))
@@ -266,8 +275,8 @@ def main() -> None:
                     url = f"http://127.0.0.1:{port}"
                     runs = []
                     for _ in range(args.repeat):
-                        if client == "wrk":
-                            runs.append(drive_wrk(url, queries, c, args.seconds, args.max_requests))
+                        if bodies is not None:
+                            runs.append(drive_wrk(url, queries, bodies, c, args.seconds, args.max_requests))
                         else:
                             runs.append(asyncio.run(drive(url, queries, c, args.seconds, args.max_requests)))
                     res = median_run(runs)

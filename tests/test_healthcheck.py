@@ -255,12 +255,7 @@ def worker(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
             time.sleep(0.1)
         yield proc, url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
 
 
 def test_worker_check_healthy_with_a_real_worker(worker: tuple[subprocess.Popen[str], str]) -> None:

@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from safetensors.numpy import load_file
 
 from app.main import create_app
 from app.settings import Settings
+from tests.app.conftest import wait_until
 from tests.training.scifact_slice import scifact_slice
 from training.jobs.queue import JobQueue
 
@@ -122,13 +122,7 @@ def env(tmp_path_factory, scifact) -> Iterator[dict[str, Any]]:
 
 
 def _wait(what: str, check: Callable[[], Any], worker: Worker, timeout: float = 300) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.3)
-    pytest.fail(f"timed out waiting for {what}; worker log:\n{worker.tail()}")
+    return wait_until(check, timeout, what, interval=0.3, detail=lambda: f"worker log:\n{worker.tail()}")
 
 
 def _submit(env: dict[str, Any], job_type: str, options: dict[str, Any]) -> str:

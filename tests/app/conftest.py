@@ -156,8 +156,13 @@ def live_bundles(tmp_path_factory, staged) -> tuple[Path, str]:
     return bundles, publish(staged["A"], bundles)
 
 
-def wait_until(condition, timeout: float = 30.0, what: str = "condition"):
-    """Poll `condition()` until truthy (returns its value) or fail after `timeout` seconds."""
+def wait_until(
+    condition, timeout: float = 30.0, what: str = "condition", *, interval: float = 0.05, detail=None
+):
+    """Poll `condition()` until truthy (returns its value) or fail after `timeout` seconds.
+
+    `detail`, if given, is called on timeout and its text (a worker's log, say) ends the failure message.
+    """
     import time
 
     deadline = time.monotonic() + timeout
@@ -165,5 +170,6 @@ def wait_until(condition, timeout: float = 30.0, what: str = "condition"):
         value = condition()
         if value:
             return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+    extra = f"\n{detail()}" if detail is not None else ""
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}{extra}")
