@@ -36,16 +36,29 @@ RunnerDep = Annotated[MicroBatcher | DirectRunner, Depends(get_runner)]
 MetricsDep = Annotated[AppMetrics, Depends(get_metrics)]
 
 
+def _given_key(request: Request) -> str | None:
+    given = request.headers.get("x-api-key")
+    auth = request.headers.get("authorization", "")
+    if given is None and auth.lower().startswith("bearer "):
+        given = auth[7:].strip()
+    return given or None
+
+
+def has_api_key(request: Request, settings: SettingsDep) -> bool:
+    """Read routes with more detail for the key holder: False without a key, 403 for a wrong one."""
+    if _given_key(request) is None:
+        return False
+    require_api_key(request, settings)
+    return True
+
+
 def require_api_key(request: Request, settings: SettingsDep) -> None:
     """Mutating routes: header `X-API-Key: <key>` or `Authorization: Bearer <key>`."""
     if settings.api_key is None:
         raise WrongApiKeyError(
             "this server has no API key configured (SEARCH_API_KEY), so mutating routes are disabled"
         )
-    given = request.headers.get("x-api-key")
-    auth = request.headers.get("authorization", "")
-    if given is None and auth.lower().startswith("bearer "):
-        given = auth[7:].strip()
+    given = _given_key(request)
     if not given:
         raise MissingApiKeyError(
             "this route needs an API key: send it as 'X-API-Key: <key>' or 'Authorization: Bearer <key>'",

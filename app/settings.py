@@ -93,6 +93,11 @@ class Settings(BaseSettings):
     data_root: Path = Field(
         Path("data"), description="Folder that job submissions may name datasets under (nothing outside it)."
     )
+    models_root: Path = Field(
+        Path("models"),
+        description="Folder that a retrain's `base_model` option may name a model folder under (nothing "
+        "outside it); the packaged `all-MiniLM-L6-v2` is always allowed by that name.",
+    )
     job_heartbeat_timeout_s: float = Field(
         30.0,
         gt=0,

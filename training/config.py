@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+SPLIT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"  # training.jobs.confine checks the same
+
 
 class TrainConfig(BaseModel):
     """Hyper-parameters of one fine-tuning run. Written to `<out>/config.json` and into bundles."""
@@ -13,8 +15,10 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     # data
-    train_split: str = "train"  # qrels/<train_split>.tsv (BEIR folders)
-    eval_split: str = "test"  # qrels/<eval_split>.tsv; held-out queries for metrics and the gap report
+    # split names are plain names, never paths (they are joined into qrels/<split>.tsv)
+    train_split: str = Field("train", pattern=SPLIT_PATTERN)  # qrels/<train_split>.tsv (BEIR folders)
+    # qrels/<eval_split>.tsv; held-out queries for metrics and the gap report
+    eval_split: str = Field("test", pattern=SPLIT_PATTERN)
     base_model: str | None = None  # local sentence-transformers folder; None = packaged all-MiniLM-L6-v2
     # tokens while training (longer texts are cut); evaluation and the saved model keep the base model's
     # own limit (256 for all-MiniLM-L6-v2). 128 halves the cost of a step on CPU (scifact: bench/train_scifact.py)

@@ -26,11 +26,13 @@ import hashlib
 import json
 import logging
 import random
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from training.config import SPLIT_PATTERN
 from training.encoder import document_text
 from training.errors import DataError
 
@@ -262,6 +264,8 @@ def load_beir(folder: str | Path, split: str) -> RetrievalData:
             raise DataError(
                 folder / name, f"file not found (a BEIR folder needs {CORPUS_FILE} and {QUERIES_FILE})"
             )
+    if not re.match(SPLIT_PATTERN, split):  # a split is a name joined into a path, never a path itself
+        raise DataError(folder / QRELS_DIR, f"split {split!r} is not a split name (letters, digits, _ and -)")
     qrels_path = folder / QRELS_DIR / f"{split}.tsv"
     if not qrels_path.is_file():
         splits = available_splits(folder)

@@ -13,6 +13,7 @@ InfonceSearchError            base: a user-facing message, never a library stack
     ├── JobNotFound           unknown job id
     ├── JobConflict           the job's state forbids the request (e.g. cancelling a finished job)
     ├── DatasetRefused        a dataset name resolves outside the configured data root
+    │   └── ModelRefused      a base model resolves outside the models root
     ├── DatasetNotFound       no dataset with that name under the data root
     ├── JobOptionsInvalid     job options fail validation (names the field)
     └── JobCancelled          raised inside a running job when its cancellation was requested
@@ -88,7 +89,15 @@ class JobConflict(JobError):
 
 
 class DatasetRefused(JobError):
+    """A job would read a file outside the data root (or a split that is not a plain name)."""
+
     code = "dataset_refused"
+
+
+class ModelRefused(DatasetRefused):
+    """A job's base model is outside the models root."""
+
+    code = "model_refused"
 
 
 class DatasetNotFound(JobError):

@@ -6,14 +6,15 @@ The API only records and enqueues (training.jobs.queue); a separate worker proce
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, Field
 
-from app.deps import ApiKeyDep, SettingsDep
-from training.jobs.queue import JobQueue, JobRecord, WorkerBeat
+from app.deps import ApiKeyDep, SettingsDep, has_api_key
+from training.jobs.queue import JobQueue, JobRecord, JobState, JobType, Progress, WorkerBeat
 
 router = APIRouter(tags=["jobs"])
 _queue_lock = threading.Lock()
@@ -28,11 +29,71 @@ class JobSubmission(BaseModel):
     )
 
 
+class JobSummary(BaseModel):
+    """What anyone may read about a job: its state and progress (no paths, logs, errors or hosts)."""
+
+    id: str
+    type: JobType
+    state: JobState
+    progress: Progress
+    cancel_requested: bool
+    created_at: float = Field(description="Unix seconds.")
+    started_at: float | None = None
+    finished_at: float | None = None
+
+
+class JobDetail(JobSummary):
+    """With the API key: the whole record; paths are relative to their roots (data root, bundles folder)."""
+
+    dataset: str
+    options: dict[str, Any]
+    data_dir: str = Field(description="The dataset's path relative to the data root.")
+    log_tail: list[str]
+    bundle_version: str | None = None
+    live: bool | None = Field(None, description="Did the gate accept the candidate (publish it as CURRENT)?")
+    gate_reason: str | None = None
+    error: str | None = None
+    worker: str | None = Field(None, description="host:pid of the worker running it.")
+    heartbeat_at: float | None = None
+
+
+JobView = JobDetail | JobSummary
+
+
 class JobList(BaseModel):
-    jobs: list[JobRecord]
+    jobs: list[JobView]
     workers: list[WorkerBeat] = Field(
-        description="Worker processes seen recently; `alive` = heartbeat fresh."
+        default_factory=list,
+        description="Worker processes seen recently; `alive` = heartbeat fresh (only with the API key).",
     )
+
+
+def _relative(text: str, roots: dict[str, str]) -> str:
+    """`text` with every absolute root replaced by its short name, so no absolute path leaves the server."""
+    for root, name in roots.items():
+        text = text.replace(root + os.sep, name).replace(root, name.rstrip(os.sep) or ".")
+    return text
+
+
+def job_view(record: JobRecord, settings: Any, *, detailed: bool) -> JobView:
+    summary = JobSummary.model_validate(record.model_dump(include=set(JobSummary.model_fields)))
+    if not detailed:
+        return summary
+    roots: dict[str, str] = {}
+    for root, name in (
+        (record.data_root or settings.data_root, ""),
+        (record.models_root or settings.models_root, ""),
+        (record.bundles_dir, ""),
+    ):
+        for form in {str(root), os.path.realpath(root), os.path.abspath(root)}:
+            roots[form] = name
+    # longest first: a root nested in another must be replaced before its parent
+    ordered = dict(sorted(roots.items(), key=lambda kv: -len(kv[0])))
+    fields = record.model_dump(include=set(JobDetail.model_fields))
+    fields["data_dir"] = _relative(record.data_dir, ordered) or "."
+    fields["error"] = _relative(record.error, ordered) if record.error else None
+    fields["log_tail"] = [_relative(line, ordered) for line in record.log_tail]
+    return JobDetail.model_validate(fields)
 
 
 def get_job_queue(request: Request, settings: SettingsDep) -> JobQueue:
@@ -56,7 +117,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 @router.post(
     "/jobs",
     status_code=202,
-    response_model=JobRecord,
+    response_model=JobDetail,
     dependencies=[ApiKeyDep],
     responses={
         **_ERRORS,
@@ -66,33 +127,48 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     },
     summary="Queue a retrain or reindex job",
 )
-def submit_job(body: JobSubmission, queue: QueueDep, settings: SettingsDep) -> JobRecord:
+def submit_job(body: JobSubmission, queue: QueueDep, settings: SettingsDep) -> JobDetail:
     """Validate and queue the job; a worker picks it up. Poll GET /jobs/{id} for its progress."""
-    return queue.submit(
-        body.type, body.dataset, body.options, data_root=settings.data_root, bundles_dir=settings.bundles_dir
+    record = queue.submit(
+        body.type,
+        body.dataset,
+        body.options,
+        data_root=settings.data_root,
+        bundles_dir=settings.bundles_dir,
+        models_root=settings.models_root,
     )
+    return job_view(record, settings, detailed=True)  # type: ignore[return-value]
 
 
-@router.get("/jobs", response_model=JobList, summary="Recent jobs, newest first")
-def list_jobs(queue: QueueDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> JobList:
-    return JobList(jobs=queue.recent(limit), workers=queue.workers())
+KeyGiven = Annotated[bool, Depends(has_api_key)]
+_READ_ERRORS: dict[int | str, dict[str, Any]] = {403: {"description": "A wrong API key was sent."}}
+
+
+@router.get("/jobs", response_model=JobList, responses=_READ_ERRORS, summary="Recent jobs, newest first")
+def list_jobs(
+    queue: QueueDep, settings: SettingsDep, keyed: KeyGiven, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+) -> JobList:
+    """Without the API key: state and progress only. With it: the whole records and the workers."""
+    jobs = [job_view(r, settings, detailed=keyed) for r in queue.recent(limit)]
+    return JobList(jobs=jobs, workers=queue.workers() if keyed else [])
 
 
 @router.get(
     "/jobs/{job_id}",
-    response_model=JobRecord,
-    responses={404: {"description": "No such job."}},
+    response_model=JobView,
+    responses={**_READ_ERRORS, 404: {"description": "No such job."}},
     summary="One job",
 )
-def get_job(job_id: str, queue: QueueDep) -> JobRecord:
-    """State, progress (step/total, epoch, loss, ETA), log tail, bundle version and gate decision.
-    A running job whose worker stopped sending heartbeats reads as failed."""
-    return queue.get(job_id)
+def get_job(job_id: str, queue: QueueDep, settings: SettingsDep, keyed: KeyGiven) -> JobView:
+    """State and progress (step/total, epoch, loss, ETA); with the API key also the dataset, options,
+    log tail, error, bundle version and gate decision. A running job whose worker stopped sending
+    heartbeats reads as failed."""
+    return job_view(queue.get(job_id), settings, detailed=keyed)
 
 
 @router.post(
     "/jobs/{job_id}/cancel",
-    response_model=JobRecord,
+    response_model=JobDetail,
     dependencies=[ApiKeyDep],
     responses={
         **_ERRORS,
@@ -101,7 +177,7 @@ def get_job(job_id: str, queue: QueueDep) -> JobRecord:
     },
     summary="Cancel a job",
 )
-def cancel_job(job_id: str, queue: QueueDep) -> JobRecord:
+def cancel_job(job_id: str, queue: QueueDep, settings: SettingsDep) -> JobDetail:
     """Queued: cancelled at once. Running: cancelled at its next training step (state stays `running`
     with `cancel_requested` until then); it publishes nothing."""
-    return queue.cancel(job_id)
+    return job_view(queue.cancel(job_id), settings, detailed=True)  # type: ignore[return-value]

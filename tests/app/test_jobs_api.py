@@ -54,8 +54,8 @@ def test_submit_returns_202_and_the_job_is_listed(client, settings):
     job = r.json()
     assert job["state"] == "queued" and job["type"] == "retrain" and job["dataset"] == "mini"
     assert job["options"] == {"max_steps": 2, "max_seq_length": 64}
-    assert client.get(f"/jobs/{job['id']}").json() == job
-    listing = client.get("/jobs").json()
+    assert client.get(f"/jobs/{job['id']}", headers=KEY).json() == job
+    listing = client.get("/jobs", headers=KEY).json()
     assert [j["id"] for j in listing["jobs"]] == [job["id"]]
     assert listing["workers"] == []  # none started in this test
     # the queue holds it for a worker
@@ -128,5 +128,5 @@ def test_running_job_with_an_expired_heartbeat_reads_as_failed(client, settings)
     update(records, job_id, state="running", worker="gone:1", heartbeat_at=time.time())
     assert client.get(f"/jobs/{job_id}").json()["state"] == "running"
     update(records, job_id, heartbeat_at=time.time() - 6)  # older than job_heartbeat_timeout_s=5
-    job = client.get(f"/jobs/{job_id}").json()
+    job = client.get(f"/jobs/{job_id}", headers=KEY).json()
     assert job["state"] == "failed" and "heartbeat expired" in job["error"]

@@ -67,12 +67,16 @@ def submit(
     queue: QueueOpt = None,
     bundles: BundlesOpt = Path("bundles"),
     data_root: Annotated[Path, typer.Option("--data-root", envvar="SEARCH_DATA_ROOT")] = Path("data"),
+    models_root: Annotated[
+        Path,
+        typer.Option("--models-root", envvar="SEARCH_MODELS_ROOT", help="base_model names a folder here"),
+    ] = Path("models"),
 ) -> None:
     """Queue a job; prints its id."""
     options = dict(_parse_option(o) for o in option or [])
     try:
         record = JobQueue(queue or default_queue_url(bundles)).submit(
-            type, dataset, options, data_root=data_root, bundles_dir=bundles
+            type, dataset, options, data_root=data_root, bundles_dir=bundles, models_root=models_root
         )
     except InfonceSearchError as e:
         _fail(e)

@@ -26,8 +26,18 @@ from huey.api import TaskWrapper
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from training.config import TrainConfig
-from training.errors import DatasetNotFound, DatasetRefused, JobConflict, JobOptionsInvalid
-from training.jobs.records import FINISHED, JobRecord, JobType, RecordStore, WorkerBeat, open_records
+from training.errors import JobConflict, JobOptionsInvalid
+from training.jobs.confine import confine_dataset, confine_options, resolve_dataset
+from training.jobs.records import (
+    FINISHED,
+    JobRecord,
+    JobState,
+    JobType,
+    Progress,
+    RecordStore,
+    WorkerBeat,
+    open_records,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +50,9 @@ __all__ = [
     "default_queue_url",
     "JobQueue",
     "JobRecord",
+    "JobState",
+    "JobType",
+    "Progress",
     "RetrainOptions",
     "ReindexOptions",
     "WorkerBeat",
@@ -62,10 +75,9 @@ class ReindexOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     index_kind: IndexKind = "auto"
-    # force=True (default) publishes even if the quality gate would refuse the candidate: a reindex is an
-    # operator's deliberate change (new corpus, other index type) with the same model, so "worse than
-    # the live bundle on the old corpus" is expected rather than a regression. force=False applies the gate.
-    force: bool = True
+    # the gate applies unless the submitter asks for force=True: a reindex publishes a corpus the service
+    # then answers from, so it must not become live behind the operator's back (a planted dataset would)
+    force: bool = False
     onnx: bool = True  # export + quality-check the ONNX query encoders into the bundle
 
 
@@ -88,24 +100,6 @@ def validate_options(job_type: str, options: dict[str, Any]) -> dict[str, Any]:
 def default_queue_url(bundles_dir: str | Path) -> str:
     """The API's default (app.settings): a SQLite file `jobs.db` beside the bundles folder."""
     return f"sqlite:///{(Path(bundles_dir).parent / 'jobs.db').as_posix()}"
-
-
-def resolve_dataset(data_root: str | Path, name: str) -> Path:
-    """The dataset folder (or file) `name` under `data_root`, refusing anything that escapes it.
-
-    Resolving follows symlinks, so `..`, absolute names and links pointing outside the root all fail.
-    """
-    root = Path(data_root).resolve()
-    if not name or name.strip() != name or "\x00" in name:
-        raise DatasetRefused(f"dataset name {name!r} is not a valid name under the data root")
-    if Path(name).is_absolute():
-        raise DatasetRefused(f"dataset {name!r} must be a name under the data root, not an absolute path")
-    path = (root / name).resolve()
-    if path == root or not path.is_relative_to(root):
-        raise DatasetRefused(f"dataset {name!r} resolves outside the data root")
-    if not path.exists():
-        raise DatasetNotFound(f"no dataset named {name!r} under the data root")
-    return path
 
 
 def open_huey(url: str) -> tuple[Huey, TaskWrapper]:
@@ -147,10 +141,18 @@ class JobQueue:
         *,
         data_root: str | Path,
         bundles_dir: str | Path,
+        models_root: str | Path | None = None,
     ) -> JobRecord:
-        """Validate, record as `queued`, then enqueue (a worker that sees the message finds its record)."""
-        clean = validate_options(job_type, dict(options or {}))
+        """Validate, record as `queued`, then enqueue (a worker that sees the message finds its record).
+
+        Every file the job will read is confined first (training.jobs.confine): the dataset's files
+        under `data_root`, a base model under `models_root`; the worker checks again before reading.
+        """
+        given = dict(options or {})
+        splits, _ = confine_options(given, models_root=models_root)
+        clean = validate_options(job_type, given)
         data_dir = resolve_dataset(data_root, dataset)
+        confine_dataset(data_root, data_dir, splits)
         record = JobRecord(
             id=uuid.uuid4().hex,
             type=cast(JobType, job_type),
@@ -158,6 +160,8 @@ class JobQueue:
             options=clean,
             data_dir=str(data_dir),
             bundles_dir=str(Path(bundles_dir).resolve()),
+            data_root=str(Path(data_root).resolve()),
+            models_root=None if models_root is None else str(Path(models_root).resolve()),
         )
         self.records.create(record)
         self.huey.enqueue(self._run_job.s(record.id, id=record.id))

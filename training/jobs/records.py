@@ -57,6 +57,8 @@ class JobRecord(BaseModel):
     options: dict[str, Any] = Field(default_factory=dict)
     data_dir: str  # resolved dataset path the worker reads
     bundles_dir: str  # bundle folder the job publishes into
+    data_root: str | None = None  # the root data_dir was confined to; the worker re-checks under it
+    models_root: str | None = None  # the root options.base_model names a folder under
     state: JobState = "queued"
     progress: Progress = Field(default_factory=Progress)
     log_tail: list[str] = Field(default_factory=list)

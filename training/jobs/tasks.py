@@ -212,6 +212,20 @@ def _publish_outcome(published: PublishResult) -> dict[str, Any]:
     return {"bundle_version": published.version, "live": published.live, "gate_reason": published.reason}
 
 
+def _confine(record: JobRecord, options: dict[str, Any]) -> tuple[list[str], Path | None]:
+    """Re-check, right before reading, that every file the job opens is under its root (a link planted
+    after submission is refused here); records from before roots were stored are confined to their folder."""
+    from training.jobs.confine import confine_dataset, confine_options
+
+    splits, model = confine_options(options, models_root=record.models_root)
+    data_root = record.data_root
+    if data_root is None:
+        data_dir = Path(record.data_dir)
+        data_root = str(data_dir if data_dir.is_dir() else data_dir.parent)
+    confine_dataset(data_root, record.data_dir, splits)
+    return splits, model
+
+
 def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
     from training.config import TrainConfig
     from training.jobs.queue import RetrainOptions
@@ -219,6 +233,8 @@ def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
 
     options = RetrainOptions.model_validate(record.options)
     config = TrainConfig(**options.model_dump(exclude={"index_kind", "force", "onnx"}))
+    _, model = _confine(record, record.options)
+    config = config.model_copy(update={"base_model": None if model is None else str(model)})
     reporter.progress(phase="train", total_steps=config.max_steps)
     with tempfile.TemporaryDirectory(prefix=f"job-{record.id[:8]}-") as work_dir:
         result = run_pipeline(
@@ -242,6 +258,7 @@ def _reindex(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
     from training.jobs.queue import ReindexOptions
 
     options = ReindexOptions.model_validate(record.options)
+    _confine(record, {"train_split": "test", "eval_split": "test"})
     store = BundleStore(record.bundles_dir)
     version = store.current_version()
     if version is None:

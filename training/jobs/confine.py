@@ -1,0 +1,112 @@
+"""What a job may read: files under the data root, models under the models root, nothing else.
+
+A job names a dataset (a folder or file under the data root), qrels splits and optionally a base model.
+Every file the job will open is resolved with `os.path.realpath` (symlinks followed, also those *inside*
+an accepted dataset folder) and refused when it lands outside its root. The API and the CLI check at
+submission, and the worker checks again right before it reads, so a link planted after submission is
+refused too. Refusals name the field or the file relative to its root, never the target of a link.
+
+Split names are plain names (`SPLIT_PATTERN`), never paths: they are joined into `qrels/<split>.tsv`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from training.config import SPLIT_PATTERN
+from training.errors import DatasetNotFound, DatasetRefused, ModelRefused
+
+SPLIT_RE = re.compile(SPLIT_PATTERN)
+# the packaged encoder (training.encoder.DEFAULT_MODEL_NAME) is always allowed as a base model
+PACKAGED_MODEL = "all-MiniLM-L6-v2"
+SPLIT_OPTIONS = ("train_split", "eval_split")
+# files of a BEIR folder a job reads besides qrels/<split>.tsv (training.data)
+BEIR_FILES = ("corpus.jsonl", "queries.jsonl")
+
+
+def _inside(root: str, path: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def _plain_name(name: str) -> bool:
+    return bool(name) and name.strip() == name and "\x00" not in name and not Path(name).is_absolute()
+
+
+def resolve_dataset(data_root: str | Path, name: str) -> Path:
+    """The dataset folder (or file) `name` under `data_root`, refusing anything that escapes it.
+
+    Resolving follows symlinks, so `..`, absolute names and links pointing outside the root all fail.
+    """
+    root = os.path.realpath(data_root)
+    if not _plain_name(name):
+        raise DatasetRefused(f"dataset {name!r} must be a name under the data root")
+    path = os.path.realpath(os.path.join(root, name))
+    if path == root or not _inside(root, path):
+        raise DatasetRefused(f"dataset {name!r} resolves outside the data root")
+    if not os.path.exists(path):
+        raise DatasetNotFound(f"no dataset named {name!r} under the data root")
+    return Path(path)
+
+
+def check_split(field: str, split: Any) -> None:
+    if isinstance(split, str) and not SPLIT_RE.match(split):
+        raise DatasetRefused(f"options.{field}: {split!r} is not a split name (letters, digits, _ and -)")
+
+
+def dataset_files(data_dir: str | Path, splits: list[str]) -> list[Path]:
+    """The files a job reads from a dataset: the pairs file itself, or a BEIR folder's files."""
+    folder = Path(data_dir)
+    if not folder.is_dir():
+        return [folder]
+    return [folder / f for f in BEIR_FILES] + [folder / "qrels" / f"{s}.tsv" for s in splits]
+
+
+def confine_dataset(data_root: str | Path, data_dir: str | Path, splits: list[str]) -> None:
+    """Refuse (DatasetRefused) when any file the job would read resolves outside the data root.
+
+    Missing files are left to the readers (they name the file); a dangling link is judged by its target.
+    """
+    root = os.path.realpath(data_root)
+    for split in splits:
+        check_split("split", split)
+    for path in dataset_files(data_dir, splits):
+        if not os.path.lexists(path):
+            continue
+        if not _inside(root, os.path.realpath(path)):
+            shown = os.path.relpath(os.path.abspath(path), root)
+            raise DatasetRefused(f"dataset file {shown} resolves outside the data root")
+
+
+def resolve_model(models_root: str | Path | None, name: str | None) -> Path | None:
+    """The base model folder for `name`: None for the packaged model, else a folder under the models root."""
+    if name is None or name == PACKAGED_MODEL:
+        return None
+    if models_root is None:
+        raise ModelRefused(f"options.base_model: {name!r} refused: no models root is configured")
+    root = os.path.realpath(models_root)
+    if not _plain_name(name):
+        raise ModelRefused(f"options.base_model: {name!r} must be a model name under the models root")
+    path = os.path.realpath(os.path.join(root, name))
+    if path == root or not _inside(root, path):
+        raise ModelRefused(f"options.base_model: {name!r} resolves outside the models root")
+    if not os.path.isdir(path):
+        raise DatasetNotFound(f"options.base_model: no model named {name!r} under the models root")
+    return Path(path)
+
+
+def confine_options(
+    options: dict[str, Any], *, models_root: str | Path | None
+) -> tuple[list[str], Path | None]:
+    """Check the path-like options of a submission before they are validated as a whole.
+
+    Returns the splits the job will read and the resolved base model (None = packaged).
+    """
+    for field in SPLIT_OPTIONS:
+        check_split(field, options.get(field))
+    splits = [str(options.get("train_split", "train")), str(options.get("eval_split", "test"))]
+    base = options.get("base_model")
+    model = resolve_model(models_root, base) if isinstance(base, str) else None
+    return splits, model
