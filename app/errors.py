@@ -144,8 +144,17 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(error_body("invalid_request", message, details), status_code=422)
 
 
+# FastAPI's answer when the body is not decodable JSON (invalid UTF-8, another charset, nesting deeper
+# than the parser's recursion limit); truncated JSON is already a validation error. One code for all.
+FASTAPI_BODY_PARSE_ERROR = "There was an error parsing the body"
+
+
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400 and exc.detail == FASTAPI_BODY_PARSE_ERROR:
+        details = [{"field": "body", "message": "not parseable as UTF-8 JSON", "type": "json_invalid"}]
+        message = "body: not parseable as JSON (send UTF-8 JSON, nested at most a few hundred levels)"
+        return JSONResponse(error_body("invalid_request", message, details), status_code=422)
     codes = {404: "not_found", 405: "method_not_allowed", 400: "bad_request"}
     code = codes.get(exc.status_code, "http_error")
     return JSONResponse(

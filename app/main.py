@@ -18,6 +18,7 @@ from app.batching import DirectRunner, Inference, MicroBatcher
 from app.errors import install_error_handlers
 from app.metrics import AppMetrics, MetricsMiddleware
 from app.middleware import BodyLimitMiddleware
+from app.openapi import install_openapi
 from app.routes import bundles, gap, health, jobs, metrics, search
 from app.settings import Settings
 from app.store import BundleHolder
@@ -82,6 +83,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    install_openapi(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app_metrics)
     for module in (search, gap, health, bundles, metrics):

@@ -50,6 +50,11 @@ class AppMetrics:
             registry=r,
         )
         self.reloads = Counter("search_bundle_loads", "Bundle loads by outcome.", ["outcome"], registry=r)
+        self.fallback = Gauge(
+            "search_bundle_fallback",
+            "1 while serving an older version because the one CURRENT names failed to load at startup.",
+            registry=r,
+        )
 
     def set_live(
         self, version: str, *, n_vectors: int, recall: float | None, backend: str, metric: str

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from fastapi.openapi.models import Example
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from training.report_schema import GapReport
 
@@ -16,8 +17,47 @@ SCORE_DOC = (
     "-1/2 * sum_c lambda_c (u_c - v_c)^2 = -1/2 ||sqrt(Lambda) (u - v)||^2 (<= 0; 0 = identical). "
     "Higher is more similar in both cases."
 )
-Scalar = str | int | float | bool
-QueryText = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS)]
+# Schema-level caps that keep every filter inside SQLite's limits (expression depth 1000, 32766 bound
+# parameters): at most MAX_FILTER_FIELDS fields (6 operators each) and MAX_FILTER_VALUES values in all.
+# Settings.max_filter_fields lowers the field cap per server.
+MAX_FILTER_FIELDS = 128
+MAX_FILTER_VALUES = 10_000
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # SQLite integers are 64-bit
+
+
+def _unicode(text: str) -> str:
+    """Refuse lone surrogates (valid JSON escapes, not valid Unicode): nothing downstream can encode them."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"is not valid Unicode (lone surrogate at character {exc.start})") from None
+    return text
+
+
+def _scalar(value: Any) -> Any:
+    if isinstance(value, str):
+        return _unicode(value)
+    if isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError("integers must fit in 64 bits")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError("must be a finite number")
+    return value
+
+
+Text = Annotated[str, AfterValidator(_unicode)]
+Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Scalar = Annotated[Text | Int64 | Finite | bool, BeforeValidator(_scalar)]
+QueryText = Annotated[Text, Field(min_length=1, max_length=MAX_QUERY_CHARS)]
+FilterField = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=256,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_\-]*(\.[A-Za-z_][A-Za-z0-9_\-]*)*$",
+        description="A metadata field; dots reach into nested objects.",
+    ),
+]
 
 
 class Condition(BaseModel):
@@ -29,10 +69,10 @@ class Condition(BaseModel):
     in_: list[Scalar] | None = Field(
         None, alias="in", min_length=1, max_length=1000, description="Any of these."
     )
-    gt: float | None = None
-    gte: float | None = None
-    lt: float | None = None
-    lte: float | None = None
+    gt: Finite | None = None
+    gte: Finite | None = None
+    lt: Finite | None = None
+    lte: Finite | None = None
 
     @model_validator(mode="after")
     def _some_condition(self) -> Condition:
@@ -68,27 +108,33 @@ class SearchRequest(BaseModel):
         extra="forbid", json_schema_extra={"examples": [e["value"] for e in SEARCH_EXAMPLES.values()]}
     )
 
-    query: str | None = Field(None, min_length=1, max_length=MAX_QUERY_CHARS, description="One text query.")
+    query: QueryText | None = Field(None, description="One text query.")
     queries: list[QueryText] | None = Field(
         None, min_length=1, description="Several text queries, answered in order."
     )
-    vector: list[float] | None = Field(
+    vector: list[Finite] | None = Field(
         None,
         min_length=1,
-        description="One query embedding of the model's dimension, used as given (the encoder's own "
-        "outputs are L2-normalised; for AnInfoNCE the sqrt(Lambda) scaling is applied by the server).",
+        description="One query embedding of the model's dimension. For cosine (InfoNCE) models it is "
+        "L2-normalised by the server, so scores stay cosines; for AnInfoNCE it is used as given and the "
+        "sqrt(Lambda) scaling is applied by the server. A zero vector, or one whose norm overflows, is 422.",
     )
-    vectors: list[list[float]] | None = Field(None, min_length=1, description="Several query embeddings.")
+    vectors: list[list[Finite]] | None = Field(None, min_length=1, description="Several query embeddings.")
     top_k: int = Field(
-        10, ge=1, le=1000, description="Hits per query (fewer if the corpus or filter has fewer)."
+        10,
+        ge=1,
+        le=1000,
+        strict=True,
+        description="Hits per query (fewer if the corpus or filter has fewer).",
     )
-    filter: dict[str, FilterValue] | None = Field(
+    filter: dict[FilterField, FilterValue] | None = Field(
         None,
+        max_length=MAX_FILTER_FIELDS,
         description="Metadata filter, all conditions must hold: {field: value} equality, {field: [a, b]} or "
         '{field: {"in": [a, b]}} any of, {field: {gte|gt|lte|lt: number}} numeric range; dotted field '
         "names reach into nested objects.",
     )
-    min_score: float | None = Field(None, description="Drop hits scoring below this. " + SCORE_DOC)
+    min_score: Finite | None = Field(None, description="Drop hits scoring below this. " + SCORE_DOC)
     include: list[Literal["title", "text", "metadata"]] = Field(
         default_factory=list, description="Document fields to return with each hit."
     )
@@ -101,6 +147,11 @@ class SearchRequest(BaseModel):
                 "give exactly one of query, queries, vector, vectors"
                 + (f" (got {', '.join(given)})" if given else " (got none)")
             )
+        values = sum(
+            len(c.in_ or ()) + 1 for c in (self.filter or {}).values() if isinstance(c, Condition)
+        ) + sum(len(c) for c in (self.filter or {}).values() if isinstance(c, list))
+        if values > MAX_FILTER_VALUES:
+            raise ValueError(f"filter: {values} values in all, at most {MAX_FILTER_VALUES}")
         return self
 
     @property
@@ -182,6 +233,11 @@ class LoadFailure(BaseModel):
     at: str = Field(description="UTC time of the failed load.")
 
 
+class Unreadable(BaseModel):
+    version: str
+    error: str = Field(description="Why the version (or its gate decision) could not be read.")
+
+
 class BundlesResponse(BaseModel):
     live: str | None
     current: str | None
@@ -192,7 +248,18 @@ class BundlesResponse(BaseModel):
     gate_decisions: list[dict[str, Any]] = Field(
         description="Candidates not published, and why (gate.jsonl)."
     )
-    last_failed_load: LoadFailure | None
+    last_failed_load: LoadFailure | None = Field(
+        description="The latest failed load (a version, or `CURRENT` when the pointer is unreadable); "
+        "cleared once the version CURRENT names serves again."
+    )
+    fallback_from: str | None = Field(
+        None,
+        description="Set when this process started while CURRENT's version would not load and serves the "
+        "newest version that does instead: the version CURRENT names.",
+    )
+    unreadable: list[Unreadable] = Field(
+        default_factory=list, description="Versions left out or listed without a gate decision, and why."
+    )
 
 
 class ActivateResponse(BaseModel):

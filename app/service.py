@@ -29,6 +29,9 @@ BACKEND_VARIANT: dict[str, Variant] = {"onnx": "fp32", "onnx-int8": "int8"}
 # Settings.encode_batch_size when unset. Measured on scifact queries (bench/load_bench.py prints it):
 # torch encodes one query in 11.9 ms but 4.9 ms/query in length-sorted chunks of 8; onnxruntime costs
 # about the same either way (int8 2.1 vs 1.9 ms), so for it batching texts only adds padding.
+# largest accepted AnInfoNCE query norm after sqrt(Lambda) scaling: its squared distance to any document
+# stays far below float32's 3.4e38, so scores are finite
+MAX_QUERY_NORM = 1e15
 DEFAULT_ENCODE_BATCH_SIZE = {"torch": 8, "onnx": 1, "onnx-int8": 1}
 
 
@@ -87,6 +90,8 @@ class LiveBundle:
         """Why encoder, index and documents might not belong together (empty = consistent)."""
         b, m = self.bundle, self.bundle.manifest
         problems = []
+        if not Path(b.path).is_dir():  # deleted while serving: this process still holds it in memory
+            problems.append(f"bundle folder {Path(b.path).name} is gone from disk")
         if m.version != self.version:
             problems.append(f"manifest version {m.version} != bundle {self.version}")
         if Path(self.encoder.source).resolve().parent != Path(b.path).resolve():
@@ -131,10 +136,28 @@ class LiveBundle:
             raise InvalidInputError(
                 f"body.{where}: has {len(vectors[bad[0]])} numbers, the model's dimension is {dim}"
             )
-        arr = np.asarray(vectors, dtype=np.float32)  # (n, dim)
-        if not np.isfinite(arr).all():
+        wide = np.asarray(vectors, dtype=np.float64)  # (n, dim); float64 so huge norms do not overflow
+        if not np.isfinite(wide).all():
             raise InvalidInputError(f"body.{field_name}: contains NaN or infinite values")
-        return self.encoder.to_index_space(arr)
+        if self.encoder.metric == "cosine":
+            # scores are cosines only for unit queries (the documents are unit rows): normalise, so a
+            # vector of 1e38s scores like its direction instead of 6e37 (or inf, then null, at 3e38).
+            # Divide by the largest entry first: squaring 1e300 would overflow even float64.
+            peak = np.abs(wide).max(axis=1, keepdims=True)  # (n, 1)
+            if not (peak > 0).all():
+                raise InvalidInputError(f"body.{field_name}: a zero vector has no direction to search")
+            unit = wide / peak
+            unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+            return self.encoder.to_index_space(unit.astype(np.float32))
+        out = self.encoder.to_index_space(wide.astype(np.float32))  # (n, dim)
+        # -1/2 ||q - d||^2 must stay finite in float32 (max 3.4e38) for every document d
+        if not (
+            np.isfinite(out).all() and (np.linalg.norm(out.astype(np.float64), axis=1) < MAX_QUERY_NORM).all()
+        ):
+            raise InvalidInputError(
+                f"body.{field_name}: the vector's norm is too large (at most {MAX_QUERY_NORM:g})"
+            )
+        return out
 
     def allowed_positions(self, filter_: dict[str, Any] | None) -> np.ndarray | None:
         if not filter_:

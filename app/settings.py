@@ -37,6 +37,13 @@ class Settings(BaseSettings):
     max_query_chars: int = Field(
         2048, ge=1, le=2048, description="Longest query text accepted, in characters (at most 2048)."
     )
+    max_filter_fields: int = Field(
+        32,
+        ge=1,
+        le=128,
+        description="Most metadata fields in one POST /search filter (each becomes SQL conditions; "
+        "the schema's own cap is 128).",
+    )
     encoder_backend: EncoderBackend = Field(
         "auto",
         description="Query encoder: torch, onnx (fp32), onnx-int8, or auto = the fastest ONNX variant whose "

@@ -22,11 +22,12 @@ import json
 import logging
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from app.errors import NoLiveBundleError
 from app.metrics import AppMetrics
-from app.schemas import BundleEntry, BundlesResponse, LoadFailure
+from app.schemas import BundleEntry, BundlesResponse, LoadFailure, Unreadable
 from app.service import LiveBundle, SearchSpec, open_live_bundle
 from app.settings import Settings
 from training.bundle import BundleStore, load_bundle
@@ -45,6 +46,9 @@ class BundleHolder:
         self.live: LiveBundle | None = None
         self.last_failure: LoadFailure | None = None
         self._failed: set[str] = set()
+        self._gone: str | None = None  # live version whose folder vanished, once reported
+        self._pointer_error: str | None = None  # the last CURRENT problem logged (log once per change)
+        self.fallback_from: str | None = None  # CURRENT's version that failed at startup, while serving older
         self._lock = asyncio.Lock()  # one load at a time
         self._poller: asyncio.Task[None] | None = None
 
@@ -61,11 +65,22 @@ class BundleHolder:
         return f"nothing is published in {self.settings.bundles_dir} yet (no CURRENT file)"
 
     def current_on_disk(self) -> str | None:
+        """CURRENT's version; an unreadable CURRENT is a failed load (logged once, shown in /bundles)."""
         try:
-            return self.store.current_version()
+            version = self.store.current_version()
         except InfonceSearchError as exc:
-            logger.warning("cannot read CURRENT in %s: %s", self.settings.bundles_dir, exc)
+            if str(exc) != self._pointer_error:
+                self._pointer_error = str(exc)
+                self._record_failure("CURRENT", str(exc))
             return None
+        self._pointer_error = None
+        return version
+
+    def _record_failure(self, version: str, error: str) -> None:
+        self.last_failure = LoadFailure(version=version, error=error, at=datetime.now(UTC).isoformat())
+        self.metrics.reloads.labels(outcome="failed").inc()
+        kept = self.live.version if self.live else "nothing"
+        logger.error("loading bundle %s failed, still serving %s: %s", version, kept, error)
 
     # -- loading ------------------------------------------------------------------------------------
     def _open(self, version: str) -> LiveBundle:
@@ -110,10 +125,7 @@ class BundleHolder:
             live = await asyncio.to_thread(self._open, version)
         except Exception as exc:
             self._failed.add(version)
-            self.last_failure = LoadFailure(version=version, error=str(exc), at=datetime.now(UTC).isoformat())
-            self.metrics.reloads.labels(outcome="failed").inc()
-            kept = self.live.version if self.live else "nothing"
-            logger.error("loading bundle %s failed, still serving %s: %s", version, kept, exc)
+            self._record_failure(version, str(exc))
             raise
         if follow_current:
             current = await asyncio.to_thread(self.current_on_disk)
@@ -122,6 +134,11 @@ class BundleHolder:
                 return self.live
         previous, self.live = self.live, live  # the swap: one reference
         self._failed.discard(version)
+        if follow_current or version == await asyncio.to_thread(self.current_on_disk):
+            # serving what CURRENT names again: the system recovered, an old failure is history
+            self.last_failure = None
+            self.fallback_from = None
+            self.metrics.fallback.set(0)
         self.metrics.reloads.labels(outcome="ok").inc()
         m = live.bundle.manifest
         self.metrics.set_live(
@@ -137,6 +154,16 @@ class BundleHolder:
     async def sync(self) -> None:
         """Follow CURRENT: load it if it names a version we do not serve and that has not failed already."""
         async with self._lock:
+            live = self.live
+            if (
+                live is not None
+                and live.version != self._gone
+                and not await asyncio.to_thread(Path(live.bundle.path).is_dir)
+            ):
+                self._gone = live.version  # report once; /readyz says not ready while it lasts
+                self._record_failure(
+                    live.version, "its folder was deleted while serving (still served from memory)"
+                )
             current = await asyncio.to_thread(self.current_on_disk)
             if (
                 current is None
@@ -158,13 +185,42 @@ class BundleHolder:
         async with self._lock:
             live = await self._load_locked(version, follow_current=False)
             await asyncio.to_thread(self.store.activate, version)
+            self.last_failure, self.fallback_from = None, None  # CURRENT names what serves again
+            self.metrics.fallback.set(0)
         if live is None:  # unreachable: without follow_current a load either swaps in or raises
             raise BundleInvalid(f"bundle {version} could not be made live")
         return live
 
     # -- background polling -------------------------------------------------------------------------
+    async def fallback(self) -> None:
+        """At startup, when CURRENT's version does not load: serve the newest version that does.
+
+        CURRENT is left as it is (APIs only read the bundles folder); /bundles shows `fallback_from` and
+        the metric search_bundle_fallback is 1 until CURRENT names a version that loads.
+        """
+        current = await asyncio.to_thread(self.current_on_disk)
+        failure = self.last_failure
+        infos = await asyncio.to_thread(self.store.list_versions)
+        for info in sorted(infos, key=lambda i: i.version, reverse=True):
+            if info.version == current or info.version in self._failed:
+                continue
+            async with self._lock:
+                try:
+                    await self._load_locked(info.version, follow_current=False)
+                except Exception:  # recorded by _load_locked; try the next older one
+                    continue
+            self.fallback_from = current or "CURRENT"
+            self.last_failure = failure  # why we fell back stays visible
+            self.metrics.fallback.set(1)
+            logger.warning(
+                "CURRENT (%s) does not load: serving %s, the newest version that does", current, info.version
+            )
+            return
+
     async def start(self) -> None:
         await self.sync()
+        if self.live is None and self.last_failure is not None:
+            await self.fallback()
         if self.settings.reload_poll_seconds > 0:
             self._poller = asyncio.create_task(self._poll(), name="bundle-poller")
 
@@ -189,6 +245,7 @@ class BundleHolder:
     def _describe(self) -> BundlesResponse:
         current = self.current_on_disk()
         live = self.live
+        problems: list[tuple[str, str]] = []
         entries = [
             BundleEntry(
                 version=info.version,
@@ -198,7 +255,7 @@ class BundleHolder:
                 metrics=info.metrics,
                 gate=info.gate.model_dump(mode="json") if info.gate else None,
             )
-            for info in self.store.list_versions()
+            for info in self.store.list_versions(problems)
         ]
         return BundlesResponse(
             live=live.version if live else None,
@@ -207,6 +264,8 @@ class BundleHolder:
             versions=entries,
             gate_decisions=self._gate_log(),
             last_failed_load=self.last_failure,
+            fallback_from=self.fallback_from,
+            unreadable=[Unreadable(version=v, error=e) for v, e in problems],
         )
 
     def _gate_log(self) -> list[dict[str, Any]]:
@@ -214,11 +273,20 @@ class BundleHolder:
         if not path.is_file():
             return []
         records = []
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            logger.warning("%s is unreadable: %s", path, exc)
+            return []
+        # errors="replace": one bad byte must cost one line, not the whole listing
+        for number, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
             if not line.strip():
                 continue
             try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:  # a torn last line from a crash: skip it, say so
-                logger.warning("%s:%d: not JSON, skipped", path, number)
+                record = json.loads(line)
+            except (json.JSONDecodeError, RecursionError):  # a torn last line from a crash: skip it
+                logger.debug("%s:%d: not JSON, skipped", path, number)
+                continue
+            if isinstance(record, dict):
+                records.append(record)
         return records

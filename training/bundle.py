@@ -253,6 +253,8 @@ def read_manifest(folder: str | Path) -> Manifest:
         raise BundleInvalid(f"{path}: manifest is missing")
     try:
         return Manifest.model_validate_json(path.read_bytes())
+    except OSError as exc:  # a folder named manifest.json, no permission, I/O error
+        raise BundleInvalid(f"{path}: manifest is unreadable ({exc.strerror or exc})") from exc
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc'])) or '(root)'}: {e['msg']}" for e in exc.errors()[:5]

@@ -104,13 +104,20 @@ class BundleStore:
         self.root = Path(root)
         self.keep = keep
         self.root.mkdir(parents=True, exist_ok=True)
+        self._reported: set[tuple[str, str]] = set()
 
     # -- reading ------------------------------------------------------------------------------------
     def current_version(self) -> str | None:
+        """The version CURRENT names; None when there is no CURRENT; BundleInvalid when it is unreadable."""
+        path = self.root / CURRENT_FILE
         try:
-            version = (self.root / CURRENT_FILE).read_text(encoding="utf-8").strip()
+            version = path.read_bytes().decode("utf-8").strip()
         except FileNotFoundError:
             return None
+        except UnicodeDecodeError:
+            raise BundleInvalid(f"{CURRENT_FILE} is not UTF-8 text") from None
+        except OSError as exc:  # a folder named CURRENT, no permission, I/O error
+            raise BundleInvalid(f"{CURRENT_FILE} is unreadable ({exc.strerror or exc})") from None
         return version or None
 
     def version_path(self, version: str) -> Path:
@@ -121,9 +128,16 @@ class BundleStore:
             raise BundleNotFound(f"no bundle version {version} in {self.root}")
         return path
 
-    def list_versions(self) -> list[VersionInfo]:
-        """Published versions, oldest first (hidden staging folders are never listed)."""
-        live = self.current_version()
+    def list_versions(self, problems: list[tuple[str, str]] | None = None) -> list[VersionInfo]:
+        """Published versions, oldest first (hidden staging folders are never listed).
+
+        A version whose manifest is unreadable is left out, and one whose gate.json is unreadable is
+        listed without its decision; both are appended to `problems` as (version, reason) when given.
+        """
+        try:
+            live = self.current_version()
+        except BundleInvalid:
+            live = None
         out = []
         for path in sorted(self.root.iterdir()):
             if not path.is_dir() or not VERSION_RE.match(path.name):
@@ -131,11 +145,15 @@ class BundleStore:
             try:
                 manifest = read_manifest(path)
             except BundleInvalid as exc:
-                logger.warning("skipping %s: %s", path, exc)
+                self._problem(problems, path.name, f"skipped: {exc}")
                 continue
             gate = None
-            if (path / GATE_FILE).is_file():
-                gate = GateDecision.model_validate_json((path / GATE_FILE).read_bytes())
+            if (path / GATE_FILE).exists():
+                try:
+                    gate = GateDecision.model_validate_json((path / GATE_FILE).read_bytes())
+                except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
+                    first = str(exc).splitlines()[0]
+                    self._problem(problems, path.name, f"{GATE_FILE} is unreadable ({first})")
             out.append(
                 VersionInfo(
                     version=path.name,
@@ -146,6 +164,13 @@ class BundleStore:
                 )
             )
         return out
+
+    def _problem(self, problems: list[tuple[str, str]] | None, version: str, reason: str) -> None:
+        if problems is not None:
+            problems.append((version, reason))
+        if (version, reason) not in self._reported:  # once per distinct problem, not on every listing
+            self._reported.add((version, reason))
+            logger.warning("bundle %s: %s", version, reason)
 
     def load_current(self, *, verify: bool = True) -> Bundle:
         version = self.current_version()
@@ -233,7 +258,10 @@ class BundleStore:
         with self._locked():
             bundle = load_bundle(self.version_path(version), verify=True)
             bundle.docstore.close()
-            previous = self.current_version()
+            try:
+                previous = self.current_version()
+            except BundleInvalid:  # activating is how an operator repairs an unreadable CURRENT
+                previous = None
             self._set_current(version)
             self._log(
                 {

@@ -47,6 +47,10 @@ async def search(
         raise InvalidInputError(
             f"body.top_k: {body.top_k} is above this server's limit of {settings.max_top_k}"
         )
+    if body.filter and len(body.filter) > settings.max_filter_fields:
+        raise InvalidInputError(
+            f"body.filter: {len(body.filter)} fields, this server's limit is {settings.max_filter_fields}"
+        )
     long = [i for i, t in enumerate(body.texts or []) if len(t) > settings.max_query_chars]
     if long:
         where = "query" if field == "query" else f"queries[{long[0]}]"

@@ -1,0 +1,114 @@
+"""The hand-made bad-input table (issue 11, items 3, 5 and 8): every malformed or hostile /search body is
+a 422 in the one error shape, never a 500, and the server keeps answering on the same connection.
+
+Bodies are sent as raw bytes, so invalid UTF-8, other charsets, `NaN` literals and lone surrogates reach
+the server exactly as a hostile client would send them.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from tests.app.conftest import make_settings
+
+pytestmark = pytest.mark.scifact
+JSON = {"content-type": "application/json"}
+DIM = 384
+
+
+def _body(obj: object) -> bytes:
+    return json.dumps(obj).encode()
+
+
+def _filter(n_fields: int, cond: object = 1) -> bytes:
+    return _body({"query": "x", "filter": {f"f{i}": cond for i in range(n_fields)}})
+
+
+BAD_BODIES: dict[str, tuple[bytes, str]] = {
+    # (raw body, text the error message must contain)
+    "int beyond 64 bits in filter": (_body({"query": "x", "filter": {"year": 2**70}}), "64 bits"),
+    "int beyond 64 bits in 'in'": (_body({"query": "x", "filter": {"year": [1, -(2**64)]}}), "64 bits"),
+    "lone surrogate in filter value": (b'{"query": "x", "filter": {"group": "\\ud800"}}', "surrogate"),
+    "lone surrogate in query": (b'{"query": "a\\udfffb"}', "surrogate"),
+    "lone surrogate in queries": (b'{"queries": ["ok", "\\ud83d"]}', "surrogate"),
+    "more filter fields than the schema allows": (_filter(1000), "body.filter"),
+    "more filter fields than this server allows": (_filter(40), "limit is 32"),
+    "too many filter values in all": (
+        _body({"query": "x", "filter": {f"f{i}": list(range(1000)) for i in range(11)}}),
+        "values in all",
+    ),
+    "filter field name with a space": (_body({"query": "x", "filter": {"a b": 1}}), "body.filter"),
+    "NaN range bound": (b'{"query": "x", "filter": {"year": {"gt": NaN}}}', "finite"),
+    "empty condition": (_body({"query": "x", "filter": {"year": {}}}), "at least one"),
+    "truncated JSON": (b'{"query": "vitamin', "body"),
+    "invalid UTF-8": (b'{"query": "caf\xe9"}', "body"),
+    "latin-1 body": ('{"query": "café"}'.encode("latin-1"), "body"),
+    "nested 100k deep": (b'{"query": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "body"),
+    "top_k true": (_body({"query": "x", "top_k": True}), "body.top_k"),
+    "top_k 5.0": (_body({"query": "x", "top_k": 5.0}), "body.top_k"),
+    "top_k string": (_body({"query": "x", "top_k": "5"}), "body.top_k"),
+    "min_score NaN": (b'{"query": "x", "min_score": NaN}', "body.min_score"),
+    "min_score Infinity": (b'{"query": "x", "min_score": Infinity}', "body.min_score"),
+    "vector with Infinity": (b'{"vector": [Infinity' + b", 0" * (DIM - 1) + b"]}", "body.vector"),
+    "zero vector": (_body({"vector": [0.0] * DIM}), "zero vector"),
+    "vector of the wrong dimension": (_body({"vector": [1.0] * 3}), "dimension"),
+    "no input": (_body({"top_k": 3}), "exactly one"),
+    "two inputs": (_body({"query": "x", "vector": [1.0] * DIM}), "exactly one"),
+    "not an object": (b"[1, 2]", "body"),
+    "empty body": (b"", "body"),
+    "unknown field": (_body({"query": "x", "topk": 3}), "body.topk"),
+}
+
+
+@pytest.fixture(scope="module")
+def client(live_bundles):
+    bundles, _ = live_bundles
+    with TestClient(create_app(make_settings(bundles, reload_poll_seconds=0))) as c:
+        yield c
+
+
+@pytest.mark.parametrize("case", list(BAD_BODIES))
+def test_bad_bodies_are_422_in_the_one_error_shape(client, case):
+    body, expected = BAD_BODIES[case]
+    r = client.post("/search", content=body, headers=JSON)
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["code"] == "invalid_request" and expected in error["message"], error
+    assert set(r.json()) == {"error"}
+    ok = client.post("/search", json={"query": "vitamin d", "top_k": 1})  # the server is still fine
+    assert ok.status_code == 200
+
+
+@pytest.mark.parametrize("value", [3e38, 1e38, 1e-30, 1e300])
+def test_huge_or_tiny_vectors_score_as_cosines(client, value):
+    r = client.post("/search", json={"vector": [value] * DIM, "top_k": 5})
+    assert r.status_code == 200, r.text
+    scores = [h["score"] for h in r.json()["results"][0]["hits"]]
+    assert scores and all(isinstance(s, float) and -1.0 - 1e-5 <= s <= 1.0 + 1e-5 for s in scores)
+    same = client.post("/search", json={"vector": [1.0] * DIM, "top_k": 5}).json()["results"][0]["hits"]
+    np.testing.assert_allclose(scores, [h["score"] for h in same], atol=1e-5)  # only the direction counts
+
+
+def test_the_largest_allowed_filter_is_answered(live_bundles):
+    """128 fields with all six operators each: inside SQLite's expression-depth and parameter limits."""
+    bundles, _ = live_bundles
+    cond = {"eq": 1, "in": [1, 2], "gt": 0, "gte": 0, "lt": 9, "lte": 9}
+    settings = make_settings(bundles, reload_poll_seconds=0, max_filter_fields=128)
+    with TestClient(create_app(settings)) as c:
+        r = c.post("/search", content=_filter(128, cond), headers=JSON)
+        assert r.status_code == 200, r.text
+        assert r.json()["results"][0]["hits"] == []  # no document has these fields
+
+
+def test_the_spec_declares_the_error_shape_for_422(client):
+    spec = client.get("/openapi.json").json()
+    search = spec["paths"]["/search"]["post"]["responses"]
+    assert search["422"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/ErrorResponse"
+    }
+    assert "HTTPValidationError" not in spec["components"]["schemas"]
