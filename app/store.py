@@ -46,6 +46,7 @@ class BundleHolder:
         self.live: LiveBundle | None = None
         self.last_failure: LoadFailure | None = None
         self._failed: set[str] = set()
+        self._poll_failed = False  # last_failure came from following CURRENT (cleared when it serves again)
         self._gone: str | None = None  # live version whose folder vanished, once reported
         self._pointer_error: str | None = None  # the last CURRENT problem logged (log once per change)
         self.fallback_from: str | None = None  # CURRENT's version that failed at startup, while serving older
@@ -165,14 +166,24 @@ class BundleHolder:
                     live.version, "its folder was deleted while serving (still served from memory)"
                 )
             current = await asyncio.to_thread(self.current_on_disk)
+            if current is None and self._pointer_error is not None:
+                self._poll_failed = True
+            serving_current = self.live is not None and self.live.version == current
             if (
-                current is None
-                or (self.live is not None and self.live.version == current)
-                or current in self._failed
+                serving_current
+                and self._poll_failed
+                and self.live is not None
+                and self.live.version != self._gone
             ):
+                # CURRENT names what serves again (repaired, or moved back): the poll's failure is history
+                logger.info("CURRENT names %s again, which serves: clearing the last failed load", current)
+                self.last_failure, self._poll_failed = None, False
+            if current is None or serving_current or current in self._failed:
                 return
-            with contextlib.suppress(Exception):  # already logged and recorded by _load_locked()
+            try:
                 await self._load_locked(current, follow_current=True)
+            except Exception:  # already logged and recorded by _load_locked()
+                self._poll_failed = True
 
     async def activate(self, version: str) -> LiveBundle:
         """Validate `version` by loading it, then point CURRENT at it. A bad version never becomes CURRENT.
