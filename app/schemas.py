@@ -246,8 +246,10 @@ class BundlesResponse(BaseModel):
     )
     versions: list[BundleEntry]
     gate_decisions: list[dict[str, Any]] = Field(
-        description="Candidates not published, and why (gate.jsonl)."
+        description="Gate decisions and activations from gate.jsonl, newest first, one page "
+        "(`gate_limit`, `gate_offset`). A decision says `accepted`; which version is live is `current`."
     )
+    gate_total: int = Field(0, description="Entries in gate.jsonl (it is rotated beyond 1 MiB).")
     last_failed_load: LoadFailure | None = Field(
         description="The latest failed load (a version, or `CURRENT` when the pointer is unreadable); "
         "cleared once the version CURRENT names serves again."

@@ -192,6 +192,11 @@ class BundleHolder:
         CURRENT in between and swap the previous version back in.
         """
         self.store.version_path(version)  # BundleNotFound (404) for an unknown or malformed id
+        live = self.live
+        already = live is not None and live.version == version and live.version != self._gone
+        if already and await asyncio.to_thread(self.current_on_disk) == version:
+            assert live is not None
+            return live  # already live and CURRENT: nothing to load, nothing to re-hash
         self._failed.discard(version)
         async with self._lock:
             live = await self._load_locked(version, follow_current=False)
@@ -250,13 +255,14 @@ class BundleHolder:
                 logger.exception("bundle poll failed")
 
     # -- description --------------------------------------------------------------------------------
-    async def describe(self) -> BundlesResponse:
-        return await asyncio.to_thread(self._describe)
+    async def describe(self, gate_limit: int = 50, gate_offset: int = 0) -> BundlesResponse:
+        return await asyncio.to_thread(self._describe, gate_limit, gate_offset)
 
-    def _describe(self) -> BundlesResponse:
+    def _describe(self, gate_limit: int = 50, gate_offset: int = 0) -> BundlesResponse:
         current = self.current_on_disk()
         live = self.live
         problems: list[tuple[str, str]] = []
+        decisions = self._gate_log()[::-1]  # newest first
         entries = [
             BundleEntry(
                 version=info.version,
@@ -273,7 +279,8 @@ class BundleHolder:
             current=current,
             encoder_backend=live.backend if live else None,
             versions=entries,
-            gate_decisions=self._gate_log(),
+            gate_decisions=decisions[gate_offset : gate_offset + gate_limit],
+            gate_total=len(decisions),
             last_failed_load=self.last_failure,
             fallback_from=self.fallback_from,
             unreadable=[Unreadable(version=v, error=e) for v, e in problems],

@@ -27,27 +27,36 @@ next publish removes exactly the build folders nobody holds, never a concurrent 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import hashlib
 import json
 import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
+from pydantic import AliasChoices, BaseModel, Field
 
 from training.bundle import GATE_FILE, VERSION_RE, Bundle, load_bundle, read_manifest, write_json_atomic
 from training.errors import BundleInvalid, BundleNotFound, NoLiveBundle
+
+if TYPE_CHECKING:
+    from training.data import RetrievalData
 
 logger = logging.getLogger(__name__)
 
 CURRENT_FILE = "CURRENT"
 GATE_LOG = "gate.jsonl"
+GATE_LOG_MAX_BYTES = 1 << 20  # gate.jsonl is rotated to gate.jsonl.1 beyond this (thousands of decisions)
+ORPHAN_LOCK_AGE_S = 60.0
+FINGERPRINT_KEY = "eval_fingerprint"  # manifest.extras key written by training.indexing
 LOCK_FILE = ".lock"
 BUILD_PREFIX = ".build-"
 PUBLISH_STEPS = ("validate", "gate", "stage", "rename", "log", "current")
@@ -55,8 +64,12 @@ StepHook = Callable[[str], None]
 
 
 class GateDecision(BaseModel):
+    """The gate's verdict on one candidate. Whether a version *is* live is never stored: CURRENT says it
+    (a crash between logging the decision and writing CURRENT leaves an accepted version not live)."""
+
     version: str
-    live: bool  # the gate's verdict (CURRENT may still differ if activate() is used later)
+    # records written before this field was renamed say "live"
+    accepted: bool = Field(validation_alias=AliasChoices("accepted", "live"))
     reason: str
     metric: str
     candidate_value: float | None = None
@@ -65,6 +78,23 @@ class GateDecision(BaseModel):
     tolerance: float
     forced: bool = False
     decided_at: datetime
+    # sha256 of the evaluation set (corpus, queries, qrels) the candidate's metrics come from; the gate
+    # compares values only between bundles evaluated on the same set
+    eval_fingerprint: str | None = None
+    live_eval_fingerprint: str | None = None
+
+
+def evaluation_fingerprint(data: RetrievalData) -> str:
+    """sha256 of an evaluation set: every document (id, title, text), query and judgement, in a fixed order."""
+    digest = hashlib.sha256()
+    for doc_id in sorted(data.corpus):
+        doc = data.corpus[doc_id]
+        digest.update(json.dumps(["d", doc_id, doc.title, doc.text]).encode())
+    for query_id in sorted(data.queries):
+        digest.update(json.dumps(["q", query_id, data.queries[query_id]]).encode())
+    for query_id in sorted(data.qrels):
+        digest.update(json.dumps(["r", query_id, sorted(data.qrels[query_id].items())]).encode())
+    return digest.hexdigest()
 
 
 class PublishResult(BaseModel):
@@ -100,9 +130,10 @@ def _fsync_tree(root: Path) -> None:
 class BundleStore:
     """A folder of published bundle versions with one live version."""
 
-    def __init__(self, root: str | Path, keep: int = 5):
+    def __init__(self, root: str | Path, keep: int = 5, gate_log_max_bytes: int = GATE_LOG_MAX_BYTES):
         self.root = Path(root)
         self.keep = keep
+        self.gate_log_max_bytes = gate_log_max_bytes
         self.root.mkdir(parents=True, exist_ok=True)
         self._reported: set[tuple[str, str]] = set()
 
@@ -229,7 +260,10 @@ class BundleStore:
             if (self.root / manifest.version).exists():
                 raise BundleInvalid(f"version {manifest.version} is already published in {self.root}")
             step("gate")
-            decision = self._gate(manifest.version, manifest.metrics, gate_metric, tolerance, force)
+            fingerprint = manifest.extras.get(FINGERPRINT_KEY)
+            decision = self._gate(
+                manifest.version, manifest.metrics, gate_metric, tolerance, force, fingerprint
+            )
             write_json_atomic(staging / GATE_FILE, decision.model_dump(mode="json"))
             step("stage")
             if staging.resolve().parent != self.root.resolve():
@@ -245,13 +279,13 @@ class BundleStore:
             step("log")
             self._log({"event": "publish", **decision.model_dump(mode="json")})
             step("current")
-            if decision.live:
+            if decision.accepted:
                 self._set_current(manifest.version)
             if private != staging:
                 shutil.rmtree(staging, ignore_errors=True)
             self._prune(self.keep)
-        logger.info("published %s: live=%s (%s)", manifest.version, decision.live, decision.reason)
-        return PublishResult(version=manifest.version, live=decision.live, reason=decision.reason)
+        logger.info("published %s: live=%s (%s)", manifest.version, decision.accepted, decision.reason)
+        return PublishResult(version=manifest.version, live=decision.accepted, reason=decision.reason)
 
     def activate(self, version: str) -> None:
         """Point CURRENT at an already published version (roll back or forward) after validating it."""
@@ -280,7 +314,13 @@ class BundleStore:
 
     # -- internals ----------------------------------------------------------------------------------
     def _gate(
-        self, version: str, metrics: dict[str, dict[str, float]], metric: str, tolerance: float, force: bool
+        self,
+        version: str,
+        metrics: dict[str, dict[str, float]],
+        metric: str,
+        tolerance: float,
+        force: bool,
+        fingerprint: str | None = None,
     ) -> GateDecision:
         now = datetime.now(UTC)
         cand = metrics.get("test", {}).get(metric)
@@ -293,12 +333,23 @@ class BundleStore:
             "forced": force,
             "decided_at": now,
             "live_version": live_version,
+            "eval_fingerprint": fingerprint,
         }
         if live_version is None or not (self.root / live_version).is_dir():
-            return GateDecision(live=True, reason="first bundle: nothing live to compare with", **common)
-        live_value = read_manifest(self.root / live_version).metrics.get("test", {}).get(metric)
+            return GateDecision(accepted=True, reason="first bundle: nothing live to compare with", **common)
+        live_manifest = read_manifest(self.root / live_version)
+        live_value = live_manifest.metrics.get("test", {}).get(metric)
+        live_fingerprint = live_manifest.extras.get(FINGERPRINT_KEY)
         common["live_value"] = live_value
-        if live_value is None:
+        common["live_eval_fingerprint"] = live_fingerprint
+        if live_fingerprint != fingerprint:  # different data, or one side unknown: numbers do not compare
+            ok, reason = (
+                False,
+                f"cannot compare test {metric}: the candidate was evaluated on a different evaluation set "
+                f"than live {live_version} ({str(fingerprint)[:12]} vs {str(live_fingerprint)[:12]}); "
+                "publish with force to make it live",
+            )
+        elif live_value is None:
             ok, reason = True, f"live bundle {live_version} has no test {metric}: nothing to compare"
         elif cand is None:
             ok, reason = False, f"candidate has no test {metric}; live {live_version} has {live_value:.4f}"
@@ -310,8 +361,8 @@ class BundleStore:
                 (f"test {metric} {cand:.4f} is worse than live {live_value:.4f} by more than {tolerance}"),
             )
         if force and not ok:
-            return GateDecision(live=True, reason=f"forced: {reason}", **common)
-        return GateDecision(live=ok, reason=reason if ok else f"kept as candidate: {reason}", **common)
+            return GateDecision(accepted=True, reason=f"forced: {reason}", **common)
+        return GateDecision(accepted=ok, reason=reason if ok else f"kept as candidate: {reason}", **common)
 
     def _set_current(self, version: str) -> None:
         tmp = self.root / f".{CURRENT_FILE}.tmp"
@@ -323,7 +374,12 @@ class BundleStore:
         _fsync_dir(self.root)
 
     def _log(self, record: dict[str, Any]) -> None:
-        with open(self.root / GATE_LOG, "a", encoding="utf-8") as f:
+        path = self.root / GATE_LOG
+        with contextlib.suppress(FileNotFoundError):
+            if path.stat().st_size >= self.gate_log_max_bytes:
+                # one older generation is kept; readers (GET /bundles) page through the current file only
+                os.replace(path, path.with_name(GATE_LOG + ".1"))
+        with open(path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record, default=str) + "\n")
             f.flush()
             os.fsync(f.fileno())
@@ -335,6 +391,30 @@ class BundleStore:
                 shutil.rmtree(path, ignore_errors=True)
             elif path.name.startswith(BUILD_PREFIX) and not path.name.endswith(".lock"):
                 self._clean_build(path)
+            elif path.name.startswith(BUILD_PREFIX) and not path.with_suffix("").exists():
+                self._clean_orphan_lock(path)
+
+    def _clean_orphan_lock(self, lock: Path) -> None:
+        """Remove a `.build-*.lock` whose folder is gone (its builder died between the two removals).
+
+        build_dir() creates the lock file a moment before it locks it and makes the folder, so only a lock
+        older than ORPHAN_LOCK_AGE_S that nobody holds is an orphan.
+        """
+        try:
+            if time.time() - lock.stat().st_mtime < ORPHAN_LOCK_AGE_S:
+                return
+            fd = os.open(lock, os.O_RDWR)
+        except FileNotFoundError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return
+        else:
+            logger.info("removing %s, left by a build that died", lock.name)
+            lock.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
 
     def _clean_build(self, path: Path) -> None:
         """Remove a `.build-*` folder (and its lock file) unless a live builder holds its lock."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from training.bundle import MANIFEST_FILE, build_bundle, read_manifest
-from training.bundle_store import BundleStore, PublishResult
+from training.bundle_store import FINGERPRINT_KEY, BundleStore, PublishResult, evaluation_fingerprint
 from training.data import load_split
 from training.encoder import Encoder
 from training.errors import ConfigError
@@ -97,7 +97,11 @@ def index_model(
     encoder = Encoder.load(model_path)
     data = load_split(data_dir, split)
     training_config: dict[str, Any] = {}
-    extras: dict[str, Any] = {"data": str(data_dir), "split": split}
+    extras: dict[str, Any] = {
+        "data": str(data_dir),
+        "split": split,
+        FINGERPRINT_KEY: evaluation_fingerprint(data),
+    }
     report_dir = None
     if run is not None:
         if (run / RUN_CONFIG).is_file():

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Query
 
 from app.deps import ApiKeyDep, HolderDep
 from app.schemas import ActivateResponse, BundlesResponse
@@ -11,8 +13,12 @@ router = APIRouter(tags=["bundles"])
 
 
 @router.get("/bundles", response_model=BundlesResponse, summary="Bundle versions")
-async def list_bundles(holder: HolderDep) -> BundlesResponse:
-    return await holder.describe()
+async def list_bundles(
+    holder: HolderDep,
+    gate_limit: Annotated[int, Query(ge=0, le=1000, description="Gate log entries per page.")] = 50,
+    gate_offset: Annotated[int, Query(ge=0, le=1_000_000, description="Entries to skip, newest first.")] = 0,
+) -> BundlesResponse:
+    return await holder.describe(gate_limit, gate_offset)
 
 
 @router.post(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 import time
 
 import pytest
@@ -110,3 +111,25 @@ def test_deleting_the_live_folder_while_serving_is_detected(tmp_path, staged):
         assert r.status_code == 503 and "gone from disk" in r.json()["error"]["message"]
         failure = wait_until(lambda: client.get("/bundles").json()["last_failed_load"], what="the report")
         assert failure["version"] == a and "deleted" in failure["error"]
+
+
+_OPENED: list[str] = []
+sys.addaudithook(lambda event, args: _OPENED.append(str(args[0])) if event == "open" and args else None)
+
+
+def test_reactivating_the_live_version_reads_nothing_and_the_gate_log_pages(tmp_path, staged):
+    bundles = tmp_path / "bundles"
+    a = publish(staged["A"], bundles)
+    b = publish(staged["B"], bundles, force=False)
+    with TestClient(create_app(make_settings(bundles, reload_poll_seconds=0))) as client:
+        _OPENED.clear()
+        r = client.post(f"/bundles/{a}/activate", headers=KEY)
+        assert r.status_code == 200 and r.json()["version"] == a
+        assert [p for p in _OPENED if f"{os.sep}{a}{os.sep}" in p] == []  # no re-hash of the live bundle
+        page = client.get("/bundles", params={"gate_limit": 1}).json()
+        assert page["gate_total"] == 2 and [g["version"] for g in page["gate_decisions"]] == [
+            b
+        ]  # newest first
+        older = client.get("/bundles", params={"gate_limit": 1, "gate_offset": 1}).json()
+        assert [g["version"] for g in older["gate_decisions"]] == [a]
+        assert client.get("/bundles", params={"gate_limit": 1001}).status_code == 422

@@ -45,7 +45,7 @@ def test_activation_needs_the_right_key(tmp_path, staged):
         listing = client.get("/bundles").json()
         assert {v["version"]: v["live"] for v in listing["versions"]} == {a: True, b: False}
         kept = [g for g in listing["gate_decisions"] if g["version"] == b][0]
-        assert kept["live"] is False and "kept as candidate" in kept["reason"]
+        assert kept["accepted"] is False and "kept as candidate" in kept["reason"]
 
         r = client.post(f"/bundles/{b}/activate")
         assert r.status_code == 401 and r.json()["error"]["code"] == "missing_api_key"

@@ -164,7 +164,8 @@ def test_gate_accepts_rejects_and_forces(staged, tmp_path):
     assert not listed[worse.version].live and listed[worse.version].gate.reason == worse.reason
     assert [v.version for v in store.list_versions() if v.live] == [forced.version]
     log = [json.loads(line) for line in (store.root / "gate.jsonl").read_text().splitlines()]
-    assert [r["live"] for r in log] == [True, True, True, False, False, True]
+    assert [r["accepted"] for r in log] == [True, True, True, False, False, True]
+    assert all("live" not in r for r in log)  # live is what CURRENT says, never a logged claim
     assert store.load_current().version == forced.version
 
 
