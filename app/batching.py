@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from app.errors import QueueFullError
+from app.fairness import run_sliced
 from app.metrics import AppMetrics
 from app.service import LiveBundle, SearchAnswer, SearchSpec
 
@@ -66,10 +67,11 @@ class _Pending:
 class DirectRunner:
     """Micro-batching off: each request encodes and searches on its own (bounded by `queue_max`)."""
 
-    def __init__(self, inference: Inference, *, queue_max: int, metrics: AppMetrics):
+    def __init__(self, inference: Inference, *, queue_max: int, metrics: AppMetrics, slice_tokens: int = 256):
         self.inference = inference
         self.queue_max = queue_max
         self.metrics = metrics
+        self.slice_tokens = slice_tokens  # big requests run in slices (app/fairness.py)
         self._waiting = 0
 
     def pending(self) -> int:
@@ -82,6 +84,9 @@ class DirectRunner:
         return None
 
     async def submit(self, live: LiveBundle, spec: SearchSpec) -> SearchAnswer:
+        return await run_sliced(lambda part: self._submit(live, part), spec, self.slice_tokens)
+
+    async def _submit(self, live: LiveBundle, spec: SearchSpec) -> SearchAnswer:
         if self._waiting >= self.queue_max:
             raise QueueFullError(
                 f"server busy: {self._waiting} searches waiting (queue_max {self.queue_max}); retry"
@@ -107,8 +112,10 @@ class MicroBatcher:
         max_wait_s: float,
         queue_max: int,
         metrics: AppMetrics,
+        slice_tokens: int = 256,
     ):
         self.inference = inference
+        self.slice_tokens = slice_tokens  # big requests run in slices (app/fairness.py)
         self.max_size = max_size
         self.max_wait_s = max_wait_s
         self.metrics = metrics
@@ -134,6 +141,9 @@ class MicroBatcher:
                 item.future.set_exception(QueueFullError("server shutting down"))
 
     async def submit(self, live: LiveBundle, spec: SearchSpec) -> SearchAnswer:
+        return await run_sliced(lambda part: self._submit(live, part), spec, self.slice_tokens)
+
+    async def _submit(self, live: LiveBundle, spec: SearchSpec) -> SearchAnswer:
         item = _Pending(live, spec, asyncio.get_running_loop().create_future())
         try:
             self.queue.put_nowait(item)

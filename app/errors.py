@@ -8,7 +8,9 @@ ServiceError                 base (500 internal)
 ├── WrongApiKeyError         403 forbidden: wrong key, or no key configured on the server
 ├── BodyTooLargeError        413 body_too_large
 ├── ReportMissingError       404 report_missing: the live bundle has no generalization-gap report
-└── InvalidInputError        422 invalid_request: a well-formed body the bundle cannot answer (vector dim)
+└── InvalidInputError        422 invalid_request: a well-formed body the bundle cannot answer (vector dim,
+    │                            token budget)
+    └── ResponseTooLargeError 422 response_too_large: the answer would exceed max_response_bytes
 
 Domain errors from `training.errors` map through `DOMAIN_STATUS` (most specific class wins). Request
 shape errors come from pydantic and are reshaped to the same body, naming the field:
@@ -79,6 +81,10 @@ class ReportMissingError(ServiceError):
 class InvalidInputError(ServiceError):
     status_code = 422
     code = "invalid_request"
+
+
+class ResponseTooLargeError(InvalidInputError):
+    code = "response_too_large"
 
 
 # training.errors class -> HTTP status; looked up along the exception's MRO

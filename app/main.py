@@ -62,9 +62,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 max_wait_s=settings.microbatch_max_wait_ms / 1000,
                 queue_max=settings.queue_max,
                 metrics=app_metrics,
+                slice_tokens=settings.fair_slice_tokens,
             )
         else:
-            runner = DirectRunner(inference, queue_max=settings.queue_max, metrics=app_metrics)
+            runner = DirectRunner(
+                inference,
+                queue_max=settings.queue_max,
+                metrics=app_metrics,
+                slice_tokens=settings.fair_slice_tokens,
+            )
         await runner.start()
         await holder.start()
         # also on app.state, for operators' scripts and tests that need to look inside

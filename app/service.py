@@ -51,6 +51,7 @@ class SearchSpec:
     filter: dict[str, Any] | None = None
     min_score: float | None = None
     include: Sequence[str] = ()
+    tokens: list[int] | None = None  # per text, as the encoder will see them (app/fairness.py)
 
     @property
     def n(self) -> int:
@@ -127,6 +128,13 @@ class LiveBundle:
             list(texts), kind="query", batch_size=self.encode_batch_size
         )  # (n, dim), normalised
         return self.encoder.to_index_space(emb)  # (n, dim)
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Tokens per text as the serving model sees them (its tokenizer, cut at its max length)."""
+        model = self.encoder.model
+        limit = int(model.max_seq_length or 512)
+        ids = model.tokenizer(list(texts), add_special_tokens=True, truncation=True, max_length=limit)
+        return [len(row) for row in ids["input_ids"]]
 
     def vectors_to_index_space(self, vectors: Sequence[Sequence[float]], field_name: str) -> np.ndarray:
         dim = self.bundle.index.dim

@@ -44,6 +44,24 @@ class Settings(BaseSettings):
         description="Most metadata fields in one POST /search filter (each becomes SQL conditions; "
         "the schema's own cap is 128).",
     )
+    max_request_tokens: int = Field(
+        4096,
+        ge=1,
+        description="Work budget of one POST /search: tokens over all its queries, as the model's tokenizer "
+        "counts them (each cut at the model's max length); more is 422. 64 typical scifact queries are ~1,500.",
+    )
+    fair_slice_tokens: int = Field(
+        256,
+        ge=1,
+        description="A request with more tokens is encoded in slices of at most this many, each queued behind "
+        "requests that arrived meanwhile, so small requests wait for one slice, not the whole batch.",
+    )
+    max_response_bytes: int = Field(
+        8_000_000,
+        ge=10_000,
+        description="Largest POST /search answer, estimated from the hits and included fields; larger is "
+        "422 response_too_large (ask for fewer hits, queries or fields).",
+    )
     encoder_backend: EncoderBackend = Field(
         "auto",
         description="Query encoder: torch, onnx (fp32), onnx-int8, or auto = the fastest ONNX variant whose "

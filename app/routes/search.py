@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body
 
 from app.deps import HolderDep, RunnerDep, SettingsDep
-from app.errors import InvalidInputError
-from app.schemas import SEARCH_EXAMPLES, QueryResult, SearchRequest, SearchResponse, Timings
+from app.errors import InvalidInputError, ResponseTooLargeError
+from app.schemas import SEARCH_EXAMPLES, Hit, QueryResult, SearchRequest, SearchResponse, Timings
 from app.service import SearchSpec
 
 router = APIRouter(tags=["search"])
+HIT_OVERHEAD_BYTES = 40  # {"id":"","score":-0.123456789} and separators, per hit
 ERRORS: dict[int | str, dict[str, Any]] = {
-    422: {"description": "Malformed body; `error.details` names each offending field."},
+    422: {
+        "description": "Malformed body (`error.details` names each offending field), a request over the "
+        "token budget, or an answer over the response-size limit (`response_too_large`)."
+    },
     413: {"description": "Body larger than SEARCH_MAX_BODY_BYTES."},
     429: {"description": "The batching queue is full; retry later."},
     503: {"description": "No bundle is live yet."},
@@ -57,9 +62,18 @@ async def search(
         raise InvalidInputError(
             f"body.{where}: longer than this server's limit of {settings.max_query_chars} characters"
         )
+    tokens = None
+    if body.texts is not None:
+        tokens = await asyncio.to_thread(live.count_tokens, body.texts)
+        if sum(tokens) > settings.max_request_tokens:
+            raise InvalidInputError(
+                f"body.{field}: {sum(tokens)} tokens, above this server's budget of "
+                f"{settings.max_request_tokens} per request (send fewer or shorter queries)"
+            )
     raw = body.raw_vectors
     spec = SearchSpec(
         texts=body.texts,
+        tokens=tokens,
         vectors=live.vectors_to_index_space(raw, field) if raw is not None else None,
         k=body.top_k,
         filter=body.filter_dict(),
@@ -67,6 +81,12 @@ async def search(
         include=list(dict.fromkeys(body.include)),
     )
     answer = await runner.submit(live, spec)
+    size = _estimated_bytes(answer.hits)
+    if size > settings.max_response_bytes:
+        raise ResponseTooLargeError(
+            f"the answer would be about {size:,} bytes, above this server's limit of "
+            f"{settings.max_response_bytes:,}: ask for a smaller top_k, fewer queries or fewer include fields"
+        )
     return SearchResponse(
         version=live.version,
         metric=live.encoder.metric,
@@ -77,3 +97,14 @@ async def search(
             total_ms=round((time.perf_counter() - started) * 1000, 3),
         ),
     )
+
+
+def _estimated_bytes(hits: list[list[Hit]]) -> int:
+    """JSON size of the hits, within a few percent (no serialisation: it runs for every request)."""
+    total = 0
+    for per_query in hits:
+        for h in per_query:
+            total += HIT_OVERHEAD_BYTES + len(h.id) + len(h.title or "") + len(h.text or "")
+            if h.metadata is not None:
+                total += len(str(h.metadata))
+    return total

@@ -1,0 +1,98 @@
+"""Work budget, fair slicing and the response-size cap (issue 11, item 6), on the real app and encoder.
+
+Latency itself is measured by bench/fairness_bench.py (no timing thresholds here); the tests prove the
+mechanisms: the budget counts tokens, slices give the same answers, a small request overtakes a big one.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.fairness import slices
+from app.main import create_app
+from app.service import SearchSpec
+from tests.app.conftest import make_settings, wait_until
+
+pytestmark = pytest.mark.scifact
+LONG = " ".join(["the effect of vitamin d supplementation on bone mineral density"] * 30)  # > 256 tokens
+
+
+def test_slices_keep_order_and_respect_the_budget():
+    spec = SearchSpec(texts=list("abcdef"), vectors=None, k=3, tokens=[5, 5, 20, 1, 1, 1])
+    parts = slices(spec, 10)
+    assert [p.texts for p in parts] == [["a", "b"], ["c"], ["d", "e", "f"]]  # "c" alone exceeds: its own
+    assert all(p.k == 3 for p in parts)
+    assert slices(spec, 100) == [spec]
+
+
+def test_the_budget_counts_tokens_not_characters(live_bundles):
+    bundles, _ = live_bundles
+    settings = make_settings(bundles, reload_poll_seconds=0, max_request_tokens=300)
+    with TestClient(create_app(settings)) as client:
+        # 2,000 characters of one repeated character is few tokens; 2 long queries are > 300 tokens
+        assert client.post("/search", json={"query": "a" * 2000}).status_code == 200
+        r = client.post("/search", json={"queries": [LONG, LONG]})
+        assert r.status_code == 422
+        assert r.json()["error"]["message"].startswith("body.queries: 512 tokens, above this server's budget")
+
+
+def test_sliced_answers_equal_unsliced_ones(live_bundles):
+    bundles, _ = live_bundles
+    queries = ["vitamin d and bones", LONG, "statins and muscle pain", "gene therapy", LONG[:300]]
+    body = {"queries": queries, "top_k": 5, "include": ["title"]}
+    answers = []
+    for slice_tokens in (8, 100_000):
+        settings = make_settings(bundles, reload_poll_seconds=0, fair_slice_tokens=slice_tokens)
+        with TestClient(create_app(settings)) as client:
+            r = client.post("/search", json=body)
+            assert r.status_code == 200, r.text
+            answers.append(
+                [[(h["id"], round(h["score"], 4)) for h in q["hits"]] for q in r.json()["results"]]
+            )
+    assert answers[0] == answers[1]
+
+
+@pytest.mark.parametrize("microbatch", [True, False])
+def test_a_small_request_overtakes_a_big_one(live_bundles, microbatch):
+    """A big request in one-query slices: a query sent while its first slice runs finishes before it."""
+    bundles, _ = live_bundles
+    settings = make_settings(
+        bundles, reload_poll_seconds=0, fair_slice_tokens=256, microbatch_enabled=microbatch
+    )
+    with TestClient(create_app(settings)) as client:
+        inference = client.app.state.inference
+        gate = threading.Event()
+        inference.executor.submit(gate.wait, 30)  # hold the inference thread until the big one queues
+        done: dict[str, float] = {}
+
+        def send(name: str, body: dict) -> int:
+            status = client.post("/search", json=body).status_code
+            done[name] = time.perf_counter()
+            return status
+
+        with ThreadPoolExecutor(2) as pool:
+            big = pool.submit(send, "big", {"queries": [LONG] * 8, "top_k": 3})
+            runner = client.app.state.runner
+            wait_until(
+                lambda: runner.pending() >= 1 or getattr(runner, "in_flight", 0) >= 1, what="big queued"
+            )
+            gate.set()
+            time.sleep(0.05)  # the big request's first slice is running now
+            small = pool.submit(send, "small", {"query": "vitamin d", "top_k": 3})
+            assert big.result(timeout=120) == 200 and small.result(timeout=120) == 200
+        assert done["small"] < done["big"]
+
+
+def test_a_too_large_answer_is_refused_clearly(live_bundles):
+    bundles, _ = live_bundles
+    settings = make_settings(bundles, reload_poll_seconds=0, max_response_bytes=10_000)
+    with TestClient(create_app(settings)) as client:
+        r = client.post("/search", json={"query": "bone", "top_k": 200, "include": ["title", "text"]})
+        assert r.status_code == 422 and r.json()["error"]["code"] == "response_too_large"
+        assert "top_k" in r.json()["error"]["message"]
+        assert client.post("/search", json={"query": "bone", "top_k": 200}).status_code == 200
