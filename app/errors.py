@@ -25,8 +25,9 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from training import errors as domain
 
@@ -155,17 +156,42 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
 FASTAPI_BODY_PARSE_ERROR = "There was an error parsing the body"
 
 
-async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     if exc.status_code == 400 and exc.detail == FASTAPI_BODY_PARSE_ERROR:
         details = [{"field": "body", "message": "not parseable as UTF-8 JSON", "type": "json_invalid"}]
         message = "body: not parseable as JSON (send UTF-8 JSON, nested at most a few hundred levels)"
         return JSONResponse(error_body("invalid_request", message, details), status_code=422)
+    if exc.status_code == 405:
+        return _method_not_allowed(request)
     codes = {404: "not_found", 405: "method_not_allowed", 400: "bad_request"}
     code = codes.get(exc.status_code, "http_error")
     return JSONResponse(
         error_body(code, str(exc.detail)), status_code=exc.status_code, headers=getattr(exc, "headers", None)
     )
+
+
+def _flat_routes(routes: Any) -> Any:
+    for route in routes:
+        included = getattr(route, "original_router", None)  # FastAPI wraps include_router()'s routes
+        yield from _flat_routes(included.routes) if included is not None else (route,)
+
+
+def _method_not_allowed(request: Request) -> Response:
+    """Starlette's 405 names only the first route matching the path; list every route's methods.
+
+    OPTIONS on a known path answers 204 with that `Allow` list (e.g. GET, POST for /jobs)."""
+    methods: set[str] = set()
+    for route in _flat_routes(request.app.router.routes):
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    methods.add("OPTIONS")
+    allow = ", ".join(sorted(methods))
+    if request.method == "OPTIONS":
+        return Response(status_code=204, headers={"Allow": allow})
+    message = f"{request.method} is not allowed on {request.url.path} (allowed: {allow})"
+    return JSONResponse(error_body("method_not_allowed", message), status_code=405, headers={"Allow": allow})
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -13,7 +13,9 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, TypeAdapter
+
+from app.routes.jobs import REQUEST_SCHEMA_KEY, JobSubmissionSpec
 
 
 class ErrorField(BaseModel):
@@ -50,8 +52,14 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     error_schema = ErrorResponse.model_json_schema(ref_template="#/components/schemas/{model}")
     schemas.update(error_schema.pop("$defs", {}))
     schemas["ErrorResponse"] = error_schema
+    typed = TypeAdapter(JobSubmissionSpec).json_schema(ref_template="#/components/schemas/{model}")
+    schemas.update(typed.pop("$defs", {}))
+    schemas["JobSubmissionSpec"] = typed
     for operations in spec.get("paths", {}).values():
         for method, op in operations.items():
+            if op.pop(REQUEST_SCHEMA_KEY, None):
+                body = op["requestBody"]["content"]["application/json"]
+                body["schema"] = {"$ref": "#/components/schemas/JobSubmissionSpec"}
             responses = op.setdefault("responses", {})
             if op.get("parameters") or op.get("requestBody"):
                 responses.setdefault(

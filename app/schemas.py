@@ -101,11 +101,19 @@ SEARCH_EXAMPLES: dict[str, Example] = {
 }
 
 
+INPUT_FIELDS = ("query", "queries", "vector", "vectors")
+
+
 class SearchRequest(BaseModel):
     """Exactly one of `query`, `queries`, `vector`, `vectors`."""
 
     model_config = ConfigDict(
-        extra="forbid", json_schema_extra={"examples": [e["value"] for e in SEARCH_EXAMPLES.values()]}
+        extra="forbid",
+        json_schema_extra={
+            "examples": [e["value"] for e in SEARCH_EXAMPLES.values()],
+            # "exactly one of" in the schema: a body naming two of them matches two branches
+            "oneOf": [{"required": [name]} for name in INPUT_FIELDS],
+        },
     )
 
     query: QueryText | None = Field(None, description="One text query.")

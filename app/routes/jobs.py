@@ -11,22 +11,63 @@ import threading
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.deps import ApiKeyDep, SettingsDep, has_api_key
-from training.jobs.queue import JobQueue, JobRecord, JobState, JobType, Progress, WorkerBeat
+from training.jobs.queue import (
+    JobQueue,
+    JobRecord,
+    JobState,
+    JobType,
+    Progress,
+    ReindexOptions,
+    RetrainOptions,
+    WorkerBeat,
+)
 
 router = APIRouter(tags=["jobs"])
+REQUEST_SCHEMA_KEY = "x-request-schema"  # app/openapi.py replaces the body schema with the named type
 _queue_lock = threading.Lock()
 
 
+DatasetName = Annotated[
+    str, Field(min_length=1, max_length=255, description="A dataset name under the data root.")
+]
+
+
 class JobSubmission(BaseModel):
+    """What the server reads. Options are validated per job type by training.jobs.queue (after the
+    path-like ones are confined: 400), so a bad option names its field as `options.<name>`; the spec
+    documents the same closed option sets as `JobSubmissionSpec` (one schema per type)."""
+
+    model_config = ConfigDict(extra="forbid")
+
     type: Literal["retrain", "reindex"]
-    dataset: str = Field(min_length=1, max_length=255, description="a dataset name under the data root")
+    dataset: DatasetName
     options: dict[str, Any] = Field(
         default_factory=dict,
-        description="retrain: TrainConfig fields plus index_kind; reindex: index_kind, force",
+        description="retrain: TrainConfig fields plus index_kind, force, onnx; reindex: index_kind, force, onnx",
     )
+
+
+class RetrainJob(BaseModel):
+    model_config = ConfigDict(extra="forbid", title="RetrainJob")
+
+    type: Literal["retrain"]
+    dataset: DatasetName
+    options: RetrainOptions = Field(default_factory=RetrainOptions)
+
+
+class ReindexJob(BaseModel):
+    model_config = ConfigDict(extra="forbid", title="ReindexJob")
+
+    type: Literal["reindex"]
+    dataset: DatasetName
+    options: ReindexOptions = Field(default_factory=ReindexOptions)
+
+
+# the request body as documented: one closed schema per job type (app/openapi.py puts it in the spec)
+JobSubmissionSpec = Annotated[RetrainJob | ReindexJob, Field(discriminator="type")]
 
 
 class JobSummary(BaseModel):
@@ -121,11 +162,15 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     dependencies=[ApiKeyDep],
     responses={
         **_ERRORS,
-        400: {"description": "The dataset name resolves outside the data root."},
+        400: {
+            "description": "A file the job would read, a split name or the base model resolves outside "
+            "its root (docs/security.md)."
+        },
         404: {"description": "No dataset with that name under the data root."},
         422: {"description": "Bad body or options; the message names the field."},
     },
     summary="Queue a retrain or reindex job",
+    openapi_extra={REQUEST_SCHEMA_KEY: "JobSubmissionSpec"},
 )
 def submit_job(body: JobSubmission, queue: QueueDep, settings: SettingsDep) -> JobDetail:
     """Validate and queue the job; a worker picks it up. Poll GET /jobs/{id} for its progress."""
