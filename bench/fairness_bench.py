@@ -1,6 +1,6 @@
 """Single-query latency while a big batch runs, with and without fair slicing (app/fairness.py).
 
-    flock "$BENCH_LOCK" .venv/bin/python bench/fairness_bench.py [--docs 1000] [--n 60]
+    flock "$BENCH_LOCK" .venv/bin/python -u bench/fairness_bench.py [--docs 300] [--n 30]
 
 Builds (once, cached under var/bench/, git-ignored) a bundle of the first --docs scifact documents with
 the base all-MiniLM-L6-v2 (torch query encoder: the slowest, so the worst case) and a flat index. Then,
@@ -85,8 +85,8 @@ def main() -> None:
     from training.data import load_corpus, load_queries
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--docs", type=int, default=1000)
-    parser.add_argument("--n", type=int, default=60, help="single-query requests per cell")
+    parser.add_argument("--docs", type=int, default=300)
+    parser.add_argument("--n", type=int, default=30, help="single-query requests per cell")
     args = parser.parse_args()
 
     bundles = bundle(args.docs)
