@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -77,7 +78,15 @@ class BundleHolder:
         self._pointer_error = None
         return version
 
+    def _relative(self, text: str) -> str:
+        """/bundles is public: paths in error messages are shown relative to the bundles folder."""
+        root = self.settings.bundles_dir
+        for form in sorted({str(root.resolve()), str(root.absolute()), str(root)}, key=len, reverse=True):
+            text = text.replace(form + os.sep, "")
+        return text
+
     def _record_failure(self, version: str, error: str) -> None:
+        error = self._relative(error)
         self.last_failure = LoadFailure(version=version, error=error, at=datetime.now(UTC).isoformat())
         self.metrics.reloads.labels(outcome="failed").inc()
         kept = self.live.version if self.live else "nothing"
@@ -283,7 +292,7 @@ class BundleHolder:
             gate_total=len(decisions),
             last_failed_load=self.last_failure,
             fallback_from=self.fallback_from,
-            unreadable=[Unreadable(version=v, error=e) for v, e in problems],
+            unreadable=[Unreadable(version=v, error=self._relative(e)) for v, e in problems],
         )
 
     def _gate_log(self) -> list[dict[str, Any]]:

@@ -80,6 +80,7 @@ def test_malformed_gate_records_and_manifests_are_listed_as_unreadable(tmp_path,
         problems = {u["version"]: u["error"] for u in listing["unreadable"]}
         assert "gate.json is unreadable" in problems[a] and "manifest" in problems[b]
         assert all(isinstance(g, dict) for g in listing["gate_decisions"])
+        assert str(tmp_path) not in r.text
 
 
 def test_a_restart_on_a_corrupt_current_falls_back_to_the_newest_valid_version(tmp_path, staged):
@@ -93,6 +94,8 @@ def test_a_restart_on_a_corrupt_current_falls_back_to_the_newest_valid_version(t
         assert listing["live"] == older and listing["current"] == newer
         assert listing["fallback_from"] == newer
         assert listing["last_failed_load"]["version"] == newer
+        assert listing["last_failed_load"]["error"].startswith(f"{newer}/")  # relative: /bundles is public
+        assert str(tmp_path) not in client.get("/bundles").text
         assert "search_bundle_fallback 1.0" in client.get("/metrics").text
         # the operator repairs it by activating a version: CURRENT and live agree again
         assert client.post(f"/bundles/{older}/activate", headers=KEY).status_code == 200
