@@ -81,7 +81,7 @@ class BundleHolder:
     def _relative(self, text: str) -> str:
         """/bundles is public: paths in error messages are shown relative to the bundles folder."""
         root = self.settings.bundles_dir
-        for form in sorted({str(root.resolve()), str(root.absolute()), str(root)}, key=len, reverse=True):
+        for form in sorted({str(root.resolve()), str(root.absolute())}, key=len, reverse=True):
             text = text.replace(form + os.sep, "")
         return text
 

@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.deps import ApiKeyDep, SettingsDep, has_api_key
+from app.settings import Settings
 from training.jobs.queue import (
     JobQueue,
     JobRecord,
@@ -109,27 +110,28 @@ class JobList(BaseModel):
     )
 
 
-def _relative(text: str, roots: dict[str, str]) -> str:
-    """`text` with every absolute root replaced by its short name, so no absolute path leaves the server."""
-    for root, name in roots.items():
-        text = text.replace(root + os.sep, name).replace(root, name.rstrip(os.sep) or ".")
+def _relative(text: str, roots: list[str]) -> str:
+    """`text` with every absolute root removed (longest first), so no absolute path leaves the server."""
+    for root in roots:
+        text = text.replace(root + os.sep, "").replace(root, ".")
     return text
 
 
-def job_view(record: JobRecord, settings: Any, *, detailed: bool) -> JobView:
+def job_view(record: JobRecord, settings: Settings, *, detailed: bool) -> JobView:
+    """The public view (state and progress), or with the key the record with paths relative to roots."""
     summary = JobSummary.model_validate(record.model_dump(include=set(JobSummary.model_fields)))
     if not detailed:
         return summary
-    roots: dict[str, str] = {}
-    for root, name in (
-        (record.data_root or settings.data_root, ""),
-        (record.models_root or settings.models_root, ""),
-        (record.bundles_dir, ""),
-    ):
-        for form in {str(root), os.path.realpath(root), os.path.abspath(root)}:
-            roots[form] = name
-    # longest first: a root nested in another must be replaced before its parent
-    ordered = dict(sorted(roots.items(), key=lambda kv: -len(kv[0])))
+    forms = {
+        form
+        for root in (
+            record.data_root or settings.data_root,
+            record.models_root or settings.models_root,
+            record.bundles_dir,
+        )
+        for form in (os.path.realpath(root), os.path.abspath(root))  # absolute only: "data" is also a word
+    }
+    ordered = sorted(forms, key=len, reverse=True)  # a root inside another goes first
     fields = record.model_dump(include=set(JobDetail.model_fields))
     fields["data_dir"] = _relative(record.data_dir, ordered) or "."
     fields["error"] = _relative(record.error, ordered) if record.error else None
