@@ -97,14 +97,15 @@ def env(tmp_path_factory, scifact) -> Iterator[dict[str, Any]]:
     scifact_slice(scifact, data_root / "scifact-mini", n_train=40, n_test=20, n_distractors=30)
     base = Encoder.load()
     base.model.max_seq_length = 32  # the bundles keep it: every encode in these tests stays cheap
-    base.save(root / "base-model")
-    first = index_model(root / "base-model", data_root / "scifact-mini", root / "bundles", index_kind="flat",
+    base.save(root / "models" / "base-model")  # jobs may name base models under the models root only
+    first = index_model(root / "models" / "base-model", data_root / "scifact-mini", root / "bundles", index_kind="flat",
                         onnx=False, show_progress=False)  # fmt: skip
     assert first.live
     settings = Settings(
         bundles_dir=root / "bundles",
         api_key=KEY["X-API-Key"],
         data_root=data_root,
+        models_root=root / "models",
         queue_url=f"sqlite:///{root / 'jobs.db'}",
         job_heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S,
         reload_poll_seconds=0.2,
@@ -115,7 +116,7 @@ def env(tmp_path_factory, scifact) -> Iterator[dict[str, Any]]:
     try:
         with TestClient(create_app(settings)) as client:
             yield {"client": client, "bundles": root / "bundles", "worker": worker, "first": first.version,
-                   "base": str(root / "base-model"),
+                   "base": "base-model",
                    "settings": settings}  # fmt: skip
     finally:
         worker.stop()
@@ -135,7 +136,7 @@ def _submit(env: dict[str, Any], job_type: str, options: dict[str, Any]) -> str:
 
 
 def _job(client: TestClient, job_id: str) -> dict[str, Any]:
-    return client.get(f"/jobs/{job_id}").json()
+    return client.get(f"/jobs/{job_id}", headers=KEY).json()  # the detail (log tail, outcome) needs the key
 
 
 def _finished(client: TestClient, job_id: str) -> dict[str, Any] | None:
