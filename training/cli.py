@@ -322,6 +322,31 @@ def report_cmd(
     typer.echo(f"report written to {path}")
 
 
+@app.command(
+    "demo-data",
+    help="Build the demo dataset (BEIR folder) from this Python's standard-library docstrings.",
+)
+def demo_data_cmd(
+    out: Annotated[Path, typer.Option("--out", help="Folder to write (replaced if it exists).")],
+    docs: Annotated[int, typer.Option("--docs", min=2, help="Documents (= queries) in the corpus.")] = 0,
+    test_queries: Annotated[
+        int, typer.Option("--test-queries", min=1, help="Queries held out in qrels/test.tsv.")
+    ] = 0,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sample and the train/test split.")] = 0,
+    log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
+) -> None:
+    configure_logging(log_level)
+    from training.demo_data import DEFAULT_DOCS, DEFAULT_TEST_QUERIES, build_demo_dataset
+
+    try:
+        path = build_demo_dataset(
+            out, n_docs=docs or DEFAULT_DOCS, n_test=test_queries or DEFAULT_TEST_QUERIES, seed=seed
+        )
+    except (ValueError, OSError) as exc:
+        fail(f"demo-data: {exc}")
+    typer.echo(f"demo dataset written to {path}")
+
+
 def _option(name: str, annotation: Any, default: Any = inspect.Parameter.empty) -> inspect.Parameter:
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
@@ -360,7 +385,10 @@ def _pipeline(
     published = result.publish
     state = "live" if published.live else "kept as a candidate"
     typer.echo(f"bundle {published.version} {state} ({published.reason})")
-    typer.echo(f"run folder {result.run_dir}; pipeline took {result.seconds:.0f}s")
+    typer.echo(result.timer.table())
+    typer.echo(
+        f"run folder {result.run_dir} (phase times in timings.json); pipeline took {result.seconds:.0f}s"
+    )
 
 
 _pipeline.__signature__ = inspect.Signature(  # type: ignore[attr-defined]

@@ -17,6 +17,7 @@ from pathlib import Path
 from training.bundle_store import PublishResult
 from training.config import TrainConfig
 from training.indexing import index_model
+from training.timing import PhaseTimer
 from training.trainer import ProgressFn, TrainResult, train
 
 logger = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ class PipelineResult:
     train: TrainResult
     publish: PublishResult
     seconds: float
+    timer: PhaseTimer  # wall time per phase; also in <run_dir>/timings.json
 
 
 def default_run_dir(work_dir: str | Path) -> Path:
@@ -57,11 +59,15 @@ def run_pipeline(
     The bundle goes live only if the quality gate accepts it (or `force`); `publish.reason` says why.
     `on_progress` sees every training step (and may raise to stop); `checkpoint` is called between the
     later phases and during document encoding, and cancels by raising (see `index_model`).
+    Each phase's wall time is logged at the end and written to `<run_dir>/timings.json`.
     """
     started = time.perf_counter()
+    timer = PhaseTimer()
     run_dir = default_run_dir(work_dir)
     logger.info("pipeline: training into %s", run_dir)
-    trained = train(config, data_dir, run_dir, on_progress=on_progress, show_progress=show_progress)
+    trained = train(
+        config, data_dir, run_dir, on_progress=on_progress, show_progress=show_progress, timer=timer
+    )
     if checkpoint is not None:
         checkpoint()
     logger.info("pipeline: indexing %s into %s", data_dir, bundles_dir)
@@ -80,5 +86,10 @@ def run_pipeline(
         evaluation=trained.evaluation,
         show_progress=show_progress,
         checkpoint=checkpoint,
+        timer=timer,
     )
-    return PipelineResult(run_dir, trained, published, time.perf_counter() - started)
+    timer.write(run_dir)
+    logger.info(
+        "pipeline phases (wall s): %s", ", ".join(f"{n} {sec:.1f}" for n, sec in timer.seconds.items())
+    )
+    return PipelineResult(run_dir, trained, published, time.perf_counter() - started, timer)

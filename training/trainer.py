@@ -39,6 +39,7 @@ from training.grad_cache import cached_loss_backward
 from training.losses.an_info_nce import AnInfoNCELoss
 from training.losses.info_nce import InfoNCELoss
 from training.negatives import mine_hard_negatives, no_duplicate_batches, random_negatives
+from training.timing import PhaseTimer, phase
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ class TrainResult:
     tuned_metrics: dict[str, float]
     train_seconds: float
     evaluation: EvalResult | None = None  # the tuned model's evaluation (its corpus embeddings are reused)
+    base_evaluation: EvalResult | None = None  # the base model's (per-query values: paired comparisons)
 
 
 def train(
@@ -67,11 +69,13 @@ def train(
     on_progress: ProgressFn | None = None,
     show_progress: bool = True,
     base_eval: EvalResult | None = None,
+    timer: PhaseTimer | None = None,
 ) -> TrainResult:
     """Fine-tune `config.base_model` on `data_dir` (BEIR folder or pairs JSONL) and write out_dir.
 
     `base_eval`: a previous `evaluate()` of the same base model on the same eval split (e.g. several
     runs over one dataset); it skips the base evaluation, whose corpus encoding is the costly part.
+    `timer`: records the wall time of each phase (load, base encode, mine, train, tuned encode, report).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -79,15 +83,17 @@ def train(
     rng = np.random.default_rng(config.seed)
 
     # -- data and base model -------------------------------------------------------------------------
-    train_data = load_split(data_dir, config.train_split, seed=config.seed)
-    eval_data = limit_queries(load_split(data_dir, config.eval_split, seed=config.seed), config)
-    encoder = Encoder.load(config.base_model)
+    with phase(timer, "load data + model"):
+        train_data = load_split(data_dir, config.train_split, seed=config.seed)
+        eval_data = limit_queries(load_split(data_dir, config.eval_split, seed=config.seed), config)
+        encoder = Encoder.load(config.base_model)
     base_source = encoder.source
     eval_seq_length = encoder.model.max_seq_length  # evaluation and the saved model keep the base's limit
     if base_eval is not None and base_eval.doc_ids == list(eval_data.corpus):
         base = base_eval
     else:
-        base = evaluate(encoder, eval_data, show_progress=show_progress)
+        with phase(timer, "encode + evaluate (base)"):
+            base = evaluate(encoder, eval_data, show_progress=show_progress)
 
     # -- training pairs, corpus positions, negatives ---------------------------------------------------
     labelled = training_pairs(train_data)
@@ -105,7 +111,8 @@ def train(
     known = {qid: {position[d] for d in rel} for qid, rel in qrels.items()}
     mined: list[list[int]] = [[] for _ in pairs]
     if config.hard_negatives:
-        mined = _mine(encoder, pairs, train_data, base, position, known, config, rng, show_progress)
+        with phase(timer, "mine negatives"):
+            mined = _mine(encoder, pairs, train_data, base, position, known, config, rng, show_progress)
 
     # -- model, loss, optimiser, schedule -------------------------------------------------------------
     model = encoder.model
@@ -183,13 +190,16 @@ def train(
                 )
     bar.close()
     train_seconds = time.perf_counter() - start
+    if timer is not None:
+        timer.seconds["train steps"] = timer.seconds.get("train steps", 0.0) + train_seconds
     model.eval()
     model.max_seq_length = eval_seq_length
 
     # -- save, evaluate, write artifacts -------------------------------------------------------------------
     tuned_encoder = Encoder(model, loss_fn.similarity(), source=str(out_dir / "model"))
     model_dir = _save_model(tuned_encoder, out_dir / "model")
-    tuned = evaluate(tuned_encoder, eval_data, show_progress=show_progress)
+    with phase(timer, "encode + evaluate (tuned)"):
+        tuned = evaluate(tuned_encoder, eval_data, show_progress=show_progress)
     config_path = atomic_write_json(
         out_dir / "config.json",
         {
@@ -212,7 +222,8 @@ def train(
         {"base": base.summary(), "tuned": tuned.summary(), "train_seconds": round(train_seconds, 3)},
     )
     log_path = atomic_write_text(out_dir / "train_log.jsonl", "".join(json.dumps(r) + "\n" for r in log))
-    report_dir = _gap_report(tuned_encoder, train_data, eval_data, tuned, config, out_dir)
+    with phase(timer, "gap report"):
+        report_dir = _gap_report(tuned_encoder, train_data, eval_data, tuned, config, out_dir)
     logger.info(
         "nDCG@10 %.4f → %.4f in %.0fs of training",
         base.metrics["ndcg@10"],
@@ -230,6 +241,7 @@ def train(
         tuned_metrics=tuned.metrics,
         train_seconds=train_seconds,
         evaluation=tuned,
+        base_evaluation=base,
     )
 
 
