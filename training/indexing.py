@@ -16,6 +16,7 @@ from typing import Any
 from training.bundle import MANIFEST_FILE, build_bundle, read_manifest
 from training.bundle_store import BundleStore, PublishResult
 from training.data import load_split
+from training.embedding_cache import EmbeddingCache
 from training.encoder import Encoder
 from training.errors import ConfigError
 from training.evaluate import EvalResult, encode_corpus, evaluate
@@ -77,6 +78,7 @@ def index_model(
     show_progress: bool = True,
     checkpoint: Callable[[], None] | None = None,
     timer: PhaseTimer | None = None,
+    cache: EmbeddingCache | None = None,
 ) -> PublishResult:
     """Encode `data_dir`'s corpus with the model, evaluate on `split`, build and publish a bundle.
 
@@ -90,6 +92,7 @@ def index_model(
     `checkpoint`: called between phases and every 1,024 documents encoded; it cancels the indexing by
     raising (a job's cancel). Nothing is published then, and the build folder is removed.
     `timer`: records the wall time of each phase (encode, index build, ONNX export, publish).
+    `cache`: on-disk corpus embeddings (training.embedding_cache), used when `evaluation` does not match.
     """
     stop = checkpoint or (lambda: None)
     if index_kind not in KINDS:
@@ -125,7 +128,7 @@ def index_model(
         else:
             logger.info("encoding %d documents with %s", len(data.corpus), encoder.source)
             _, doc_emb = encode_corpus(
-                encoder, data.corpus, show_progress=show_progress, checkpoint=stop
+                encoder, data.corpus, show_progress=show_progress, checkpoint=stop, cache=cache
             )  # (n_docs, dim)
         # metrics on every query of the split (the trainer may have evaluated a subsample): cheap given doc_emb
         result = evaluate(

@@ -16,11 +16,14 @@ from pathlib import Path
 
 from training.bundle_store import PublishResult
 from training.config import TrainConfig
+from training.embedding_cache import EmbeddingCache
 from training.indexing import index_model
 from training.timing import PhaseTimer
 from training.trainer import ProgressFn, TrainResult, train
 
 logger = logging.getLogger(__name__)
+
+CACHE_SUBDIR = "embeddings"
 
 
 @dataclass
@@ -53,6 +56,7 @@ def run_pipeline(
     on_progress: ProgressFn | None = None,
     show_progress: bool = True,
     checkpoint: Callable[[], None] | None = None,
+    cache_dir: str | Path | None = None,
 ) -> PipelineResult:
     """Fine-tune on `data_dir`, write the gap report, build the index and publish the bundle.
 
@@ -60,13 +64,22 @@ def run_pipeline(
     `on_progress` sees every training step (and may raise to stop); `checkpoint` is called between the
     later phases and during document encoding, and cancels by raising (see `index_model`).
     Each phase's wall time is logged at the end and written to `<run_dir>/timings.json`.
+    Corpus embeddings are cached in `cache_dir` (default `<work_dir>/embeddings`), so a later run on the
+    same corpus does not encode it with the base model again (training.embedding_cache).
     """
     started = time.perf_counter()
     timer = PhaseTimer()
+    cache = EmbeddingCache(cache_dir if cache_dir is not None else Path(work_dir) / CACHE_SUBDIR)
     run_dir = default_run_dir(work_dir)
     logger.info("pipeline: training into %s", run_dir)
     trained = train(
-        config, data_dir, run_dir, on_progress=on_progress, show_progress=show_progress, timer=timer
+        config,
+        data_dir,
+        run_dir,
+        on_progress=on_progress,
+        show_progress=show_progress,
+        timer=timer,
+        cache=cache,
     )
     if checkpoint is not None:
         checkpoint()
@@ -87,6 +100,7 @@ def run_pipeline(
         show_progress=show_progress,
         checkpoint=checkpoint,
         timer=timer,
+        cache=cache,
     )
     timer.write(run_dir)
     logger.info(

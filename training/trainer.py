@@ -33,8 +33,9 @@ from tqdm.auto import tqdm
 
 from training.config import TrainConfig
 from training.data import Pair, RetrievalData, load_split, training_pairs
+from training.embedding_cache import EmbeddingCache
 from training.encoder import DEFAULT_MODEL_NAME, Encoder, document_text
-from training.evaluate import EvalResult, evaluate
+from training.evaluate import EvalResult, encode_corpus, evaluate
 from training.grad_cache import cached_loss_backward
 from training.losses.an_info_nce import AnInfoNCELoss
 from training.losses.info_nce import InfoNCELoss
@@ -70,12 +71,15 @@ def train(
     show_progress: bool = True,
     base_eval: EvalResult | None = None,
     timer: PhaseTimer | None = None,
+    cache: EmbeddingCache | None = None,
 ) -> TrainResult:
     """Fine-tune `config.base_model` on `data_dir` (BEIR folder or pairs JSONL) and write out_dir.
 
     `base_eval`: a previous `evaluate()` of the same base model on the same eval split (e.g. several
     runs over one dataset); it skips the base evaluation, whose corpus encoding is the costly part.
     `timer`: records the wall time of each phase (load, base encode, mine, train, tuned encode, report).
+    `cache`: on-disk corpus embeddings (training.embedding_cache): an unchanged corpus is never encoded
+    again by the base model, and the tuned model's encoding is there for indexing.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -93,7 +97,7 @@ def train(
         base = base_eval
     else:
         with phase(timer, "encode + evaluate (base)"):
-            base = evaluate(encoder, eval_data, show_progress=show_progress)
+            base = evaluate(encoder, eval_data, show_progress=show_progress, cache=cache)
 
     # -- training pairs, corpus positions, negatives ---------------------------------------------------
     labelled = training_pairs(train_data)
@@ -112,7 +116,9 @@ def train(
     mined: list[list[int]] = [[] for _ in pairs]
     if config.hard_negatives:
         with phase(timer, "mine negatives"):
-            mined = _mine(encoder, pairs, train_data, base, position, known, config, rng, show_progress)
+            mined = _mine(
+                encoder, pairs, train_data, base, position, known, config, rng, show_progress, cache
+            )
 
     # -- model, loss, optimiser, schedule -------------------------------------------------------------
     model = encoder.model
@@ -199,7 +205,7 @@ def train(
     tuned_encoder = Encoder(model, loss_fn.similarity(), source=str(out_dir / "model"))
     model_dir = _save_model(tuned_encoder, out_dir / "model")
     with phase(timer, "encode + evaluate (tuned)"):
-        tuned = evaluate(tuned_encoder, eval_data, show_progress=show_progress)
+        tuned = evaluate(tuned_encoder, eval_data, show_progress=show_progress, cache=cache)
     config_path = atomic_write_json(
         out_dir / "config.json",
         {
@@ -389,13 +395,15 @@ def _mine(
     config: TrainConfig,
     rng: np.random.Generator,
     show_progress: bool,
+    cache: EmbeddingCache | None = None,
 ) -> list[list[int]]:
     """Hard negatives from the base model's ranking (the corpus embeddings of the base evaluation)."""
     if base.doc_ids == list(position):
         doc_emb = base.doc_embeddings  # (N, D) same corpus: no second encoding
     else:
-        texts = [document_text(d.title, d.text) for d in train_data.corpus.values()]
-        doc_emb = encoder.encode(texts, kind="document", show_progress=show_progress)  # (N, D)
+        _, doc_emb = encode_corpus(
+            encoder, train_data.corpus, show_progress=show_progress, cache=cache
+        )  # (N, D)
     query_emb = encoder.encode([p.query for p in pairs], kind="query")  # (P, D)
     return mine_hard_negatives(
         query_emb,

@@ -45,7 +45,14 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 LOCK_FILE = ".jobs.lock"
+# corpus embeddings shared by the jobs of one bundles folder (a retrain on an unchanged corpus reuses the
+# base model's); a dot folder, which the bundle store never takes for a version
+CACHE_DIR = ".cache/embeddings"
 LOCK_POLL_S = 0.5
+
+
+def embedding_cache_dir(bundles_dir: str | Path) -> Path:
+    return Path(bundles_dir) / CACHE_DIR
 
 
 def worker_id() -> str:
@@ -232,12 +239,14 @@ def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
             on_progress=reporter.on_progress,
             show_progress=False,  # progress goes to the job record, not to tqdm bars in the worker log
             checkpoint=reporter.check_cancel,
+            cache_dir=embedding_cache_dir(record.bundles_dir),
         )
     return _publish_outcome(result.publish)
 
 
 def _reindex(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
     from training.bundle import BundleStore
+    from training.embedding_cache import EmbeddingCache
     from training.indexing import index_model
     from training.jobs.queue import ReindexOptions
 
@@ -259,5 +268,6 @@ def _reindex(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
         onnx=options.onnx,
         show_progress=False,
         checkpoint=reporter.check_cancel,
+        cache=EmbeddingCache(embedding_cache_dir(record.bundles_dir)),
     )
     return _publish_outcome(result)
