@@ -43,7 +43,9 @@ def test_pipeline_on_the_demo_dataset_prints_and_saves_its_phase_times(tmp_path)
     ]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    run = next((tmp_path / "runs").iterdir())
+    run = next((tmp_path / "runs").glob("run-*"))
+    # each model's corpus encoding went once into the work dir's cache: the base's and the tuned one's
+    assert len(list((tmp_path / "runs" / "embeddings").glob("*.npy"))) == 2
     phases = json.loads((run / TIMINGS_FILE).read_text())["phases_s"]
     expected = {
         "encode + evaluate (base)",
