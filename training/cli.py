@@ -66,6 +66,8 @@ HELP: dict[str, str] = {
     "mini_batch_size": "Texts embedded at once under --grad-cache.",
     "max_steps": "Stop after this many optimiser steps (smoke runs); the schedule is fitted to it.",
     "seed": "Seed of python, numpy and torch: batches, negatives and dropout are reproducible.",
+    "device": "auto (cuda when torch sees a GPU, else cpu), cpu or cuda. On cuda: bf16 autocast (fp16 with a "
+    "grad scaler where bf16 is unsupported); on cpu: fp32, exactly as before.",
     "eval_max_queries": "Evaluate on a seeded subsample of this many held-out queries (quick runs).",
     "report": "Compute the generalization-gap report into OUT/report/ after training.",
 }

@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 
 from training.config import TrainConfig
 from training.data import Pair, RetrievalData, load_split, training_pairs
+from training.device import Precision, precision_for, resolve_device
 from training.embedding_cache import EmbeddingCache
 from training.encoder import DEFAULT_MODEL_NAME, Encoder, document_text
 from training.evaluate import EvalResult, encode_corpus, evaluate
@@ -82,6 +83,8 @@ def train(
     again by the base model, and the tuned model's encoding is there for indexing.
     """
     out_dir = Path(out_dir)
+    device = resolve_device(config.device)  # before any work: `--device cuda` without a GPU fails at once
+    precision = precision_for(device)
     out_dir.mkdir(parents=True, exist_ok=True)
     seed_everything(config.seed)
     rng = np.random.default_rng(config.seed)
@@ -90,7 +93,7 @@ def train(
     with phase(timer, "load data + model"):
         train_data = load_split(data_dir, config.train_split, seed=config.seed)
         eval_data = limit_queries(load_split(data_dir, config.eval_split, seed=config.seed), config)
-        encoder = Encoder.load(config.base_model)
+        encoder = Encoder.load(config.base_model, device=str(device))
     base_source = encoder.source
     eval_seq_length = encoder.model.max_seq_length  # evaluation and the saved model keep the base's limit
     if base_eval is not None and base_eval.doc_ids == list(eval_data.corpus):
@@ -122,7 +125,7 @@ def train(
 
     # -- model, loss, optimiser, schedule -------------------------------------------------------------
     model = encoder.model
-    loss_fn = build_loss(config, encoder.dim)
+    loss_fn = build_loss(config, encoder.dim).to(device)
     optimizer = build_optimizer(model, loss_fn, config)
     epochs = [
         no_duplicate_batches(
@@ -142,7 +145,8 @@ def train(
         optimizer, lambda s: linear_schedule(s, warmup, total_steps)
     )
     logger.info(
-        "training on %d pairs (%d from corpus titles): %d epochs, %d steps of %d pairs (%d warmup), loss %s",
+        "training on %d pairs (%d from corpus titles): %d epochs, %d steps of %d pairs (%d warmup), loss %s, "
+        "on %s (%s)",
         len(pairs),
         len(pseudo),
         config.epochs,
@@ -150,6 +154,8 @@ def train(
         config.batch_size,
         warmup,
         config.loss,
+        device,
+        precision.name,
     )
 
     # -- the loop -------------------------------------------------------------------------------------
@@ -167,7 +173,7 @@ def train(
             positives = [pairs[i].positive for i in batch]
             extra = _extra_negatives(batch, pairs, mined, known, position, len(doc_ids), config, rng)
             groups = [queries, positives, [doc_texts[j] for j in extra]]
-            loss = _step(model, loss_fn, optimizer, groups, config)
+            loss = _step(model, loss_fn, optimizer, groups, config, precision)
             scheduler.step()
             step += 1
             elapsed = time.perf_counter() - start
@@ -338,22 +344,41 @@ def _step(
     optimizer: torch.optim.Optimizer,
     groups: list[list[str]],
     config: TrainConfig,
+    precision: Precision | None = None,
 ) -> Tensor:
-    """One optimiser step on (queries, positives, extra negatives); returns the detached loss."""
+    """One optimiser step on (queries, positives, extra negatives); returns the detached loss.
+
+    `precision`: autocast for the forward passes on cuda (the loss itself runs in fp32 on the
+    normalised embeddings); an fp16 grad scaler scales the backward pass and unscales before clipping.
+    """
+    precision = precision or Precision(torch.device("cpu"), None)
+    # GradCache runs its own backward passes, unscaled: with fp16 it goes without the scaler
+    scaler = None if config.grad_cache else precision.scaler
     optimizer.zero_grad(set_to_none=True)
     if config.grad_cache:
-        loss = cached_loss_backward(
-            lambda texts: embed(model, texts), groups, loss_fn, mini_batch_size=config.mini_batch_size
-        )
+        with precision.autocast():
+            loss = cached_loss_backward(
+                lambda texts: embed(model, texts).float(),
+                groups,
+                loss_fn,
+                mini_batch_size=config.mini_batch_size,
+            )
     else:
-        q, d = embed(model, groups[0]), embed(model, groups[1])  # (B, D) each
-        extra = embed(model, groups[2]) if groups[2] else None  # (M, D)
-        loss = loss_fn(q, d, extra)
-        loss.backward()
+        with precision.autocast():
+            q, d = embed(model, groups[0]), embed(model, groups[1])  # (B, D) each
+            extra = embed(model, groups[2]) if groups[2] else None  # (M, D)
+        loss = loss_fn(q.float(), d.float(), None if extra is None else extra.float())
+        (scaler.scale(loss) if scaler is not None else loss).backward()
         loss = loss.detach()
+    if scaler is not None:
+        scaler.unscale_(optimizer)
     if config.max_grad_norm > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-    optimizer.step()
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
     return loss
 
 

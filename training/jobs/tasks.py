@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 LOCK_FILE = ".jobs.lock"
+# where retrain jobs train when their options do not say: the worker's --device (SEARCH_TRAIN_DEVICE)
+DEFAULT_DEVICE = "auto"
 # corpus embeddings shared by the jobs of one bundles folder (a retrain on an unchanged corpus reuses the
 # base model's); a dot folder, which the bundle store never takes for a version
 CACHE_DIR = ".cache/embeddings"
@@ -225,7 +227,10 @@ def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
     from training.pipeline import run_pipeline
 
     options = RetrainOptions.model_validate(record.options)
-    config = TrainConfig(**options.model_dump(exclude={"index_kind", "force", "onnx"}))
+    values = options.model_dump(exclude={"index_kind", "force", "onnx"})
+    if "device" not in record.options:
+        values["device"] = DEFAULT_DEVICE
+    config = TrainConfig(**values)
     reporter.progress(phase="train", total_steps=config.max_steps)
     with tempfile.TemporaryDirectory(prefix=f"job-{record.id[:8]}-") as work_dir:
         result = run_pipeline(
