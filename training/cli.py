@@ -330,10 +330,13 @@ def report_cmd(
 )
 def demo_data_cmd(
     out: Annotated[Path, typer.Option("--out", help="Folder to write (replaced if it exists).")],
-    docs: Annotated[int, typer.Option("--docs", min=2, help="Documents (= queries) in the corpus.")] = 0,
+    docs: Annotated[
+        int | None, typer.Option("--docs", min=2, help="Documents (= queries) in the corpus [default: 1100].")
+    ] = None,
     test_queries: Annotated[
-        int, typer.Option("--test-queries", min=1, help="Queries held out in qrels/test.tsv.")
-    ] = 0,
+        int | None,
+        typer.Option("--test-queries", min=1, help="Queries held out in qrels/test.tsv [default: 300]."),
+    ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sample and the train/test split.")] = 0,
     log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
 ) -> None:

@@ -100,3 +100,29 @@ raise SystemExit("importing this file would end the interpreter")
 def test_too_many_test_queries_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="n_test=50 leaves no training queries"):
         build_demo_dataset(tmp_path / "x", n_docs=50, n_test=50)
+
+
+def test_the_demo_data_command_builds_the_default_dataset(tmp_path: Path) -> None:
+    """What `make demo` runs when no DATA is given: the defaults, identical to the library call."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "training", "demo-data", "--out", str(tmp_path / "cli")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lib = build_demo_dataset(tmp_path / "lib")
+    for name in FILES:
+        assert (tmp_path / "cli" / name).read_bytes() == (lib / name).read_bytes(), name
+    bad = subprocess.run(
+        [sys.executable, "-m", "training", "demo-data", "--out", str(tmp_path / "x"), "--docs", "10",
+         "--test-queries", "10"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "n_test=10 leaves no training queries" in bad.stderr
+    assert "Traceback" not in bad.stderr
