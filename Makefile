@@ -6,7 +6,8 @@ BIN := $(VENV)/bin
 # TORCH_INDEX="--index-url https://download.pytorch.org/whl/cpu" (an unpinned torch pulls a CUDA build).
 TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
-DATA ?= ../shared/data/scifact
+# empty: the demo builds its own dataset from the standard library; DATA=DIR uses a BEIR folder or pairs file
+DATA ?=
 RUN_DIR ?= var
 HOST ?= 127.0.0.1
 PORT ?= 8000
@@ -23,7 +24,7 @@ $(VENV)/.installed: pyproject.toml
 install: $(VENV)/.installed
 
 demo: install
-	scripts/demo.sh $(DATA) $(RUN_DIR) $(HOST) $(PORT)
+	scripts/demo.sh "$(DATA)" $(RUN_DIR) $(HOST) $(PORT)
 
 serve: install
 	SEARCH_BUNDLES_DIR=$(RUN_DIR)/bundles SEARCH_QUEUE_URL=sqlite:///$(RUN_DIR)/jobs.db \
@@ -31,7 +32,7 @@ serve: install
 
 worker: install
 	SEARCH_BUNDLES_DIR=$(RUN_DIR)/bundles SEARCH_QUEUE_URL=sqlite:///$(RUN_DIR)/jobs.db \
-		SEARCH_DATA_ROOT=$(dir $(DATA)) $(BIN)/python -m training worker
+		SEARCH_DATA_ROOT=$(if $(DATA),$(dir $(DATA)),$(RUN_DIR)/data/) $(BIN)/python -m training worker
 
 test: install
 	$(BIN)/python -m pytest

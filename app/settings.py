@@ -129,6 +129,11 @@ class Settings(BaseSettings):
         description="A running job whose worker has not stamped its heartbeat for this long reads as failed "
         "(the worker died); keep it equal to the worker's --heartbeat-timeout.",
     )
+    train_device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description="Where the worker runs retrain jobs' training steps (its --device default; a job's own "
+        "`device` option wins): auto = cuda when torch sees a GPU (bf16/fp16 autocast), else cpu.",
+    )
 
     @model_validator(mode="after")
     def _default_queue(self) -> Settings:

@@ -66,6 +66,8 @@ HELP: dict[str, str] = {
     "mini_batch_size": "Texts embedded at once under --grad-cache.",
     "max_steps": "Stop after this many optimiser steps (smoke runs); the schedule is fitted to it.",
     "seed": "Seed of python, numpy and torch: batches, negatives and dropout are reproducible.",
+    "device": "auto (cuda when torch sees a GPU, else cpu), cpu or cuda. On cuda: bf16 autocast (fp16 with a "
+    "grad scaler where bf16 is unsupported); on cpu: fp32, exactly as before.",
     "eval_max_queries": "Evaluate on a seeded subsample of this many held-out queries (quick runs).",
     "report": "Compute the generalization-gap report into OUT/report/ after training.",
 }
@@ -322,6 +324,34 @@ def report_cmd(
     typer.echo(f"report written to {path}")
 
 
+@app.command(
+    "demo-data",
+    help="Build the demo dataset (BEIR folder) from this Python's standard-library docstrings.",
+)
+def demo_data_cmd(
+    out: Annotated[Path, typer.Option("--out", help="Folder to write (replaced if it exists).")],
+    docs: Annotated[
+        int | None, typer.Option("--docs", min=2, help="Documents (= queries) in the corpus [default: 1100].")
+    ] = None,
+    test_queries: Annotated[
+        int | None,
+        typer.Option("--test-queries", min=1, help="Queries held out in qrels/test.tsv [default: 300]."),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sample and the train/test split.")] = 0,
+    log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
+) -> None:
+    configure_logging(log_level)
+    from training.demo_data import DEFAULT_DOCS, DEFAULT_TEST_QUERIES, build_demo_dataset
+
+    try:
+        path = build_demo_dataset(
+            out, n_docs=docs or DEFAULT_DOCS, n_test=test_queries or DEFAULT_TEST_QUERIES, seed=seed
+        )
+    except (ValueError, OSError) as exc:
+        fail(f"demo-data: {exc}")
+    typer.echo(f"demo dataset written to {path}")
+
+
 def _option(name: str, annotation: Any, default: Any = inspect.Parameter.empty) -> inspect.Parameter:
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
 
@@ -360,7 +390,10 @@ def _pipeline(
     published = result.publish
     state = "live" if published.live else "kept as a candidate"
     typer.echo(f"bundle {published.version} {state} ({published.reason})")
-    typer.echo(f"run folder {result.run_dir}; pipeline took {result.seconds:.0f}s")
+    typer.echo(result.timer.table())
+    typer.echo(
+        f"run folder {result.run_dir} (phase times in timings.json); pipeline took {result.seconds:.0f}s"
+    )
 
 
 _pipeline.__signature__ = inspect.Signature(  # type: ignore[attr-defined]

@@ -55,6 +55,8 @@ class TrainConfig(BaseModel):
     mini_batch_size: int = Field(16, ge=1)  # GradCache chunk size
     max_steps: int | None = Field(None, ge=1)  # stop early (tests, smoke runs)
     seed: int = 0
+    # where the steps run: auto = cuda when available (bf16/fp16 autocast there), else cpu (fp32, as before)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
 
     # evaluation / report
     eval_max_queries: int | None = Field(None, ge=1)  # subsample held-out queries (tests)

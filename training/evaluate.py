@@ -26,6 +26,7 @@ import pytrec_eval
 from tqdm.auto import tqdm
 
 from training.data import Document, RetrievalData
+from training.embedding_cache import EmbeddingCache
 from training.encoder import Encoder, document_text
 from training.errors import DataError
 
@@ -108,17 +109,33 @@ def encode_corpus(
     batch_size: int = 32,
     show_progress: bool = True,
     checkpoint: Callable[[], None] | None = None,
+    cache: EmbeddingCache | None = None,
 ) -> tuple[list[str], np.ndarray]:
     """Encode every document as document_text(title, text): (ids in corpus order, (n, dim) float32).
 
     `checkpoint`, when given, is called before every CHECKPOINT_DOCS documents; it aborts the encoding
     by raising (a job's cancel), so a long corpus never runs to the end against the caller's will.
+    `cache`: answer from (and store into) the on-disk embedding cache; a hit is memory-mapped, read-only.
     """
     ids = list(corpus)
     texts = [document_text(corpus[i].title, corpus[i].text) for i in ids]
-    if checkpoint is None:
-        emb = encoder.encode(texts, kind="document", batch_size=batch_size, show_progress=show_progress)
+    if cache is not None:
+        emb = cache.get_or_compute(
+            encoder, texts, lambda: _encode_texts(encoder, texts, batch_size, show_progress, checkpoint)
+        )
         return ids, emb  # emb: (n_docs, dim)
+    return ids, _encode_texts(encoder, texts, batch_size, show_progress, checkpoint)
+
+
+def _encode_texts(
+    encoder: Encoder,
+    texts: list[str],
+    batch_size: int,
+    show_progress: bool,
+    checkpoint: Callable[[], None] | None,
+) -> np.ndarray:
+    if checkpoint is None:
+        return encoder.encode(texts, kind="document", batch_size=batch_size, show_progress=show_progress)
     parts = []
     with tqdm(total=len(texts), desc="encoding documents", unit="doc", disable=not show_progress) as bar:
         for start in range(0, len(texts), CHECKPOINT_DOCS):
@@ -126,7 +143,7 @@ def encode_corpus(
             chunk = texts[start : start + CHECKPOINT_DOCS]
             parts.append(encoder.encode(chunk, kind="document", batch_size=batch_size))  # (chunk, dim)
             bar.update(len(chunk))
-    return ids, np.concatenate(parts) if parts else encoder.encode([], kind="document")
+    return np.concatenate(parts) if parts else encoder.encode([], kind="document")
 
 
 def trec_metrics(
@@ -162,11 +179,13 @@ def evaluate(
     k_values: Sequence[int] = (1, 10, 100),
     batch_size: int = 32,
     show_progress: bool = True,
+    cache: EmbeddingCache | None = None,
 ) -> EvalResult:
     """Rank the whole corpus for every query of `data` by exact search and score it with trec_eval.
 
     `doc_embeddings` (rows in corpus order, as returned in `EvalResult.doc_embeddings`) skips the costly
     corpus encoding when the same model is evaluated again; `query_embeddings` rows follow data.queries.
+    `cache`: the on-disk embedding cache for the corpus encoding (see training.embedding_cache).
     """
     if not data.queries:
         raise DataError(data.source, "no queries to evaluate")
@@ -176,7 +195,7 @@ def evaluate(
     query_ids = list(data.queries)
     t0 = time.perf_counter()
     if doc_embeddings is None:
-        _, doc_embeddings = encode_corpus(encoder, data.corpus, batch_size, show_progress)
+        _, doc_embeddings = encode_corpus(encoder, data.corpus, batch_size, show_progress, cache=cache)
     elif doc_embeddings.shape[0] != len(doc_ids):
         raise ValueError(
             f"doc_embeddings has {doc_embeddings.shape[0]} rows, the corpus {len(doc_ids)} documents"

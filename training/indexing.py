@@ -16,11 +16,13 @@ from typing import Any
 from training.bundle import MANIFEST_FILE, build_bundle, read_manifest
 from training.bundle_store import FINGERPRINT_KEY, BundleStore, PublishResult, evaluation_fingerprint
 from training.data import load_split
+from training.embedding_cache import EmbeddingCache
 from training.encoder import Encoder
 from training.errors import ConfigError
 from training.evaluate import EvalResult, encode_corpus, evaluate
 from training.index_build import KINDS
 from training.onnx_encoder import attach_onnx
+from training.timing import PhaseTimer, phase
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +77,8 @@ def index_model(
     evaluation: EvalResult | None = None,
     show_progress: bool = True,
     checkpoint: Callable[[], None] | None = None,
+    timer: PhaseTimer | None = None,
+    cache: EmbeddingCache | None = None,
 ) -> PublishResult:
     """Encode `data_dir`'s corpus with the model, evaluate on `split`, build and publish a bundle.
 
@@ -87,6 +91,8 @@ def index_model(
     embeddings are reused instead of encoding the corpus a second time.
     `checkpoint`: called between phases and every 1,024 documents encoded; it cancels the indexing by
     raising (a job's cancel). Nothing is published then, and the build folder is removed.
+    `timer`: records the wall time of each phase (encode, index build, ONNX export, publish).
+    `cache`: on-disk corpus embeddings (training.embedding_cache), used when `evaluation` does not match.
     """
     stop = checkpoint or (lambda: None)
     if index_kind not in KINDS:
@@ -94,8 +100,9 @@ def index_model(
     if not 0.0 < target_recall <= 1.0:
         raise ConfigError(f"--target-recall must be in (0, 1], got {target_recall}")
     model_path, run = (None, None) if model_dir is None else resolve_run(model_dir)
-    encoder = Encoder.load(model_path)
-    data = load_split(data_dir, split)
+    with phase(timer, "load data + model"):
+        encoder = Encoder.load(model_path)
+        data = load_split(data_dir, split)
     training_config: dict[str, Any] = {}
     extras: dict[str, Any] = {
         "data": str(data_dir),
@@ -117,19 +124,20 @@ def index_model(
             extras["reindexed_from"] = previous.version
 
     stop()
-    query_emb = encoder.encode(list(data.queries.values()), kind="query")  # (n_queries, dim)
-    if evaluation is not None and evaluation.doc_ids == list(data.corpus):
-        logger.info("reusing the training run's corpus embeddings (%d documents)", len(data.corpus))
-        doc_emb = evaluation.doc_embeddings  # (n_docs, dim)
-    else:
-        logger.info("encoding %d documents with %s", len(data.corpus), encoder.source)
-        _, doc_emb = encode_corpus(
-            encoder, data.corpus, show_progress=show_progress, checkpoint=stop
-        )  # (n_docs, dim)
-    # metrics on every query of the split (the trainer may have evaluated a subsample): cheap given doc_emb
-    result = evaluate(
-        encoder, data, doc_embeddings=doc_emb, query_embeddings=query_emb, show_progress=show_progress
-    )
+    with phase(timer, "encode + evaluate (index)"):
+        query_emb = encoder.encode(list(data.queries.values()), kind="query")  # (n_queries, dim)
+        if evaluation is not None and evaluation.doc_ids == list(data.corpus):
+            logger.info("reusing the training run's corpus embeddings (%d documents)", len(data.corpus))
+            doc_emb = evaluation.doc_embeddings  # (n_docs, dim)
+        else:
+            logger.info("encoding %d documents with %s", len(data.corpus), encoder.source)
+            _, doc_emb = encode_corpus(
+                encoder, data.corpus, show_progress=show_progress, checkpoint=stop, cache=cache
+            )  # (n_docs, dim)
+        # metrics on every query of the split (the trainer may have evaluated a subsample): cheap given doc_emb
+        result = evaluate(
+            encoder, data, doc_embeddings=doc_emb, query_embeddings=query_emb, show_progress=show_progress
+        )
     # stored as "test" whatever the split is called: the gate compares held-out metrics under that key
     metrics = {"test": result.metrics}
 
@@ -137,25 +145,28 @@ def index_model(
     # built beside the versions so publishing is a rename; a crash leaves a folder the next publish removes
     with store.build_dir() as staging:
         stop()
-        build_bundle(
-            encoder,
-            data.corpus,
-            staging_dir=staging,
-            doc_embeddings=doc_emb,
-            index_kind=index_kind,
-            tune_queries=query_emb,
-            target_recall=target_recall,
-            memory_budget_bytes=memory_budget_bytes,
-            training_config=training_config,
-            metrics=metrics,
-            report_dir=report_dir,
-            base_model=_base_model_name(training_config),
-            extras=extras,
-            show_progress=show_progress,
-        )
+        with phase(timer, "index + bundle"):
+            build_bundle(
+                encoder,
+                data.corpus,
+                staging_dir=staging,
+                doc_embeddings=doc_emb,
+                index_kind=index_kind,
+                tune_queries=query_emb,
+                target_recall=target_recall,
+                memory_budget_bytes=memory_budget_bytes,
+                training_config=training_config,
+                metrics=metrics,
+                report_dir=report_dir,
+                base_model=_base_model_name(training_config),
+                extras=extras,
+                show_progress=show_progress,
+            )
         if onnx:
             stop()
             # after the model is staged, before publishing: attach_onnx refreshes the manifest checksums
-            attach_onnx(staging, data.queries, data.qrels, quantize=True)
+            with phase(timer, "ONNX export + check"):
+                attach_onnx(staging, data.queries, data.qrels, quantize=True)
         stop()  # the last moment a cancel is honoured: publishing is not interrupted
-        return store.publish(staging, gate_metric=gate_metric, tolerance=tolerance, force=force)
+        with phase(timer, "publish"):
+            return store.publish(staging, gate_metric=gate_metric, tolerance=tolerance, force=force)

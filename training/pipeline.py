@@ -16,10 +16,14 @@ from pathlib import Path
 
 from training.bundle_store import PublishResult
 from training.config import TrainConfig
+from training.embedding_cache import EmbeddingCache
 from training.indexing import index_model
+from training.timing import PhaseTimer
 from training.trainer import ProgressFn, TrainResult, train
 
 logger = logging.getLogger(__name__)
+
+CACHE_SUBDIR = "embeddings"
 
 
 @dataclass
@@ -28,6 +32,7 @@ class PipelineResult:
     train: TrainResult
     publish: PublishResult
     seconds: float
+    timer: PhaseTimer  # wall time per phase; also in <run_dir>/timings.json
 
 
 def default_run_dir(work_dir: str | Path) -> Path:
@@ -51,17 +56,31 @@ def run_pipeline(
     on_progress: ProgressFn | None = None,
     show_progress: bool = True,
     checkpoint: Callable[[], None] | None = None,
+    cache_dir: str | Path | None = None,
 ) -> PipelineResult:
     """Fine-tune on `data_dir`, write the gap report, build the index and publish the bundle.
 
     The bundle goes live only if the quality gate accepts it (or `force`); `publish.reason` says why.
     `on_progress` sees every training step (and may raise to stop); `checkpoint` is called between the
     later phases and during document encoding, and cancels by raising (see `index_model`).
+    Each phase's wall time is logged at the end and written to `<run_dir>/timings.json`.
+    Corpus embeddings are cached in `cache_dir` (default `<work_dir>/embeddings`), so a later run on the
+    same corpus does not encode it with the base model again (training.embedding_cache).
     """
     started = time.perf_counter()
+    timer = PhaseTimer()
+    cache = EmbeddingCache(cache_dir if cache_dir is not None else Path(work_dir) / CACHE_SUBDIR)
     run_dir = default_run_dir(work_dir)
     logger.info("pipeline: training into %s", run_dir)
-    trained = train(config, data_dir, run_dir, on_progress=on_progress, show_progress=show_progress)
+    trained = train(
+        config,
+        data_dir,
+        run_dir,
+        on_progress=on_progress,
+        show_progress=show_progress,
+        timer=timer,
+        cache=cache,
+    )
     if checkpoint is not None:
         checkpoint()
     logger.info("pipeline: indexing %s into %s", data_dir, bundles_dir)
@@ -80,5 +99,11 @@ def run_pipeline(
         evaluation=trained.evaluation,
         show_progress=show_progress,
         checkpoint=checkpoint,
+        timer=timer,
+        cache=cache,
     )
-    return PipelineResult(run_dir, trained, published, time.perf_counter() - started)
+    timer.write(run_dir)
+    logger.info(
+        "pipeline phases (wall s): %s", ", ".join(f"{n} {sec:.1f}" for n, sec in timer.seconds.items())
+    )
+    return PipelineResult(run_dir, trained, published, time.perf_counter() - started, timer)

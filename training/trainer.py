@@ -33,12 +33,15 @@ from tqdm.auto import tqdm
 
 from training.config import TrainConfig
 from training.data import Pair, RetrievalData, load_split, training_pairs
+from training.device import Precision, precision_for, resolve_device
+from training.embedding_cache import EmbeddingCache
 from training.encoder import DEFAULT_MODEL_NAME, Encoder, document_text
-from training.evaluate import EvalResult, evaluate
+from training.evaluate import EvalResult, encode_corpus, evaluate
 from training.grad_cache import cached_loss_backward
 from training.losses.an_info_nce import AnInfoNCELoss
 from training.losses.info_nce import InfoNCELoss
 from training.negatives import mine_hard_negatives, no_duplicate_batches, random_negatives
+from training.timing import PhaseTimer, phase
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +60,7 @@ class TrainResult:
     tuned_metrics: dict[str, float]
     train_seconds: float
     evaluation: EvalResult | None = None  # the tuned model's evaluation (its corpus embeddings are reused)
+    base_evaluation: EvalResult | None = None  # the base model's (per-query values: paired comparisons)
 
 
 def train(
@@ -67,27 +71,36 @@ def train(
     on_progress: ProgressFn | None = None,
     show_progress: bool = True,
     base_eval: EvalResult | None = None,
+    timer: PhaseTimer | None = None,
+    cache: EmbeddingCache | None = None,
 ) -> TrainResult:
     """Fine-tune `config.base_model` on `data_dir` (BEIR folder or pairs JSONL) and write out_dir.
 
     `base_eval`: a previous `evaluate()` of the same base model on the same eval split (e.g. several
     runs over one dataset); it skips the base evaluation, whose corpus encoding is the costly part.
+    `timer`: records the wall time of each phase (load, base encode, mine, train, tuned encode, report).
+    `cache`: on-disk corpus embeddings (training.embedding_cache): an unchanged corpus is never encoded
+    again by the base model, and the tuned model's encoding is there for indexing.
     """
     out_dir = Path(out_dir)
+    device = resolve_device(config.device)  # before any work: `--device cuda` without a GPU fails at once
+    precision = precision_for(device)
     out_dir.mkdir(parents=True, exist_ok=True)
     seed_everything(config.seed)
     rng = np.random.default_rng(config.seed)
 
     # -- data and base model -------------------------------------------------------------------------
-    train_data = load_split(data_dir, config.train_split, seed=config.seed)
-    eval_data = limit_queries(load_split(data_dir, config.eval_split, seed=config.seed), config)
-    encoder = Encoder.load(config.base_model)
+    with phase(timer, "load data + model"):
+        train_data = load_split(data_dir, config.train_split, seed=config.seed)
+        eval_data = limit_queries(load_split(data_dir, config.eval_split, seed=config.seed), config)
+        encoder = Encoder.load(config.base_model, device=str(device))
     base_source = encoder.source
     eval_seq_length = encoder.model.max_seq_length  # evaluation and the saved model keep the base's limit
     if base_eval is not None and base_eval.doc_ids == list(eval_data.corpus):
         base = base_eval
     else:
-        base = evaluate(encoder, eval_data, show_progress=show_progress)
+        with phase(timer, "encode + evaluate (base)"):
+            base = evaluate(encoder, eval_data, show_progress=show_progress, cache=cache)
 
     # -- training pairs, corpus positions, negatives ---------------------------------------------------
     labelled = training_pairs(train_data)
@@ -105,11 +118,14 @@ def train(
     known = {qid: {position[d] for d in rel} for qid, rel in qrels.items()}
     mined: list[list[int]] = [[] for _ in pairs]
     if config.hard_negatives:
-        mined = _mine(encoder, pairs, train_data, base, position, known, config, rng, show_progress)
+        with phase(timer, "mine negatives"):
+            mined = _mine(
+                encoder, pairs, train_data, base, position, known, config, rng, show_progress, cache
+            )
 
     # -- model, loss, optimiser, schedule -------------------------------------------------------------
     model = encoder.model
-    loss_fn = build_loss(config, encoder.dim)
+    loss_fn = build_loss(config, encoder.dim).to(device)
     optimizer = build_optimizer(model, loss_fn, config)
     epochs = [
         no_duplicate_batches(
@@ -129,7 +145,8 @@ def train(
         optimizer, lambda s: linear_schedule(s, warmup, total_steps)
     )
     logger.info(
-        "training on %d pairs (%d from corpus titles): %d epochs, %d steps of %d pairs (%d warmup), loss %s",
+        "training on %d pairs (%d from corpus titles): %d epochs, %d steps of %d pairs (%d warmup), loss %s, "
+        "on %s (%s)",
         len(pairs),
         len(pseudo),
         config.epochs,
@@ -137,6 +154,8 @@ def train(
         config.batch_size,
         warmup,
         config.loss,
+        device,
+        precision.name,
     )
 
     # -- the loop -------------------------------------------------------------------------------------
@@ -154,7 +173,7 @@ def train(
             positives = [pairs[i].positive for i in batch]
             extra = _extra_negatives(batch, pairs, mined, known, position, len(doc_ids), config, rng)
             groups = [queries, positives, [doc_texts[j] for j in extra]]
-            loss = _step(model, loss_fn, optimizer, groups, config)
+            loss = _step(model, loss_fn, optimizer, groups, config, precision)
             scheduler.step()
             step += 1
             elapsed = time.perf_counter() - start
@@ -183,13 +202,16 @@ def train(
                 )
     bar.close()
     train_seconds = time.perf_counter() - start
+    if timer is not None:
+        timer.seconds["train steps"] = timer.seconds.get("train steps", 0.0) + train_seconds
     model.eval()
     model.max_seq_length = eval_seq_length
 
     # -- save, evaluate, write artifacts -------------------------------------------------------------------
     tuned_encoder = Encoder(model, loss_fn.similarity(), source=str(out_dir / "model"))
     model_dir = _save_model(tuned_encoder, out_dir / "model")
-    tuned = evaluate(tuned_encoder, eval_data, show_progress=show_progress)
+    with phase(timer, "encode + evaluate (tuned)"):
+        tuned = evaluate(tuned_encoder, eval_data, show_progress=show_progress, cache=cache)
     config_path = atomic_write_json(
         out_dir / "config.json",
         {
@@ -212,7 +234,8 @@ def train(
         {"base": base.summary(), "tuned": tuned.summary(), "train_seconds": round(train_seconds, 3)},
     )
     log_path = atomic_write_text(out_dir / "train_log.jsonl", "".join(json.dumps(r) + "\n" for r in log))
-    report_dir = _gap_report(tuned_encoder, train_data, eval_data, tuned, config, out_dir)
+    with phase(timer, "gap report"):
+        report_dir = _gap_report(tuned_encoder, train_data, eval_data, tuned, config, out_dir)
     logger.info(
         "nDCG@10 %.4f → %.4f in %.0fs of training",
         base.metrics["ndcg@10"],
@@ -230,6 +253,7 @@ def train(
         tuned_metrics=tuned.metrics,
         train_seconds=train_seconds,
         evaluation=tuned,
+        base_evaluation=base,
     )
 
 
@@ -320,22 +344,41 @@ def _step(
     optimizer: torch.optim.Optimizer,
     groups: list[list[str]],
     config: TrainConfig,
+    precision: Precision | None = None,
 ) -> Tensor:
-    """One optimiser step on (queries, positives, extra negatives); returns the detached loss."""
+    """One optimiser step on (queries, positives, extra negatives); returns the detached loss.
+
+    `precision`: autocast for the forward passes on cuda (the loss itself runs in fp32 on the
+    normalised embeddings); an fp16 grad scaler scales the backward pass and unscales before clipping.
+    """
+    precision = precision or Precision(torch.device("cpu"), None)
+    # GradCache runs its own backward passes, unscaled: with fp16 it goes without the scaler
+    scaler = None if config.grad_cache else precision.scaler
     optimizer.zero_grad(set_to_none=True)
     if config.grad_cache:
-        loss = cached_loss_backward(
-            lambda texts: embed(model, texts), groups, loss_fn, mini_batch_size=config.mini_batch_size
-        )
+        with precision.autocast():
+            loss = cached_loss_backward(
+                lambda texts: embed(model, texts).float(),
+                groups,
+                loss_fn,
+                mini_batch_size=config.mini_batch_size,
+            )
     else:
-        q, d = embed(model, groups[0]), embed(model, groups[1])  # (B, D) each
-        extra = embed(model, groups[2]) if groups[2] else None  # (M, D)
-        loss = loss_fn(q, d, extra)
-        loss.backward()
+        with precision.autocast():
+            q, d = embed(model, groups[0]), embed(model, groups[1])  # (B, D) each
+            extra = embed(model, groups[2]) if groups[2] else None  # (M, D)
+        loss = loss_fn(q.float(), d.float(), None if extra is None else extra.float())
+        (scaler.scale(loss) if scaler is not None else loss).backward()
         loss = loss.detach()
+    if scaler is not None:
+        scaler.unscale_(optimizer)
     if config.max_grad_norm > 0:
         torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-    optimizer.step()
+    if scaler is not None:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
     return loss
 
 
@@ -377,13 +420,15 @@ def _mine(
     config: TrainConfig,
     rng: np.random.Generator,
     show_progress: bool,
+    cache: EmbeddingCache | None = None,
 ) -> list[list[int]]:
     """Hard negatives from the base model's ranking (the corpus embeddings of the base evaluation)."""
     if base.doc_ids == list(position):
         doc_emb = base.doc_embeddings  # (N, D) same corpus: no second encoding
     else:
-        texts = [document_text(d.title, d.text) for d in train_data.corpus.values()]
-        doc_emb = encoder.encode(texts, kind="document", show_progress=show_progress)  # (N, D)
+        _, doc_emb = encode_corpus(
+            encoder, train_data.corpus, show_progress=show_progress, cache=cache
+        )  # (N, D)
     query_emb = encoder.encode([p.query for p in pairs], kind="query")  # (P, D)
     return mine_hard_negatives(
         query_emb,

@@ -129,9 +129,25 @@ def worker(
     bundles: BundlesOpt = Path("bundles"),
     workers: Annotated[int, typer.Option("--workers", min=1, help="consumer threads")] = 1,
     heartbeat_timeout: TimeoutOpt = DEFAULT_HEARTBEAT_TIMEOUT_S,
+    device: Annotated[
+        str,
+        typer.Option(
+            "--device",
+            envvar="SEARCH_TRAIN_DEVICE",
+            help="auto, cpu or cuda: where retrain jobs train unless a job sets its own `device` option.",
+        ),
+    ] = "auto",
 ) -> None:
     """Run the job worker (huey consumer) until interrupted."""
     from training.jobs.worker import run_worker
 
+    if device not in ("auto", "cpu", "cuda"):
+        typer.echo(f"error: --device: unknown device {device!r} (expected auto, cpu or cuda)", err=True)
+        raise typer.Exit(code=2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    run_worker(queue or default_queue_url(bundles), workers=workers, heartbeat_timeout_s=heartbeat_timeout)
+    run_worker(
+        queue or default_queue_url(bundles),
+        workers=workers,
+        heartbeat_timeout_s=heartbeat_timeout,
+        device=device,
+    )

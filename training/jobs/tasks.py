@@ -45,7 +45,16 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 LOCK_FILE = ".jobs.lock"
+# where retrain jobs train when their options do not say: the worker's --device (SEARCH_TRAIN_DEVICE)
+DEFAULT_DEVICE = "auto"
+# corpus embeddings shared by the jobs of one bundles folder (a retrain on an unchanged corpus reuses the
+# base model's); a dot folder, which the bundle store never takes for a version
+CACHE_DIR = ".cache/embeddings"
 LOCK_POLL_S = 0.5
+
+
+def embedding_cache_dir(bundles_dir: str | Path) -> Path:
+    return Path(bundles_dir) / CACHE_DIR
 
 
 def worker_id() -> str:
@@ -232,9 +241,12 @@ def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
     from training.pipeline import run_pipeline
 
     options = RetrainOptions.model_validate(record.options)
-    config = TrainConfig(**options.model_dump(exclude={"index_kind", "force", "onnx"}))
+    values = options.model_dump(exclude={"index_kind", "force", "onnx"})
+    if "device" not in record.options:
+        values["device"] = DEFAULT_DEVICE
     _, model = _confine(record, record.options)
-    config = config.model_copy(update={"base_model": None if model is None else str(model)})
+    values["base_model"] = None if model is None else str(model)
+    config = TrainConfig(**values)
     reporter.progress(phase="train", total_steps=config.max_steps)
     with tempfile.TemporaryDirectory(prefix=f"job-{record.id[:8]}-") as work_dir:
         result = run_pipeline(
@@ -248,12 +260,14 @@ def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
             on_progress=reporter.on_progress,
             show_progress=False,  # progress goes to the job record, not to tqdm bars in the worker log
             checkpoint=reporter.check_cancel,
+            cache_dir=embedding_cache_dir(record.bundles_dir),
         )
     return _publish_outcome(result.publish)
 
 
 def _reindex(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
     from training.bundle import BundleStore
+    from training.embedding_cache import EmbeddingCache
     from training.indexing import index_model
     from training.jobs.queue import ReindexOptions
 
@@ -276,5 +290,6 @@ def _reindex(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
         onnx=options.onnx,
         show_progress=False,
         checkpoint=reporter.check_cancel,
+        cache=EmbeddingCache(embedding_cache_dir(record.bundles_dir)),
     )
     return _publish_outcome(result)

@@ -86,9 +86,19 @@ def _beat_and_sweep(records: RecordStore, timeout_s: float, stop: threading.Even
 
 
 def run_worker(
-    url: str, *, workers: int = 1, heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S
+    url: str,
+    *,
+    workers: int = 1,
+    heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S,
+    device: str = "auto",
 ) -> None:
-    """Block running huey's consumer until SIGINT (graceful) or SIGTERM."""
+    """Block running huey's consumer until SIGINT (graceful) or SIGTERM.
+
+    `device`: where retrain jobs train unless a job's options name one (training/device.py).
+    """
+    from training.jobs import tasks
+
+    tasks.DEFAULT_DEVICE = device
     huey, _ = open_huey(url)
     records = open_records(url)
     fail_dead_jobs(records, timeout_s=heartbeat_timeout_s, at_start=True)

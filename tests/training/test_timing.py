@@ -1,0 +1,63 @@
+"""Phase wall times: recorded per phase, printed by the pipeline, written into the run folder."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from training.demo_data import build_demo_dataset
+from training.timing import TIMINGS_FILE, PhaseTimer, phase
+
+
+def test_phases_add_up_and_are_written(tmp_path):
+    timer = PhaseTimer()
+    with timer.phase("a"):
+        time.sleep(0.02)
+    with phase(timer, "a"):  # a repeated phase adds up
+        time.sleep(0.02)
+    with phase(None, "ignored"):  # no timer: a no-op
+        pass
+    with pytest.raises(RuntimeError), timer.phase("b"):  # a failing phase is still timed
+        raise RuntimeError("boom")
+    assert list(timer.seconds) == ["a", "b"]
+    assert timer.seconds["a"] >= 0.04
+    saved = json.loads(timer.write(tmp_path).read_text())
+    assert set(saved["phases_s"]) == {"a", "b"} and saved["total_s"] >= saved["phases_s"]["a"]
+    table = timer.table()
+    assert table.splitlines()[0].split() == ["phase", "seconds", "share"]
+    assert table.splitlines()[-1].startswith("total")
+
+
+def test_pipeline_on_the_demo_dataset_prints_and_saves_its_phase_times(tmp_path):
+    """The demo's own path, on no data but this Python's: the pipeline publishes and reports each phase."""
+    data = build_demo_dataset(tmp_path / "pydocs", n_docs=40, n_test=8)
+    cmd = [
+        sys.executable, "-m", "training", "pipeline",
+        "--data", str(data), "--bundles", str(tmp_path / "bundles"), "--work-dir", str(tmp_path / "runs"),
+        "--no-onnx", "--quiet", "--max-steps", "2", "--batch-size", "4", "--max-seq-length", "32",
+        "--epochs", "1",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = next((tmp_path / "runs").glob("run-*"))
+    # each model's corpus encoding went once into the work dir's cache: the base's and the tuned one's
+    assert len(list((tmp_path / "runs" / "embeddings").glob("*.npy"))) == 2
+    phases = json.loads((run / TIMINGS_FILE).read_text())["phases_s"]
+    expected = {
+        "encode + evaluate (base)",
+        "mine negatives",
+        "train steps",
+        "encode + evaluate (tuned)",
+        "gap report",
+        "index + bundle",
+        "publish",
+    }
+    assert expected <= set(phases), phases
+    assert all(seconds >= 0 for seconds in phases.values())
+    for name in expected:  # the printed table names every phase
+        assert name in done.stdout
+    assert " live " in done.stdout
