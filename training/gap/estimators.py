@@ -301,6 +301,23 @@ def k_sufficient(ks: list[int], delta: np.ndarray, eps: float = 0.01) -> int | N
     return None
 
 
+def k_sufficient_interval(
+    ks: list[int], boot_delta: np.ndarray, eps: float = 0.01, level: float = 0.95
+) -> tuple[int | None, int | None]:
+    """Percentile interval of k_sufficient over bootstrap replicates of Δ(k) (B, len(ks)).
+
+    A replicate whose Δ never settles within the grid counts as k = ∞; an end of the interval at ∞ is
+    returned as None ("not reached within the grid").
+    """
+    ok = np.abs(np.asarray(boot_delta)) < eps  # (B, m)
+    settled = np.flip(np.cumprod(np.flip(ok, axis=1), axis=1), axis=1).astype(bool)  # all k' ≥ k below eps
+    first = np.where(settled.any(axis=1), settled.argmax(axis=1), len(ks))  # (B,) index, len(ks) = never
+    grid = np.asarray(list(ks) + [np.iinfo(np.int64).max])
+    alpha = (1.0 - level) / 2.0
+    lo, hi = (int(grid[int(np.quantile(first, q, method="inverted_cdf"))]) for q in (alpha, 1.0 - alpha))
+    return (None if lo == grid[-1] else lo), (None if hi == grid[-1] else hi)
+
+
 def power_of_two_grid(k_max: int) -> list[int]:
     """[1, 2, 4, …, 2^⌊log2 k_max⌋]."""
     return [2**e for e in range(int(math.log2(max(k_max, 1))) + 1)]
