@@ -173,3 +173,17 @@ def test_gap_ci_orders_and_contains_the_point_estimate():
     assert g.gap == pytest.approx(g.test - g.train)
     assert g.gap_ci[0] <= g.gap <= g.gap_ci[1]
     assert g.train_ci[0] <= g.train <= g.train_ci[1]
+
+
+def test_k_sufficient_interval_applies_the_rule_to_each_replicate():
+    ks = [1, 2, 4, 8]
+    boot = np.array(
+        [
+            [0.5, 0.005, 0.005, 0.001],  # settles at 2
+            [0.5, 0.3, 0.005, 0.001],  # settles at 4
+            [0.5, 0.3, 0.2, 0.02],  # never within the grid
+        ]
+    )
+    assert est.k_sufficient_interval(ks, boot[:2], 0.01, level=0.5) == (2, 4)
+    assert est.k_sufficient_interval(ks, boot, 0.01, level=0.99) == (2, None)  # None: beyond the grid
+    assert est.k_sufficient_interval(ks, boot[[2, 2]], 0.01) == (None, None)

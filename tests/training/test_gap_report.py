@@ -15,6 +15,7 @@ from training.config import TrainConfig
 from training.data import Document, RetrievalData, load_beir, subset
 from training.encoder import Similarity
 from training.errors import ConfigError
+from training.gap import estimators as est
 from training.gap.report import (
     K_RULE,
     actual_training_k,
@@ -23,7 +24,6 @@ from training.gap.report import (
     training_k,
     write_report,
 )
-from training.gap import estimators as est
 from training.gap.sections import K_POOL_FRACTION
 from training.report_schema import REPORT_FILE, Bound, Estimate, GapReport, NotComputable, Term
 

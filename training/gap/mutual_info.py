@@ -92,7 +92,9 @@ def marginal_infonce(a: Anchors, k: int, tau: float, rng: np.random.Generator) -
     rep = a.pos_col[starts + (rng.random(len(starts)) * sizes).astype(np.int64)]  # (Q,) one positive each
     keys = rng.random((len(own), len(starts)))  # (n, Q): a random order of the queries per anchor
     keys[np.arange(len(own)), own] = np.inf  # the anchor's own query last: never drawn
-    picked = np.argpartition(keys, k - 1, axis=1)[:, :k] if k < len(starts) - 1 else np.argsort(keys, 1)[:, :k]
+    picked = (
+        np.argpartition(keys, k - 1, axis=1)[:, :k] if k < len(starts) - 1 else np.argsort(keys, 1)[:, :k]
+    )
     neg = np.take_along_axis(np.asarray(a.sim[:, rep], dtype=np.float64), picked, axis=1)  # (n, k)
     return math.log(k + 1) - (est.infonce_risk(a.pos, neg, tau) + math.log(k))
 
@@ -101,7 +103,7 @@ def mi_section(
     a: Anchors, k: int, tau: float, n_boot: int, level: float, rng: np.random.Generator
 ) -> MISection:
     """(d): I_NCE(k) and −CE∞ on held-out anchors under the positives' marginal, bootstrap CIs over queries."""
-    from training.gap.sections import estimate_from_boot
+    from training.gap.sections import estimate_from_boot, widen
 
     n_q = int(np.unique(a.groups).size)
     method = f"bootstrap percentile over held-out queries ({n_boot} resamples); negatives: {MI_SAMPLER}"
@@ -118,7 +120,9 @@ def mi_section(
             float(terms.mean()), est.bootstrap_means(terms, n_boot, rng, a.groups), level, method
         )
     if n_q < 2:
-        return MISection(mi_k, NotComputable(name="mi_lower_bound_inf", reason="fewer than 2 held-out queries"))
+        return MISection(
+            mi_k, NotComputable(name="mi_lower_bound_inf", reason="fewer than 2 held-out queries")
+        )
     ce, corr = marginal_terms(a, tau)
     if float(corr.mean()) > MAX_FIRST_ORDER:
         mi_inf: Estimate | NotComputable = NotComputable(
@@ -129,11 +133,14 @@ def mi_section(
         )
     else:
         bound = -(ce + corr)  # (n,) the corrected −CE∞ terms
-        mi_inf = estimate_from_boot(
-            float(bound.mean()),
-            est.bootstrap_means(bound, n_boot, rng, a.groups),
-            level,
-            f"−CE∞ with μ(a) over the positives' marginal, each anchor's log μ̂ raised by c1(a)/P "
-            f"(mean {float(corr.mean()):.3g} nats); {method}",
+        mi_inf = widen(
+            estimate_from_boot(
+                float(bound.mean()),
+                est.bootstrap_means(bound, n_boot, rng, a.groups),
+                level,
+                f"−CE∞ with μ(a) over the positives' marginal, each anchor's log μ̂ raised by c1(a)/P "
+                f"(mean {float(corr.mean()):.3g} nats); {method}",
+            ),
+            high=0.5 * float(corr.mean()),
         )
     return MISection(mi_k, mi_inf)
