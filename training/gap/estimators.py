@@ -8,7 +8,8 @@ logsumexp-stable; τ scales the logits (τ = 1 for AnInfoNCE, whose similarity a
 The risk uses the normalisation of Whiteley (2026, arXiv 2607.09405, eqs 1-2):
     l_i = log(1 + Σ_j e^{(s_ij − s⁺_i)/τ}) − log k   (standard InfoNCE − log k),
 with the k negatives drawn i.i.d. uniformly from the pool minus the anchor's positives — random,
-never mined, as P1's assumption (A) and the MI bound require. Drawing with replacement makes the pool's
+never mined, as P1's assumption (A) requires. (The MI bound needs another sampler, the positives'
+marginal: training.gap.mutual_info.) Drawing with replacement makes the pool's
 empirical law the negative law, so R̂(k) → CE∞ (plug-in over the same pool) exactly as k → ∞.
 """
 
@@ -355,5 +356,8 @@ def is_vacuous(value: float, k: int) -> bool:
 
 # -- mutual information ---------------------------------------------------------------------------------
 def mi_lower_bound(risk: float, k: int) -> float:
-    """I_NCE(k) = log(k+1) − mean l_NCE = log(1 + 1/k) − R̂(k) (van den Oord et al. 2018, §2.3)."""
+    """I_NCE(k) = log(k+1) − mean l_NCE = log(1 + 1/k) − R̂(k) (van den Oord et al. 2018, §2.3).
+
+    A lower bound on MI only when R̂(k)'s negatives follow the positives' marginal (training.gap.mutual_info).
+    """
     return math.log1p(1.0 / k) - risk
