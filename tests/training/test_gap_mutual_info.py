@@ -98,3 +98,12 @@ def test_mi_section_refuses_what_it_cannot_support():
     # 39 other queries estimate μ with a bias c1/P ≈ 24.5/39 ≈ 0.63 nats: beyond first order
     assert isinstance(mi.mi_inf, NotComputable)
     assert f"{MAX_FIRST_ORDER}" in mi.mi_inf.reason
+
+
+def test_row_blocks_give_the_same_terms_as_one_block(monkeypatch):
+    a = toy_anchors(60, 9)
+    whole = marginal_terms(a, TAU)
+    monkeypatch.setattr(est, "_CHUNK_ELEMENTS", 500)  # blocks of a few rows
+    blocked = marginal_terms(a, TAU)
+    for x, y in zip(whole, blocked, strict=True):
+        np.testing.assert_allclose(x, y, rtol=1e-12)

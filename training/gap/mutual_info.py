@@ -65,20 +65,27 @@ def query_log_means(logits: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return np.log(sums) + m - np.log(sizes)
 
 
+def _row_blocks(n_rows: int, n_cols: int) -> list[slice]:
+    """Row blocks whose (rows × n_cols) float64 temporaries stay under est._CHUNK_ELEMENTS."""
+    step = max(1, est._CHUNK_ELEMENTS // max(n_cols, 1))
+    return [slice(i, min(i + step, n_rows)) for i in range(0, n_rows, step)]
+
+
 def marginal_terms(a: Anchors, tau: float) -> tuple[np.ndarray, np.ndarray]:
     """Per anchor: −s⁺/τ + log μ̂(a) with μ̂ over the other queries' positives, and c1(a)/P (P = Q − 1)."""
     starts = _group_starts(a.groups)
-    q = a.groups[starts]  # query id of each run
-    own = np.searchsorted(q, a.groups)  # (n,) run index of each anchor's own query
-    logits = np.asarray(a.sim[:, a.pos_col], dtype=np.float64) / tau  # (n, n): anchor i vs positive of j
-    lm1 = query_log_means(logits, starts)  # (n, Q) log E_{y ~ query j} e^{s/τ}
-    lm2 = query_log_means(2.0 * logits, starts)  # (n, Q) same for e^{2s/τ}
-    rows = np.arange(len(own))
-    lm1[rows, own] = -np.inf  # never the anchor's own query
-    lm2[rows, own] = -np.inf
-    p = lm1.shape[1] - 1
-    log_mu = est.logsumexp_rows(lm1) - math.log(p)
-    log_m2 = est.logsumexp_rows(lm2) - math.log(p)
+    own = np.searchsorted(a.groups[starts], a.groups)  # (n,) run index of each anchor's own query
+    p = len(starts) - 1
+    log_mu, log_m2 = np.empty(len(own)), np.empty(len(own))
+    for rows in _row_blocks(len(own), len(own)):
+        logits = np.asarray(a.sim[rows][:, a.pos_col], dtype=np.float64) / tau  # (m, n): vs positive of j
+        lm1 = query_log_means(logits, starts)  # (m, Q) log E_{y ~ query j} e^{s/τ}
+        lm2 = query_log_means(2.0 * logits, starts)  # (m, Q) same for e^{2s/τ}
+        r = np.arange(lm1.shape[0])
+        lm1[r, own[rows]] = -np.inf  # never the anchor's own query
+        lm2[r, own[rows]] = -np.inf
+        log_mu[rows] = est.logsumexp_rows(lm1) - math.log(p)
+        log_m2[rows] = est.logsumexp_rows(lm2) - math.log(p)
     c1 = 0.5 * np.expm1(log_m2 - 2.0 * log_mu)
     return -np.asarray(a.pos, dtype=np.float64) / tau + log_mu, c1 / p
 
@@ -86,17 +93,17 @@ def marginal_terms(a: Anchors, tau: float) -> tuple[np.ndarray, np.ndarray]:
 def marginal_infonce(a: Anchors, k: int, tau: float, rng: np.random.Generator) -> np.ndarray:
     """Per anchor I_NCE term log(k+1) − l_NCE with k distinct other queries' positives as negatives (n,)."""
     starts = _group_starts(a.groups)
-    q = a.groups[starts]
-    own = np.searchsorted(q, a.groups)  # (n,)
+    own = np.searchsorted(a.groups[starts], a.groups)  # (n,)
     sizes = np.diff(np.r_[starts, len(a.groups)])
     rep = a.pos_col[starts + (rng.random(len(starts)) * sizes).astype(np.int64)]  # (Q,) one positive each
-    keys = rng.random((len(own), len(starts)))  # (n, Q): a random order of the queries per anchor
-    keys[np.arange(len(own)), own] = np.inf  # the anchor's own query last: never drawn
-    picked = (
-        np.argpartition(keys, k - 1, axis=1)[:, :k] if k < len(starts) - 1 else np.argsort(keys, 1)[:, :k]
-    )
-    neg = np.take_along_axis(np.asarray(a.sim[:, rep], dtype=np.float64), picked, axis=1)  # (n, k)
-    return math.log(k + 1) - (est.infonce_risk(a.pos, neg, tau) + math.log(k))
+    out = np.empty(len(own))
+    for rows in _row_blocks(len(own), len(starts)):
+        keys = rng.random((len(own[rows]), len(starts)))  # (m, Q): a random order of the queries per anchor
+        keys[np.arange(keys.shape[0]), own[rows]] = np.inf  # the anchor's own query last: never drawn
+        picked = np.argpartition(keys, k - 1, axis=1)[:, :k]  # (m, k) k distinct other queries
+        neg = np.take_along_axis(np.asarray(a.sim[rows][:, rep], dtype=np.float64), picked, axis=1)
+        out[rows] = math.log(k + 1) - (est.infonce_risk(a.pos[rows], neg, tau) + math.log(k))
+    return out
 
 
 def mi_section(
