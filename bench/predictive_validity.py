@@ -1,6 +1,6 @@
 """Does the gap report predict how the model does on queries it has not seen? A check on scifact.
 
-    flock /tmp/infonce-heavy.lock .venv/bin/python bench/predictive_validity.py OUT_DIR [--distractors 500]
+    flock /tmp/infonce-heavy.lock .venv/bin/python bench/predictive_validity.py OUT_DIR [--distractors 340]
 
 The training queries (qrels/train.tsv) are split, seeded, into three disjoint parts: A (half) to train on,
 R (a quarter) given to the trainer as its held-out split — the report's held-out anchors — and U (a
@@ -97,7 +97,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument(
-        "--distractors", type=int, default=500, help="random non-relevant documents in the pool"
+        "--distractors", type=int, default=340, help="random non-relevant documents (+ 660 relevant = 1,000)"
     )
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=16)
