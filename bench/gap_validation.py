@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 
 import numpy as np
@@ -256,24 +257,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller studies (a few minutes)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tables", default="1,2,3,4,5,6,7", help="which tables to print, e.g. 4,5")
     args = parser.parse_args()
+    tables = {int(t) for t in args.tables.split(",")}
     t0 = time.perf_counter()
     print(f"(MAX_FIRST_ORDER = {MAX_FIRST_ORDER} nats, grid cap N/{K_POOL_FRACTION})")
-    if args.quick:
-        ce_inf_table(WORLDS + DEFAULT_TAU_WORLDS, 600, 4000, 2048, args.seed)
-        rate_table(20_000, args.seed)
-        coverage_table(200, 600, args.seed)
-        pool_bias_table(args.seed)
-        corrected_coverage_table(20, args.seed)
-        pool_fraction_table(4000, args.seed)
-    else:
-        ce_inf_table(WORLDS + DEFAULT_TAU_WORLDS, 2000, 10_000, 8192, args.seed)
-        rate_table(100_000, args.seed)
-        coverage_table(500, 1000, args.seed)
-        pool_bias_table(args.seed)
-        corrected_coverage_table(100, args.seed)
-        pool_fraction_table(20_000, args.seed)
-    mi_toy_table(args.seed)
+    q = args.quick
+    studies = {
+        1: lambda: ce_inf_table(
+            WORLDS + DEFAULT_TAU_WORLDS, *((600, 4000, 2048) if q else (2000, 10_000, 8192)), args.seed
+        ),
+        2: lambda: rate_table(20_000 if q else 100_000, args.seed),
+        3: lambda: coverage_table(*((200, 600) if q else (500, 1000)), args.seed),
+        4: lambda: pool_bias_table(args.seed),
+        5: lambda: corrected_coverage_table(20 if q else 100, args.seed),
+        6: lambda: pool_fraction_table(4000 if q else 20_000, args.seed),
+        7: lambda: mi_toy_table(args.seed),
+    }
+    for number, study in studies.items():
+        if number in tables:
+            study()
+            sys.stdout.flush()
     print(f"\n({time.perf_counter() - t0:.0f} s)")
 
 
