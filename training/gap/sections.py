@@ -156,8 +156,8 @@ def risk_vs_k_section(
         )
         for i, k in enumerate(ks)
     ]
-    f = est.fit_inverse_k(ks, r, var_arr)
     d1_hat, c1_hat = float(point[-2]), float(point[-1])
+    f = est.fit_inverse_k(ks, r, var_arr, k_floor=d1_hat)
     fit = InverseKFit(
         a=f.a,
         b=f.b,
