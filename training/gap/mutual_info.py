@@ -148,6 +148,7 @@ def mi_section(
                 f"−CE∞ with μ(a) over the positives' marginal, each anchor's log μ̂ raised by c1(a)/P "
                 f"(mean {float(corr.mean()):.3g} nats); {method}",
             ),
+            low=0.5 * float(corr.mean()),
             high=0.5 * float(corr.mean()),
         )
     return MISection(mi_k, mi_inf)
