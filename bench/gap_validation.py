@@ -163,7 +163,9 @@ def pool_bias_table(seed: int) -> None:
 
 
 def corrected_coverage_table(n_runs: int, seed: int) -> None:
-    print(f"\n### 5. Coverage of CE∞'s 95% interval (τ = 0.05; last row τ = 0.1) over {n_runs} fresh (anchors, pool) draws\n")
+    print(
+        f"\n### 5. Coverage of CE∞'s 95% interval (τ = 0.05; last row τ = 0.1) over {n_runs} fresh (anchors, pool) draws\n"
+    )
     print(
         "| d | κ | N | anchors | c1/N true | raw covers | corrected covers | corrected served | mean raw error |"
     )
