@@ -2,22 +2,32 @@
 
     flock /tmp/infonce-heavy.lock .venv/bin/python bench/gap_validation.py [--quick]
 
-Prints three markdown tables: (1) CE∞ — closed form vs plug-in vs the a + b/k fit; (2) the O(1/k) rate of
-Δ(k) = R(k) − CE∞ with local slopes of log Δ against log k; (3) coverage of the bootstrap 95% CI of the gap
-over many seeded simulations, for several sample sizes and k. The fast versions are the tests in
-tests/training/test_gap_simulation.py.
+Prints markdown tables: (1) CE∞ — closed form vs plug-in (raw and finite-pool corrected) vs the a + b/k fit,
+at τ ≥ 0.2 and at the default τ = 0.05 (d = 16, 64 and a 384-dimensional world with MiniLM-like positives);
+(2) the O(1/k) rate of Δ(k) = R(k) − CE∞ with local slopes of log Δ against log k; (3) coverage of the
+bootstrap 95% CI of the gap over many seeded simulations; (4) the finite-pool bias of log μ̂ against its
+first-order value c1/N (why the correction stops at MAX_FIRST_ORDER and is widened by half of itself);
+(5) coverage of CE∞'s interval at τ = 0.05 over fresh pools, raw vs corrected; (6) how far R̂(k) from a pool
+of N drifts from the population R(k) as k/N grows (why the report's grid stops at N/8); (7) the MI toy
+with known MI = log 50 under the corpus sampler and under the positives' marginal. The fast versions are
+the tests in tests/training/test_gap_simulation.py and test_gap_mutual_info.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import sys
 import time
 
 import numpy as np
 
 from training.gap import estimators as est
-from training.gap.simulate import SphereWorld, true_risk
+from training.gap.mutual_info import MAX_FIRST_ORDER, mi_section
+from training.gap.report import Anchors
+from training.gap.sections import K_POOL_FRACTION, risk_vs_k_section
+from training.gap.simulate import SphereWorld, sample_uniform_cosine, true_risk
+from training.report_schema import Estimate
 
 WORLDS = [
     SphereWorld(dim=8, kappa=10.0, tau=0.5),
@@ -26,29 +36,55 @@ WORLDS = [
     SphereWorld(dim=16, kappa=10.0, tau=0.3),
     SphereWorld(dim=32, kappa=40.0, tau=0.2),
 ]
+# the default τ = 0.05; κ = 400 at d = 384 gives E⟨a, z⁺⟩ ≈ 0.63, the cosine of a tuned MiniLM positive
+DEFAULT_TAU_WORLDS = [
+    SphereWorld(dim=16, kappa=20.0, tau=0.05),
+    SphereWorld(dim=64, kappa=50.0, tau=0.05),
+    SphereWorld(dim=64, kappa=100.0, tau=0.05),
+    SphereWorld(dim=384, kappa=400.0, tau=0.05),
+]
 
 
-def ce_inf_table(n_anchors: int, n_pool: int, k_max: int, seed: int) -> None:
-    print(f"\n### 1. CE∞: closed form vs estimators ({n_anchors} anchors, pool {n_pool}, k ≤ {k_max})\n")
-    print(
-        "| d | κ | τ | CE∞ true | plug-in | rel err | fit a | rel err | fit range | accepted | b fit | b = d1−c1 |"
+def sphere_anchors(world: SphereWorld, n: int, n_pool: int, rng: np.random.Generator) -> Anchors:
+    """The report's Anchors for the sphere world: every anchor its own query, one shared pool."""
+    anchors, positives, pool = world.sample_vectors(n, n_pool, rng)
+    return Anchors(
+        sim=(anchors @ pool.T).astype(np.float32),  # (n, N)
+        pos=(anchors * positives).sum(1),
+        exclude=est.pad_exclusions([[] for _ in range(n)], n_pool),
+        groups=np.arange(n),
+        n_queries=n,
+        pos_col=np.zeros(n, dtype=np.int64),
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for world in WORLDS:
+
+
+def ce_inf_table(worlds: list[SphereWorld], n_anchors: int, n_pool: int, k_max: int, seed: int) -> None:
+    """CE∞ through the report's own section (capped grid, fit rule, raw and corrected plug-in)."""
+    print(
+        f"\n### 1. CE∞: closed form vs estimators ({n_anchors} anchors, pool {n_pool}, k ≤ {k_max} and ≤ N/8)\n"
+    )
+    print(
+        "| d | κ | τ | CE∞ true | plug-in [95% CI] | rel err | corrected [CI] | fit a | rel err | fit range "
+        "| accepted | served ce_inf_fit | d1 |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for world in worlds:
         rng = np.random.default_rng(seed)
-        anchors, positives, pool = world.sample_vectors(n_anchors, n_pool, rng)
-        sim = (anchors @ pool.T).astype(np.float32)  # (n, N)
-        pos = (anchors * positives).sum(1)
-        exclude = est.pad_exclusions([[] for _ in range(n_anchors)], n_pool)
-        truth = world.ce_inf()
-        plugin = float(est.plugin_ce_inf_terms(sim, pos, exclude, world.tau).mean())
-        ks = est.power_of_two_grid(k_max)
-        curve, var = est.risk_curve(sim, pos, exclude, ks, world.tau, rng)
-        fit = est.fit_inverse_k(ks, curve.mean(0), var)
+        a = sphere_anchors(world, n_anchors, n_pool, rng)
+        c = risk_vs_k_section(a, world.tau, k_max, 500, 0.95, 0.01, rng)
+        truth, p, f = world.ce_inf(), c.ce_inf_plugin, c.fit
+        corr = c.ce_inf_corrected
+        corr_s = (
+            f"{corr.value:.4f} [{corr.ci_low:.3f}, {corr.ci_high:.3f}]"
+            if isinstance(corr, Estimate)
+            else "n/c"
+        )
+        served = "estimate" if isinstance(c.ce_inf_fit, Estimate) else "not_computable"
         print(
-            f"| {world.dim} | {world.kappa:g} | {world.tau:g} | {truth:.4f} | {plugin:.4f} | "
-            f"{abs(plugin - truth) / abs(truth):.2%} | {fit.a:.4f} | {abs(fit.a - truth) / abs(truth):.2%} | "
-            f"[{fit.k_min}, {fit.k_max}] | {fit.accepted} | {fit.b:.3f} | {world.first_order_b():.3f} |"
+            f"| {world.dim} | {world.kappa:g} | {world.tau:g} | {truth:.4f} | {p.value:.4f} [{p.ci_low:.3f}, "
+            f"{p.ci_high:.3f}] | {abs(p.value - truth) / abs(truth):.2%} | {corr_s} | {f.a:.4f} | "
+            f"{abs(f.a - truth) / abs(truth):.2%} | [{f.k_range[0]}, {f.k_range[1]}] | {f.accepted} | {served} | "
+            f"{world.d1():.3g} |"
         )
 
 
@@ -57,7 +93,7 @@ def rate_table(n: int, seed: int) -> None:
     print(f"\n### 2. Rate: Δ(k) = R(k) − CE∞ ({n} anchors per k; control variate −s⁺/τ)\n")
     print("| world | " + " | ".join(f"k={k}" for k in ks) + " | slope (k ≥ 64) |")
     print("|---|" + "---|" * (len(ks) + 1))
-    for world in WORLDS[:4]:
+    for world in [*WORLDS[:4], DEFAULT_TAU_WORLDS[1]]:
         rng = np.random.default_rng(seed)
         deltas = []
         for k in ks:
@@ -106,20 +142,144 @@ def coverage_table(n_sims: int, n_boot: int, seed: int) -> None:
             )
 
 
+def pool_bias_table(seed: int) -> None:
+    print(
+        "\n### 4. Finite-pool bias of log μ̂ = log mean e^{s/τ} over N uniform documents vs first order −c1/N\n"
+    )
+    print("| d | τ | c1 | N | c1/N | measured bias | ± se | measured / first order |")
+    print("|---|---|---|---|---|---|---|---|")
+    rng = np.random.default_rng(seed)
+    for d, tau in ((8, 0.1), (16, 0.1), (16, 0.05), (64, 0.05), (384, 0.05)):
+        world = SphereWorld(dim=d, kappa=10.0, tau=tau)
+        for n_pool in (256, 1024, 2048, 8192):
+            reps = max(200, 2_000_000 // n_pool)
+            s = sample_uniform_cosine(d, (reps, n_pool), rng)  # (reps, N)
+            lm = est.logsumexp_rows(s / tau) - math.log(n_pool)
+            bias, se, first = lm.mean() - world.log_mu(), lm.std() / math.sqrt(reps), world.c1() / n_pool
+            print(
+                f"| {d} | {tau:g} | {world.c1():.3g} | {n_pool} | {first:.4f} | {bias:.4f} | {se:.4f} | "
+                f"{-bias / first:.2f} |"
+            )
+
+
+def corrected_coverage_table(n_runs: int, seed: int) -> None:
+    print(
+        f"\n### 5. Coverage of CE∞'s 95% interval (τ = 0.05; last row τ = 0.1) over {n_runs} fresh (anchors, pool) draws\n"
+    )
+    print(
+        "| d | κ | N | anchors | c1/N true | raw covers | corrected covers | corrected served | mean raw error |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for world, n_pool, n in (
+        (SphereWorld(16, 20.0, 0.05), 2048, 400),
+        (SphereWorld(16, 20.0, 0.05), 8192, 400),
+        (SphereWorld(64, 50.0, 0.05), 2048, 400),
+        (SphereWorld(384, 400.0, 0.05), 2048, 400),
+        (SphereWorld(8, 10.0, 0.1), 200, 4000),
+    ):
+        raw_cov, corr_cov, served, errors = 0, 0, 0, []
+        for r in range(n_runs):
+            rng = np.random.default_rng([seed, r])
+            a = sphere_anchors(world, n, n_pool, rng)
+            c = risk_vs_k_section(a, world.tau, 8, 300, 0.95, 0.01, rng)
+            truth = world.ce_inf()
+            raw_cov += c.ce_inf_plugin.ci_low <= truth <= c.ce_inf_plugin.ci_high
+            errors.append(c.ce_inf_plugin.value - truth)
+            if isinstance(c.ce_inf_corrected, Estimate):
+                served += 1
+                corr_cov += c.ce_inf_corrected.ci_low <= truth <= c.ce_inf_corrected.ci_high
+        print(
+            f"| {world.dim} | {world.kappa:g} | {n_pool} | {n} | {world.c1() / n_pool:.3f} | {raw_cov}/{n_runs} | "
+            f"{corr_cov}/{served} | {served}/{n_runs} | {np.mean(errors):+.4f} |"
+        )
+
+
+def pool_fraction_table(n: int, seed: int) -> None:
+    print(
+        f"\n### 6. R̂(k) from a pool of N vs the population R(k) ({n} anchors, fresh pool per 500 anchors; "
+        "control variate −s⁺/τ)\n"
+    )
+    n_pool = 1024
+    fracs = [1 / 64, 1 / 16, 1 / K_POOL_FRACTION, 1 / 4, 1 / 2, 1, 2]
+    print(f"| world (N = {n_pool}) | " + " | ".join(f"k = N·{f:g}" for f in fracs) + " |")
+    print("|---|" + "---|" * len(fracs))
+    for world in (SphereWorld(8, 10.0, 0.5), SphereWorld(8, 10.0, 0.1), SphereWorld(16, 20.0, 0.05)):
+        rng = np.random.default_rng(seed)
+        cells = []
+        for f in fracs:
+            k = max(1, int(n_pool * f))
+            pool_terms, fresh_terms = [], []
+            for _ in range(n // 500):
+                a = sphere_anchors(world, 500, n_pool, rng)
+                ex = a.exclude
+                pool_terms.append(
+                    est.risk_with_random_negatives(a.sim, a.pos, ex, k, world.tau, rng) + a.pos / world.tau
+                )
+                pos, neg = world.sample_sims(500, k, rng)
+                fresh_terms.append(est.infonce_risk(pos, neg, world.tau) + pos / world.tau)
+            p, q = np.concatenate(pool_terms), np.concatenate(fresh_terms)
+            se = math.sqrt(p.var() / len(p) + q.var() / len(q))
+            cells.append(f"{p.mean() - q.mean():+.4f} ± {se:.4f}")
+        print(f"| d={world.dim} κ={world.kappa:g} τ={world.tau:g} | " + " | ".join(cells) + " |")
+
+
+def mi_toy_table(seed: int) -> None:
+    print("\n### 7. MI toy: 50 classes, I(query; document) = log 50 = 3.912 nats, τ = 0.05, k = 63\n")
+    print("| sampler | I_NCE(63) | −CE∞ |")
+    print("|---|---|---|")
+    rng = np.random.default_rng(seed)
+    n_q, n_cls, per = 1000, 50, 2
+    cls = rng.integers(0, n_cls, n_q)
+    doc_cls = np.repeat(np.arange(n_cls), per)
+    rows = np.repeat(np.arange(n_q), per)
+    cols = (cls[:, None] * per + np.arange(per)[None, :]).ravel()
+    sim = (cls[rows][:, None] == doc_cls[None, :]).astype(np.float32)
+    a = Anchors(
+        sim=sim,
+        pos=np.ones(len(rows)),
+        exclude=est.pad_exclusions([list(cls[q] * per + np.arange(per)) for q in rows], len(doc_cls)),
+        groups=rows,
+        n_queries=n_q,
+        pos_col=cols,
+    )
+    r = est.risk_with_random_negatives(a.sim, a.pos, a.exclude, 63, 0.05, rng).mean()
+    ce = est.plugin_ce_inf_terms(a.sim, a.pos, a.exclude, 0.05).mean()
+    print(
+        f"| corpus minus the query's relevant documents (schema 1) | {est.mi_lower_bound(r, 63):.3f} | {-ce:.3f} |"
+    )
+    mi = mi_section(a, 63, 0.05, 500, 0.95, rng)
+    assert isinstance(mi.mi_k, Estimate) and isinstance(mi.mi_inf, Estimate)
+    print(
+        f"| positives of other queries (the report) | {mi.mi_k.value:.3f} [{mi.mi_k.ci_low:.3f}, {mi.mi_k.ci_high:.3f}] "
+        f"| {mi.mi_inf.value:.3f} [{mi.mi_inf.ci_low:.3f}, {mi.mi_inf.ci_high:.3f}] |"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="smaller studies (about a minute)")
+    parser.add_argument("--quick", action="store_true", help="smaller studies (a few minutes)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--tables", default="1,2,3,4,5,6,7", help="which tables to print, e.g. 4,5")
     args = parser.parse_args()
+    tables = {int(t) for t in args.tables.split(",")}
     t0 = time.perf_counter()
-    if args.quick:
-        ce_inf_table(600, 4000, 2048, args.seed)
-        rate_table(20_000, args.seed)
-        coverage_table(200, 600, args.seed)
-    else:
-        ce_inf_table(2000, 10_000, 8192, args.seed)
-        rate_table(100_000, args.seed)
-        coverage_table(500, 1000, args.seed)
+    print(f"(MAX_FIRST_ORDER = {MAX_FIRST_ORDER} nats, grid cap N/{K_POOL_FRACTION})")
+    q = args.quick
+    studies = {
+        1: lambda: ce_inf_table(
+            WORLDS + DEFAULT_TAU_WORLDS, *((600, 4000, 2048) if q else (2000, 10_000, 8192)), args.seed
+        ),
+        2: lambda: rate_table(20_000 if q else 100_000, args.seed),
+        3: lambda: coverage_table(*((200, 600) if q else (500, 1000)), args.seed),
+        4: lambda: pool_bias_table(args.seed),
+        5: lambda: corrected_coverage_table(20 if q else 100, args.seed),
+        6: lambda: pool_fraction_table(4000 if q else 20_000, args.seed),
+        7: lambda: mi_toy_table(args.seed),
+    }
+    for number, study in studies.items():
+        if number in tables:
+            study()
+            sys.stdout.flush()
     print(f"\n({time.perf_counter() - t0:.0f} s)")
 
 

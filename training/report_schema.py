@@ -2,22 +2,27 @@
 
 Every number in the report is labelled. An `Estimate` is a point estimate with a confidence interval
 and the method that produced it; a `Bound` is a guarantee that holds under the stated assumptions (with a
-`vacuous` flag when it says nothing useful); a `NotComputable` names a term of the theory that cannot be
-evaluated for this model, with the reason, instead of a made-up number. All risks, cross-entropies and
+`vacuous` flag when it says nothing useful); a `Term` is one computable term of a bound whose other terms
+cannot be computed, so it is not itself a bound; a `NotComputable` names a quantity that cannot be
+evaluated for this model (or not under this report's sampler), with the reason, instead of a made-up
+number. All risks, cross-entropies and
 mutual-information figures are in nats (theory.md §3; Whiteley 2026, arXiv 2607.09405).
 
 Field names are part of the public API (`GET /generalization-gap`): add fields, never rename them, and bump
-`SCHEMA_VERSION` when a field's meaning changes.
+`SCHEMA_VERSION` when a field's meaning changes. Version 2: sample_variability is a `Term`; n in every
+bound counts queries; ce_inf_fit and the MI figures may be `NotComputable`; the MI bounds use negatives
+from the positives' marginal; ce_inf_corrected, k_sufficient's interval, the k grid rule and
+n_train_split_queries are new. Version-1 reports (older bundles) are upgraded on load by `_upgrade_v1`.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 REPORT_FILE = "report.json"
 
 
@@ -45,12 +50,26 @@ class Bound(_Strict):
     vacuous: bool = False
 
 
+class Term(_Strict):
+    """One computable term of a bound whose remaining terms are not computable: not a bound on anything by
+    itself (the full bound is at least this large). `vacuous`: this term alone already exceeds the
+    threshold, so the full bound is vacuous too."""
+
+    kind: Literal["term"] = "term"
+    value: float
+    assumptions: str
+    vacuous: bool = False
+
+
 class NotComputable(_Strict):
-    """A theory term that cannot be evaluated for this model; never replaced by a guess."""
+    """A quantity that cannot be evaluated for this model or sampler; never replaced by a guess."""
 
     kind: Literal["not_computable"] = "not_computable"
     name: str
     reason: str
+
+
+EstimateOrNot = Annotated[Estimate | NotComputable, Field(discriminator="kind")]
 
 
 class LambdaSummary(_Strict):
@@ -71,7 +90,8 @@ class ModelIdentity(_Strict):
         "the learned similarity itself"
     )
     temperature_effective: float = Field(
-        description="τ that enters the P1 bound terms and the 2/τ cap: logits differ by at most 4/τ_eff. "
+        description="τ that enters the P1 bound terms and the 2/τ cap: the logits of one anchor differ by at most "
+        "2/τ_eff (so the loss spans at most 4/τ_eff, P1 Lemma 5). "
         "Equals temperature for cosine; 1/max(Λ) for AnInfoNCE"
     )
     lambda_summary: LambdaSummary | None = None
@@ -100,15 +120,28 @@ class InverseKFit(_Strict):
 
 class KSufficient(_Strict):
     eps: float = Field(0.01, description="tolerance in nats")
-    k: int | None = Field(description="smallest k of the grid with |Δ(k')| < eps for every k' ≥ k")
+    k: int | None = Field(
+        description="point value: smallest k of the grid with |Δ(k')| < eps for every grid k' ≥ k (not just "
+        "at k itself, where Δ can dip under eps by noise before rising again)"
+    )
+    ci_low: int | None = Field(
+        None, description="lower end of the bootstrap interval of k (null: not reached within the grid)"
+    )
+    ci_high: int | None = Field(
+        None, description="upper end of the bootstrap interval of k (null: not reached within the grid)"
+    )
+    level: float = 0.95
+    method: str = ""
     reason: str | None = Field(None, description="why k is None")
 
 
 class TheoryTerms(_Strict):
-    """Computable terms of P1's bounds, each a `Bound` flagged vacuous when it exceeds log(k+1)."""
+    """Computable terms of P1's results, flagged vacuous when they exceed log(k+1): the two sides of
+    Proposition 1 are bounds; sample variability is one term of Theorem 1, whose complexity term is not
+    computable, so it is a `Term`."""
 
     vacuous_threshold: float = Field(description="log(k+1): the largest InfoNCE gain possible at this k")
-    sample_variability: Bound
+    sample_variability: Term
     finite_k_log: Bound
     prop1_upper: Bound
     not_computable: list[NotComputable]
@@ -139,12 +172,18 @@ class GapReport(_Strict):
     k: int = Field(description="negatives per anchor, the k of training")
     k_rule: str = Field(description="how k was derived from the training configuration")
     negative_sampler: str
-    n_train: int = Field(description="training anchors, i.e. (query, relevant document) pairs")
+    n_train: int = Field(description="training anchors scored, i.e. (query, relevant document) pairs")
     n_test: int = Field(description="held-out anchors")
-    n_train_queries: int
-    n_test_queries: int
+    n_train_queries: int = Field(description="training queries scored (a seeded sample)")
+    n_test_queries: int = Field(
+        description="held-out queries: the i.i.d. unit, and the n of hoeffding_halfwidth"
+    )
+    n_train_split_queries: int = Field(
+        description="queries of the whole training split: the n of theory_terms.sample_variability"
+    )
     pool_size: int = Field(
-        description="documents negatives are drawn from (an anchor's own positives excluded)"
+        description="documents negatives are drawn from (an anchor's own positives excluded). The corpus is "
+        "the population of the negatives: risks and ce_inf_plugin are for negatives drawn from this corpus"
     )
     seed: int
     delta: float = Field(0.05, description="failure probability of the bounds (confidence 1 − delta)")
@@ -154,13 +193,26 @@ class GapReport(_Strict):
     risk_train: Estimate
     risk_test: Estimate
     gap: Estimate = Field(description="R_test − R_train, bootstrap percentile CI")
-    hoeffding_halfwidth: Bound = Field(description="|R_test − R(φ̂)| ≤ value with probability ≥ 1 − delta")
+    hoeffding_halfwidth: Bound = Field(
+        description="|R_test − R(φ̂)| ≤ value with probability ≥ 1 − delta, n = held-out queries"
+    )
 
     # (b) risk versus k
+    k_grid_rule: str = Field(description="which k the risk_vs_k grid covers, and why it stops there")
     risk_vs_k: list[RiskAtK]
     fit: InverseKFit
-    ce_inf_plugin: Estimate = Field(description="CE∞ = E[−s⁺/τ] + E log μ(a), μ over the whole pool")
-    ce_inf_fit: Estimate = Field(description="the intercept a of the a + b/k fit, bootstrap CI")
+    ce_inf_plugin: Estimate = Field(
+        description="CE∞ = E[−s⁺/τ] + E log μ(a), μ over the whole pool: the k → ∞ risk for negatives drawn "
+        "from this corpus (the population is the corpus itself)"
+    )
+    ce_inf_corrected: EstimateOrNot = Field(
+        description="CE∞ for an unbounded corpus from the same distribution: ce_inf_plugin per anchor plus its "
+        "first-order finite-pool bias c1/N; not_computable when that correction is too large to trust"
+    )
+    ce_inf_fit: EstimateOrNot = Field(
+        description="the intercept a of the a + b/k fit, bootstrap CI; not_computable when the fit is not "
+        "accepted (R̂(k) not in the 1/k regime within the grid)"
+    )
     first_order_d1: Estimate | None = None
     first_order_c1: Estimate | None = None
     k_sufficient: KSufficient
@@ -169,13 +221,68 @@ class GapReport(_Strict):
     theory_terms: TheoryTerms
 
     # (d) mutual information (a lower bound, not an estimate of MI)
-    mi_lower_bound_k: Estimate = Field(
-        description="log(k+1) − L_InfoNCE on held-out anchors (van den Oord 2018)"
+    mi_sampler: str = Field(
+        description="how the MI figures draw negatives: from the positives' marginal, which the bound needs"
+    )
+    mi_lower_bound_k: EstimateOrNot = Field(
+        description="log(k+1) − L_InfoNCE on held-out anchors, negatives = positives of k other held-out "
+        "queries (van den Oord 2018)"
     )
     mi_cap_log_k_plus_1: Bound
     mi_cap_two_over_tau: Bound
-    mi_lower_bound_inf: Estimate = Field(description="−CE∞, the uncapped k → ∞ bound")
+    mi_lower_bound_inf: EstimateOrNot = Field(
+        description="−CE∞ under the positives' marginal (normalised-critic bound), first-order corrected for "
+        "the finite number of held-out positives; uncapped by log(k+1)"
+    )
 
     retrieval: RetrievalComparison | None = None
     plots: list[str] = Field(default_factory=list, description="PNG files beside report.json")
     notes: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("schema_version") == "1":
+            return _upgrade_v1(data)
+        return data
+
+
+_REGENERATE = "written by report schema 1; regenerate the report (python -m training report) for this value"
+
+
+def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
+    """A schema-1 report relabelled so that it claims nothing it cannot support (older bundles stay loadable).
+
+    Schema 1 served the MI figures under the corpus sampler (not lower bounds), the rejected fit's
+    intercept as an estimate, and sample variability as a bound with n = anchors: those become
+    `not_computable` or a `term`; fields schema 1 lacked are marked not computable or unknown.
+    """
+    data = dict(data)
+    data["schema_version"] = SCHEMA_VERSION
+    terms = dict(data.get("theory_terms", {}))
+    if isinstance(terms.get("sample_variability"), dict):
+        sv = dict(terms["sample_variability"], kind="term")
+        sv["assumptions"] = sv.get("assumptions", "") + " [schema 1: n counted anchors, not queries]"
+        terms["sample_variability"] = sv
+    data["theory_terms"] = terms
+    for name in ("mi_lower_bound_k", "mi_lower_bound_inf"):
+        data[name] = {
+            "kind": "not_computable",
+            "name": name,
+            "reason": "schema 1 drew negatives uniformly from the corpus minus the query's positives, under "
+            "which this is not a lower bound on MI; " + _REGENERATE,
+        }
+    fit = data.get("fit", {})
+    if isinstance(fit, dict) and not fit.get("accepted", True):
+        data["ce_inf_fit"] = {
+            "kind": "not_computable",
+            "name": "ce_inf_fit",
+            "reason": "the a + b/k fit was not accepted: R̂(k) was not in the 1/k regime within the grid",
+        }
+    data.setdefault("mi_sampler", "unknown (schema 1)")
+    data.setdefault("k_grid_rule", "schema 1: k = 1, 2, 4, … up to k_max, not capped by the pool size")
+    data.setdefault("n_train_split_queries", data.get("n_train_queries", 0))
+    data.setdefault(
+        "ce_inf_corrected", {"kind": "not_computable", "name": "ce_inf_corrected", "reason": _REGENERATE}
+    )
+    return data

@@ -183,6 +183,7 @@ def train(
                 "loss": float(loss),
                 "lr": scheduler.get_last_lr()[0],
                 "n_extra_negatives": len(extra),
+                "n_negatives": len(batch) - 1 + len(extra),  # the k this step's rows saw (gap report)
                 **temperature_summary(loss_fn),
                 "elapsed_s": round(elapsed, 3),
             }
@@ -235,7 +236,7 @@ def train(
     )
     log_path = atomic_write_text(out_dir / "train_log.jsonl", "".join(json.dumps(r) + "\n" for r in log))
     with phase(timer, "gap report"):
-        report_dir = _gap_report(tuned_encoder, train_data, eval_data, tuned, config, out_dir)
+        report_dir = _gap_report(tuned_encoder, train_data, eval_data, tuned, config, out_dir, log)
     logger.info(
         "nDCG@10 %.4f → %.4f in %.0fs of training",
         base.metrics["ndcg@10"],
@@ -487,6 +488,7 @@ def _gap_report(
     tuned: EvalResult,
     config: TrainConfig,
     out_dir: Path,
+    log: list[dict[str, Any]],
 ) -> Path | None:
     if not config.report:
         return None
@@ -503,6 +505,7 @@ def _gap_report(
         doc_ids=tuned.doc_ids,
         doc_embeddings=tuned.doc_embeddings,
         out_dir=out_dir,
+        train_log=log,
     )
     return out_dir / "report"
 

@@ -184,6 +184,7 @@ def test_generalization_gap_serves_the_bundle_report(client, staged, live_bundle
     from training.report_schema import GapReport
 
     assert GapReport.model_validate(body["report"]) == GapReport.model_validate_json(on_disk)
+    assert body["report"]["theory_terms"]["sample_variability"]["kind"] == "term"  # served as written
     assert body["version"] == live_bundles[1]
     assert body["model"]["metric"] == "cosine" and body["model"]["dim"] == 384
 

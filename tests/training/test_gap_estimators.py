@@ -173,3 +173,27 @@ def test_gap_ci_orders_and_contains_the_point_estimate():
     assert g.gap == pytest.approx(g.test - g.train)
     assert g.gap_ci[0] <= g.gap <= g.gap_ci[1]
     assert g.train_ci[0] <= g.train <= g.train_ci[1]
+
+
+def test_k_sufficient_interval_applies_the_rule_to_each_replicate():
+    ks = [1, 2, 4, 8]
+    boot = np.array(
+        [
+            [0.5, 0.005, 0.005, 0.001],  # settles at 2
+            [0.5, 0.3, 0.005, 0.001],  # settles at 4
+            [0.5, 0.3, 0.2, 0.02],  # never within the grid
+        ]
+    )
+    assert est.k_sufficient_interval(ks, boot[:2], 0.01, level=0.5) == (2, 4)
+    assert est.k_sufficient_interval(ks, boot, 0.01, level=0.99) == (2, None)  # None: beyond the grid
+    assert est.k_sufficient_interval(ks, boot[[2, 2]], 0.01) == (None, None)
+
+
+def test_fit_ranges_never_start_below_the_k_floor():
+    ks = est.power_of_two_grid(1024)
+    r = -1.5 + 3.0 / np.array(ks, dtype=float)  # exactly linear in 1/k from k = 1
+    assert est.fit_inverse_k(ks, r, np.full(len(ks), 1e-6)).k_min == 2
+    fit = est.fit_inverse_k(ks, r, np.full(len(ks), 1e-6), k_floor=100)  # e.g. d1 ≈ 100
+    assert fit.accepted and fit.k_min == 128
+    late = est.fit_inverse_k(ks, r, np.full(len(ks), 1e-6), k_floor=600)  # one grid point left above d1
+    assert not late.accepted

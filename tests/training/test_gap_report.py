@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -14,8 +15,17 @@ from training.config import TrainConfig
 from training.data import Document, RetrievalData, load_beir, subset
 from training.encoder import Similarity
 from training.errors import ConfigError
-from training.gap.report import compute_report, report_after_training, training_k, write_report
-from training.report_schema import REPORT_FILE, Bound, Estimate, GapReport
+from training.gap import estimators as est
+from training.gap.report import (
+    K_RULE,
+    actual_training_k,
+    compute_report,
+    report_after_training,
+    training_k,
+    write_report,
+)
+from training.gap.sections import K_POOL_FRACTION
+from training.report_schema import REPORT_FILE, Bound, Estimate, GapReport, NotComputable, Term
 
 TOPICS = [
     (
@@ -87,19 +97,38 @@ def _check_report(report: GapReport) -> None:
     threshold = math.log(report.k + 1)
     terms = report.theory_terms
     assert terms.vacuous_threshold == pytest.approx(threshold)
-    for bound in (
-        terms.sample_variability,
-        terms.finite_k_log,
-        terms.prop1_upper,
-        report.hoeffding_halfwidth,
-    ):
+    for bound in (terms.finite_k_log, terms.prop1_upper, report.hoeffding_halfwidth):
         assert isinstance(bound, Bound)
         assert bound.vacuous == (bound.value > threshold)
+    # Theorem 1's sample-variability term is a term (its complexity partner is not computable), not a bound
+    assert isinstance(terms.sample_variability, Term) and terms.sample_variability.kind == "term"
+    assert terms.sample_variability.vacuous == (terms.sample_variability.value > threshold)
+    # every n in a bound counts queries (the i.i.d. unit), never anchors
+    tau_eff = report.model.temperature_effective
+    assert report.hoeffding_halfwidth.value == pytest.approx(
+        est.hoeffding_halfwidth(tau_eff, report.n_test_queries, report.delta)
+    )
+    assert terms.sample_variability.value == pytest.approx(
+        est.sample_variability_term(tau_eff, report.n_train_split_queries, report.delta)
+    )
     assert {n.name for n in terms.not_computable} == {"finite_k_density_ratio", "complexity_penalty"}
     assert report.gap.value == pytest.approx(report.risk_test.value - report.risk_train.value)
-    assert report.mi_lower_bound_k.value == pytest.approx(math.log1p(1 / report.k) - report.risk_test.value)
-    assert report.mi_lower_bound_inf.value == pytest.approx(-report.ce_inf_plugin.value)
+    # the MI figures use the positives' marginal, so they are bounds or not computable, never capped wrong
+    assert "other held-out queries" in report.mi_sampler
+    if isinstance(report.mi_lower_bound_k, Estimate):
+        assert report.mi_lower_bound_k.value <= math.log(report.k + 1) + 1e-9
+    else:
+        assert report.k > report.n_test_queries - 1 and report.mi_lower_bound_k.reason
     assert report.mi_cap_log_k_plus_1.value == pytest.approx(threshold)
+    # a rejected fit has no intercept estimate
+    assert isinstance(report.ce_inf_fit, Estimate) == report.fit.accepted
+    # the k grid stays a fraction of the pool
+    assert report.risk_vs_k[-1].k <= max(1, report.pool_size // K_POOL_FRACTION)
+    if isinstance(report.ce_inf_corrected, Estimate):
+        assert report.ce_inf_corrected.value >= report.ce_inf_plugin.value  # log μ̂ is biased low
+    ks_ = report.k_sufficient
+    lo, hi = (math.inf if x is None else x for x in (ks_.ci_low, ks_.ci_high))
+    assert lo <= hi
     deltas = {row.k: row.delta.value for row in report.risk_vs_k}
     for row in report.risk_vs_k:
         assert row.delta.value == pytest.approx(row.risk.value - report.ce_inf_plugin.value)
@@ -117,7 +146,13 @@ def test_report_on_a_small_corpus_is_complete_and_consistent(shared_encoder, tmp
     assert (report.n_train, report.n_test) == (9, 6)  # q-volcano has two positives
     assert (report.n_train_queries, report.n_test_queries, report.pool_size) == (8, 6, 24)
     assert report.model.metric == "cosine" and report.model.temperature == 0.05
-    assert [row.k for row in report.risk_vs_k] == [1, 2, 4, 8, 16, 32, 64]
+    # 24 documents, at most 2 excluded per anchor: the grid stops at 22 // 8 = 2, whatever k_max says
+    assert [row.k for row in report.risk_vs_k] == [1, 2]
+    assert "N/8" in report.k_grid_rule
+    assert any("exceeds 1/8 of the pool" in n for n in report.notes)  # k = 7 > 22 // 8
+    assert isinstance(report.ce_inf_fit, NotComputable)  # two grid points: no accepted fit
+    assert isinstance(report.mi_lower_bound_k, NotComputable)  # 7 negatives need 7 other test queries
+    assert report.n_train_split_queries == 8
     assert report.retrieval is not None
     assert report.retrieval.ndcg_at_10_gap.value == pytest.approx(
         report.retrieval.train.ndcg_at_10 - report.retrieval.test.ndcg_at_10
@@ -179,6 +214,20 @@ def test_report_after_training_uses_the_training_k_and_reuses_given_embeddings(s
     )
     assert report.k == 3 + 2 and report.seed == 1
     assert "batch_size" in report.k_rule
+    # with the trainer's log, the k the rows actually saw (deduplicated mined negatives, a short tail batch)
+    config = TrainConfig(batch_size=4, hard_negatives=2, seed=1)  # upper bound 3 + 4·2 = 11
+    log = [{"n_negatives": 9}, {"n_negatives": 8}, {"n_negatives": 5}]
+    report = report_after_training(
+        shared_encoder,
+        train,
+        test,
+        config=config,
+        doc_ids=ids,
+        doc_embeddings=emb,
+        out_dir=tmp_path,
+        train_log=log,
+    )
+    assert report.k == 7 and "min 5, max 9" in report.k_rule and "upper bound is 11" in report.k_rule
     assert (tmp_path / "report" / REPORT_FILE).exists()
     assert report.ce_inf_plugin.value == pytest.approx(_brute_ce_inf(shared_encoder, test, 0.05), rel=1e-4)
 
@@ -195,6 +244,15 @@ def test_bad_settings_are_refused_with_the_field_named(shared_encoder, base_enco
 def test_training_k_counts_every_negative_a_row_is_scored_against():
     assert training_k(TrainConfig(batch_size=32, hard_negatives=0)) == 31
     assert training_k(TrainConfig(batch_size=8, hard_negatives=1, random_negatives=5)) == 7 + 8 + 5
+
+
+def test_actual_training_k_reads_the_log_and_falls_back_to_old_records():
+    config = TrainConfig(batch_size=8, hard_negatives=1)
+    assert actual_training_k([], config) == (training_k(config), K_RULE)
+    k, rule = actual_training_k([{"n_negatives": 12}, {"n_negatives": 13}], config)
+    assert k == 12 and "2 steps" in rule  # round(12.5) = 12 (banker's rounding)
+    # logs written before n_negatives existed: batch_size − 1 + n_extra_negatives
+    assert actual_training_k([{"n_extra_negatives": 6}], config)[0] == 7 + 6
 
 
 @pytest.mark.scifact
@@ -217,6 +275,9 @@ def test_training_writes_the_report_and_the_cli_regenerates_it(scifact, tmp_path
     path = tmp_path / "run" / "report" / REPORT_FILE
     first = GapReport.model_validate_json(path.read_text())
     _check_report(first)
+    # one step of a 4-pair batch + 1 random negative: the rows saw 3 + 1 negatives, as the log says
+    log = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
+    assert [r["n_negatives"] for r in log] == [4]
     assert first.k == training_k(config) == 4 and first.seed == 2
     assert first.n_test == sum(len(r) for r in load_beir(data_dir, "test").qrels.values())
     assert first.theory_terms.finite_k_log.vacuous  # τ = 0.05: log(1 + e^40/4) ≫ log 5

@@ -73,3 +73,71 @@ def test_bootstrap_ci_of_the_gap_covers_the_true_gap():
         covered += g.gap_ci[0] <= true_gap <= g.gap_ci[1]
     assert true_gap > 0.1  # the scenario has a real gap to cover
     assert covered / n_sims >= 0.90
+
+
+def _sphere_anchors(world: SphereWorld, n: int, n_pool: int, seed: int):
+    """Anchors of the report's sections from the sphere world (every anchor its own query)."""
+    from training.gap.report import Anchors
+
+    anchors, positives, pool = world.sample_vectors(n, n_pool, np.random.default_rng(seed))
+    return Anchors(
+        sim=(anchors @ pool.T).astype(np.float32),  # (n, N): the real matrix-product path
+        pos=(anchors * positives).sum(1),
+        exclude=est.pad_exclusions([[] for _ in range(n)], n_pool),
+        groups=np.arange(n),
+        n_queries=n,
+        pos_col=np.zeros(n, dtype=np.int64),
+    )
+
+
+@pytest.mark.parametrize(
+    "world",
+    [
+        SphereWorld(dim=64, kappa=100.0, tau=0.05),  # the default τ: d1 ≈ 1.7e5, far beyond any grid k
+        SphereWorld(dim=16, kappa=20.0, tau=0.05),  # d1 ≈ 800: R̂ can pass the linearity test below it
+    ],
+)
+def test_a_rejected_fit_is_not_served_as_an_estimate_of_ce_inf(world):
+    from training.gap.sections import risk_vs_k_section
+    from training.report_schema import Estimate, NotComputable
+
+    a = _sphere_anchors(world, 600, 4000, 0)
+    curve = risk_vs_k_section(a, world.tau, 8192, 300, 0.95, 0.01, np.random.default_rng(1))
+    assert not curve.fit.accepted
+    assert abs(curve.fit.a - world.ce_inf()) > 0.05 * abs(world.ce_inf())  # the intercept is off
+    assert isinstance(curve.ce_inf_fit, NotComputable) and "1/k regime" in curve.ce_inf_fit.reason
+    # the plug-in still lands on the truth
+    assert isinstance(curve.ce_inf_plugin, Estimate)
+    assert curve.ce_inf_plugin.ci_low <= world.ce_inf() <= curve.ce_inf_plugin.ci_high
+
+
+def test_accepted_fit_is_an_estimate_near_the_truth():
+    from training.gap.sections import risk_vs_k_section
+    from training.report_schema import Estimate
+
+    a = _sphere_anchors(WORLD, 600, 4000, 2)
+    curve = risk_vs_k_section(a, WORLD.tau, 8192, 300, 0.95, 0.01, np.random.default_rng(3))
+    assert [r.k for r in curve.rows][-1] == 256  # capped at 4000 // 8 = 500, not 8192
+    assert curve.fit.accepted and isinstance(curve.ce_inf_fit, Estimate)
+    assert abs(curve.ce_inf_fit.value - WORLD.ce_inf()) < 0.05 * abs(WORLD.ce_inf())
+
+
+def test_finite_pool_correction_restores_coverage_of_the_population_ce_inf():
+    from training.gap.sections import risk_vs_k_section
+    from training.report_schema import Estimate, NotComputable
+
+    # a small pool: log μ̂ over N = 200 documents is biased by ≈ −c1/N = −14.1/200 ≈ −0.07 nats
+    world = SphereWorld(dim=8, kappa=10.0, tau=0.1)
+    a = _sphere_anchors(world, 8000, 200, 4)
+    curve = risk_vs_k_section(a, world.tau, 8192, 400, 0.95, 0.01, np.random.default_rng(5))
+    raw, corrected = curve.ce_inf_plugin, curve.ce_inf_corrected
+    assert raw.ci_high < world.ce_inf()  # the plug-in's interval misses the population value
+    assert isinstance(corrected, Estimate)
+    assert corrected.ci_low <= world.ce_inf() <= corrected.ci_high
+    # c1 is itself estimated from the pool (and underestimated with heavy tails): same order as the truth
+    assert corrected.value - raw.value == pytest.approx(world.c1() / 200, rel=0.3)
+    # a pool too small for first order: not computable rather than a wrong correction
+    tiny = risk_vs_k_section(
+        _sphere_anchors(world, 500, 50, 6), world.tau, 64, 100, 0.95, 0.01, np.random.default_rng(7)
+    )
+    assert isinstance(tiny.ce_inf_corrected, NotComputable)

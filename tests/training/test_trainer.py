@@ -11,6 +11,7 @@ import torch
 from tests.training.scifact_slice import scifact_slice
 from training.config import TrainConfig
 from training.encoder import Encoder
+from training.gap.report import training_k
 from training.trainer import train
 
 pytestmark = pytest.mark.scifact
@@ -67,6 +68,9 @@ def test_tiny_run_writes_artifacts_and_the_model_reloads(slice_dir, tmp_path):
     assert [r["step"] for r in log] == [1, 2, 3]
     assert all(math.isfinite(r["loss"]) for r in log) and len({r["loss"] for r in log}) == 3
     assert any(r["n_extra_negatives"] > 2 for r in log)  # mined negatives joined the random ones
+    # the k a row saw: in-batch + shared extras; deduplicated mined ones keep it at or under the config's bound
+    assert all(1 <= r["n_negatives"] - r["n_extra_negatives"] <= 8 - 1 for r in log)  # in-batch part
+    assert all(r["n_negatives"] <= training_k(config) for r in log)
     assert [p["step"] for p in progress] == [1, 2, 3] and progress[-1]["eta_s"] == 0
     assert all(p["total_steps"] == 3 for p in progress)
 

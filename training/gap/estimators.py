@@ -8,7 +8,8 @@ logsumexp-stable; τ scales the logits (τ = 1 for AnInfoNCE, whose similarity a
 The risk uses the normalisation of Whiteley (2026, arXiv 2607.09405, eqs 1-2):
     l_i = log(1 + Σ_j e^{(s_ij − s⁺_i)/τ}) − log k   (standard InfoNCE − log k),
 with the k negatives drawn i.i.d. uniformly from the pool minus the anchor's positives — random,
-never mined, as P1's assumption (A) and the MI bound require. Drawing with replacement makes the pool's
+never mined, as P1's assumption (A) requires. (The MI bound needs another sampler, the positives'
+marginal: training.gap.mutual_info.) Drawing with replacement makes the pool's
 empirical law the negative law, so R̂(k) → CE∞ (plug-in over the same pool) exactly as k → ∞.
 """
 
@@ -247,22 +248,31 @@ def wls_inverse_k(ks: np.ndarray, r: np.ndarray, w: np.ndarray) -> tuple[float, 
 
 
 FIT_RULE = (
-    "widest range [k_min, K] of the grid (at least 3 points, k_min ≥ 2) whose WLS fit of a + b/k leaves "
-    "a reduced chi-square ≤ the 99% critical value of chi²(m−2)/(m−2), weights = 1/Var_neg[R̂(k)] from "
-    "independent negative draws; if none passes, the 3 largest k (accepted = false)"
+    "widest range [k_min, K] of the grid (at least 3 points, k_min ≥ 2 and k_min ≥ d1, since the 1/k regime "
+    "needs k ≫ d1) whose WLS fit of a + b/k leaves a reduced chi-square ≤ the 99% critical value of "
+    "chi²(m−2)/(m−2), weights = 1/Var_neg[R̂(k)] from independent negative draws; if none passes, the 3 "
+    "largest k (accepted = false)"
 )
 
 
-def fit_inverse_k(ks: list[int], r: np.ndarray, var: np.ndarray, min_points: int = 3) -> InverseKFitResult:
-    """Fit R̂(k) ≈ a + b/k on the range where R̂ is linear in 1/k (rule: `FIT_RULE`)."""
+def fit_inverse_k(
+    ks: list[int], r: np.ndarray, var: np.ndarray, min_points: int = 3, k_floor: float = 2.0
+) -> InverseKFitResult:
+    """Fit R̂(k) ≈ a + b/k on the range where R̂ is linear in 1/k (rule: `FIT_RULE`).
+
+    `k_floor`: the smallest k a range may start at (the estimated d1): below it R̂(k) can look linear in
+    1/k within the noise while still far from the regime, and the intercept is then wrong (at τ = 0.05,
+    d = 16 a range from k = 64 with d1 ≈ 800 passed the linearity test and missed CE∞ by 9%,
+    bench/gap_validation.py table 1).
+    """
     from scipy.stats import chi2
 
     ks_arr = np.asarray(ks)
     r = np.asarray(r, dtype=np.float64)
     w = 1.0 / np.maximum(np.asarray(var, dtype=np.float64), 1e-30)
     for start in range(len(ks)):
-        if ks_arr[start] < 2:
-            continue  # k = 1 is dominated by the "1 +" term, never in the 1/k regime
+        if ks_arr[start] < max(2.0, k_floor):
+            continue  # k = 1 is dominated by the "1 +" term; below d1 the regime has not begun
         m = len(ks) - start
         if m < min_points:
             break
@@ -299,6 +309,23 @@ def k_sufficient(ks: list[int], delta: np.ndarray, eps: float = 0.01) -> int | N
         if ok[i:].all():
             return int(k)
     return None
+
+
+def k_sufficient_interval(
+    ks: list[int], boot_delta: np.ndarray, eps: float = 0.01, level: float = 0.95
+) -> tuple[int | None, int | None]:
+    """Percentile interval of k_sufficient over bootstrap replicates of Δ(k) (B, len(ks)).
+
+    A replicate whose Δ never settles within the grid counts as k = ∞; an end of the interval at ∞ is
+    returned as None ("not reached within the grid").
+    """
+    ok = np.abs(np.asarray(boot_delta)) < eps  # (B, m)
+    settled = np.flip(np.cumprod(np.flip(ok, axis=1), axis=1), axis=1).astype(bool)  # all k' ≥ k below eps
+    first = np.where(settled.any(axis=1), settled.argmax(axis=1), len(ks))  # (B,) index, len(ks) = never
+    grid = np.asarray(list(ks) + [np.iinfo(np.int64).max])
+    alpha = (1.0 - level) / 2.0
+    lo, hi = (int(grid[int(np.quantile(first, q, method="inverted_cdf"))]) for q in (alpha, 1.0 - alpha))
+    return (None if lo == grid[-1] else lo), (None if hi == grid[-1] else hi)
 
 
 def power_of_two_grid(k_max: int) -> list[int]:
@@ -338,5 +365,8 @@ def is_vacuous(value: float, k: int) -> bool:
 
 # -- mutual information ---------------------------------------------------------------------------------
 def mi_lower_bound(risk: float, k: int) -> float:
-    """I_NCE(k) = log(k+1) − mean l_NCE = log(1 + 1/k) − R̂(k) (van den Oord et al. 2018, §2.3)."""
+    """I_NCE(k) = log(k+1) − mean l_NCE = log(1 + 1/k) − R̂(k) (van den Oord et al. 2018, §2.3).
+
+    A lower bound on MI only when R̂(k)'s negatives follow the positives' marginal (training.gap.mutual_info).
+    """
     return math.log1p(1.0 / k) - risk

@@ -13,8 +13,14 @@ What the numbers refer to:
   training set;
 - risks use τ for cosine models. AnInfoNCE models (Rusak et al. 2024/25) use their learned similarity
   −½‖√Λ⊙(u−v)‖² directly as the logit (τ = 1); since that similarity lies in [−2·max Λ, 0], logits of one
-  anchor differ by at most 4·max Λ, so the P1 bound terms and the 2/τ cap use τ_eff = 1/max Λ
-  (for Λ = λ·I this is exactly InfoNCE at τ = 1/λ).
+  anchor differ by at most 2·max Λ — as cosine logits s/τ ∈ [−1/τ, 1/τ] differ by at most 2/τ — so the P1
+  bound terms and the 2/τ cap use τ_eff = 1/max Λ (for Λ = λ·I this is exactly InfoNCE at τ = 1/λ);
+- every n in a bound counts queries, not anchors: anchors of one query are dependent;
+- the corpus is the population of the negatives: R̂(k) and the plug-in CE∞ are for negatives drawn from
+  this corpus; `ce_inf_corrected` adds the first-order bias for an unbounded corpus from the same law, and
+  the k grid stops at a fraction of the pool (`K_POOL_FRACTION`);
+- the MI figures use their own sampler, the positives of other held-out queries (training.gap.mutual_info),
+  because under the corpus sampler they are not lower bounds.
 
 Cost: one (anchors × pool) float32 similarity matrix per split, so memory grows with
 max_train_queries × corpus size (300 × 1M documents ≈ 1.2 GB); the corpus embeddings of the trainer's
@@ -31,6 +37,7 @@ import random
 import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,7 +47,9 @@ from training.encoder import Encoder
 from training.errors import ConfigError
 from training.evaluate import encode_corpus
 from training.gap import estimators as est
+from training.gap.mutual_info import MI_SAMPLER, mi_section
 from training.gap.sections import (
+    K_POOL_FRACTION,
     NEGATIVE_SAMPLER,
     estimate_from_boot,
     model_identity,
@@ -48,7 +57,7 @@ from training.gap.sections import (
     risk_vs_k_section,
     theory_section,
 )
-from training.report_schema import REPORT_FILE, Bound, Estimate, GapReport
+from training.report_schema import REPORT_FILE, Bound, GapReport
 
 logger = logging.getLogger(__name__)
 
@@ -66,13 +75,36 @@ class Anchors:
     sim: np.ndarray  # (n_anchors, n_pool) learned similarity to every pool document
     pos: np.ndarray  # (n_anchors,) similarity to the positive
     exclude: np.ndarray  # (n_anchors, P) pool columns never drawn as negatives (the query's positives)
-    groups: np.ndarray  # (n_anchors,) query index, the bootstrap unit
+    groups: np.ndarray  # (n_anchors,) query index, the bootstrap unit; anchors are stored query by query
     n_queries: int
+    pos_col: np.ndarray  # (n_anchors,) pool column of each anchor's positive
 
 
 def training_k(config: TrainConfig) -> int:
-    """The k one training row saw (rule: `K_RULE`)."""
+    """The most negatives one training row can see (rule: `K_RULE`): an upper bound on the actual k."""
     return config.batch_size - 1 + config.batch_size * config.hard_negatives + config.random_negatives
+
+
+def actual_training_k(records: list[dict[str, Any]], config: TrainConfig) -> tuple[int, str]:
+    """The k training rows actually saw, from the trainer's per-step log, and the rule that says how.
+
+    Mined negatives shared by a batch are deduplicated (and dropped when they are a positive of another
+    row) and an epoch's tail batch is smaller, so `training_k(config)` is only an upper bound. Steps logged
+    before `n_negatives` existed give batch_size − 1 + n_extra_negatives (exact except in tail batches).
+    """
+    upper = training_k(config)
+    if not records:
+        return upper, K_RULE
+    per_step = np.array(
+        [r.get("n_negatives", config.batch_size - 1 + r.get("n_extra_negatives", 0)) for r in records]
+    )
+    k = max(1, round(float(per_step.mean())))
+    rule = (
+        f"mean negatives per training row over the {len(per_step)} steps (min {per_step.min()}, max "
+        f"{per_step.max()}; in-batch + deduplicated mined + random), rounded; the configuration's upper "
+        f"bound is {upper} ({K_RULE})"
+    )
+    return k, rule
 
 
 def sample_queries(data: RetrievalData, n: int | None, seed: int) -> RetrievalData:
@@ -106,6 +138,7 @@ def _anchors(
         exclude=est.pad_exclusions(exclude, doc_emb.shape[0]),
         groups=np.asarray(groups),
         n_queries=len(data.queries),
+        pos_col=np.asarray(cols, dtype=np.int64),
     )
 
 
@@ -160,6 +193,7 @@ def compute_report(
     identity = model_identity(encoder, temperature)
     tau, tau_eff = identity.temperature, identity.temperature_effective
     rng = np.random.default_rng(seed)
+    n_train_split_queries = len(train.queries)
     train = sample_queries(train, max_train_queries, seed)
     test = sample_queries(test, max_test_queries, seed)
     corpus = {**train.corpus, **test.corpus}
@@ -196,33 +230,28 @@ def compute_report(
     gap = estimate_from_boot(
         g.gap, g.test_boot - g.train_boot, level, boot + "; splits resampled independently"
     )
+    hw = est.hoeffding_halfwidth(tau_eff, a_test.n_queries, delta)
     hoeffding = Bound(
-        value=est.hoeffding_halfwidth(tau_eff, len(l_test), delta),
-        assumptions=f"the model does not depend on the {len(l_test)} held-out anchors; loss range ≤ 4/τ "
-        f"(P1 Lemma 5); Hoeffding at confidence {1 - delta:g}",
-        vacuous=est.is_vacuous(est.hoeffding_halfwidth(tau_eff, len(l_test), delta), k),
+        value=hw,
+        assumptions=f"n = {a_test.n_queries} held-out queries (the i.i.d. unit: anchors of one query are "
+        "dependent) that the model does not depend on; for the mean over queries of each query's mean "
+        f"anchor loss, whose range is ≤ 4/τ (P1 Lemma 5); Hoeffding at confidence {1 - delta:g}",
+        vacuous=est.is_vacuous(hw, k),
     )
 
     # (b) risk versus k on held-out anchors, plug-in CE∞, k_sufficient
     curve = risk_vs_k_section(a_test, tau, k_max, n_boot, level, eps, rng)
+    notes = list(curve.notes)
+    min_pool = int(len(corpus) - (a_test.exclude >= 0).sum(axis=1).max())
+    if k > min_pool // K_POOL_FRACTION:
+        notes.append(
+            f"the training k = {k} exceeds 1/{K_POOL_FRACTION} of the pool ({min_pool} documents): risk_train, "
+            "risk_test and gap describe negatives drawn from this corpus, with repeats, not from an unbounded "
+            "population"
+        )
 
-    # (d) mutual information: I_NCE(k) = log(1 + 1/k) − R̂_test(k)
-    shift = math.log1p(1.0 / k)
-    mi_k = Estimate(
-        value=shift - g.test,
-        ci_low=shift - g.test_ci[1],
-        ci_high=shift - g.test_ci[0],
-        level=level,
-        method="log(k+1) − mean InfoNCE on held-out anchors; CI mapped from R_test's",
-    )
-    ce = curve.ce_inf_plugin
-    mi_inf = Estimate(
-        value=-ce.value,
-        ci_low=-ce.ci_high,
-        ci_high=-ce.ci_low,
-        level=level,
-        method="−CE∞ (plug-in); " + ce.method,
-    )
+    # (d) mutual information, under the positives' marginal (training.gap.mutual_info)
+    mi = mi_section(a_test, k, tau, n_boot, level, rng)
     retrieval = retrieval_section(
         encoder, train, test, corpus, doc_emb, q_train, q_test, n_boot=n_boot, level=level, rng=rng
     )
@@ -235,6 +264,7 @@ def compute_report(
         n_test=len(l_test),
         n_train_queries=a_train.n_queries,
         n_test_queries=a_test.n_queries,
+        n_train_split_queries=n_train_split_queries,
         pool_size=len(corpus),
         seed=seed,
         delta=delta,
@@ -243,24 +273,28 @@ def compute_report(
         risk_test=risk_test,
         gap=gap,
         hoeffding_halfwidth=hoeffding,
+        k_grid_rule=curve.k_grid_rule,
         risk_vs_k=curve.rows,
         fit=curve.fit,
         ce_inf_plugin=curve.ce_inf_plugin,
+        ce_inf_corrected=curve.ce_inf_corrected,
         ce_inf_fit=curve.ce_inf_fit,
         first_order_d1=curve.d1,
         first_order_c1=curve.c1,
         k_sufficient=curve.k_sufficient,
-        theory_terms=theory_section(tau_eff, k, len(l_train), delta),
-        mi_lower_bound_k=mi_k,
+        theory_terms=theory_section(tau_eff, k, n_train_split_queries, delta),
+        mi_sampler=MI_SAMPLER,
+        mi_lower_bound_k=mi.mi_k,
         mi_cap_log_k_plus_1=Bound(
             value=math.log(k + 1), assumptions="I_NCE ≤ log(k+1) (Poole et al. 2019, arXiv 1905.06922)"
         ),
         mi_cap_two_over_tau=Bound(
-            value=2.0 / tau_eff, assumptions="critic bounded in [−1/τ, 1/τ] (theory.md §3d, derived)"
+            value=2.0 / tau_eff,
+            assumptions="the critic s/τ lies in [−1/τ_eff, 1/τ_eff], so I_NCE(k) ≤ 2/τ_eff for every k",
         ),
-        mi_lower_bound_inf=mi_inf,
+        mi_lower_bound_inf=mi.mi_inf,
         retrieval=retrieval,
-        notes=curve.notes,
+        notes=notes,
     )
 
 
@@ -288,14 +322,17 @@ def report_after_training(
     doc_ids: list[str] | None,
     doc_embeddings: np.ndarray | None,
     out_dir: str | Path,
+    train_log: list[dict[str, Any]] | None = None,
 ) -> GapReport:
-    """The report the trainer writes into `<out_dir>/report/`, at the k and τ it trained with."""
+    """The report the trainer writes into `<out_dir>/report/`, at the k and τ it trained with (the actual
+    k of `train_log` when given)."""
+    k, k_rule = actual_training_k(train_log or [], config)
     report = compute_report(
         encoder,
         train_data,
         test_data,
-        k=training_k(config),
-        k_rule=K_RULE,
+        k=k,
+        k_rule=k_rule,
         seed=config.seed,
         doc_ids=doc_ids,
         doc_embeddings=doc_embeddings,
@@ -334,6 +371,11 @@ def run_report(
         if run_dir is None:
             raise ConfigError("--out is required unless --model is a training run folder (or its model/)")
         out_dir = run_dir / REPORT_DIR
+    records: list[dict[str, Any]] = []
+    if run_dir is not None and (run_dir / "train_log.jsonl").exists():
+        lines = (run_dir / "train_log.jsonl").read_text(encoding="utf-8").splitlines()
+        records = [json.loads(line) for line in lines if line.strip()]
+    run_k, run_rule = actual_training_k(records, config)
     encoder = Encoder.load(model_path)
     train = load_split(data_dir, config.train_split, seed=config.seed)
     test = load_split(data_dir, config.eval_split, seed=config.seed)
@@ -341,8 +383,8 @@ def run_report(
         encoder,
         train,
         test,
-        k=k if k is not None else training_k(config),
-        k_rule="given on the command line" if k is not None else K_RULE,
+        k=k if k is not None else run_k,
+        k_rule="given on the command line" if k is not None else run_rule,
         seed=config.seed if seed is None else seed,
         max_train_queries=max_train_queries,
         max_test_queries=max_test_queries,

@@ -14,6 +14,7 @@ from training.encoder import DEFAULT_MODEL_NAME, Encoder, default_model_path
 from training.errors import ConfigError
 from training.evaluate import EvalResult, evaluate
 from training.gap import estimators as est
+from training.gap.mutual_info import MAX_FIRST_ORDER
 from training.report_schema import (
     Bound,
     Estimate,
@@ -25,6 +26,7 @@ from training.report_schema import (
     RetrievalComparison,
     RetrievalMetrics,
     RiskAtK,
+    Term,
     TheoryTerms,
 )
 
@@ -75,12 +77,46 @@ def estimate_from_boot(value: float, boot: np.ndarray, level: float, method: str
     return Estimate(value=value, ci_low=min(lo, value), ci_high=max(hi, value), level=level, method=method)
 
 
+# The grid of R̂(k) stops at k = pool/K_POOL_FRACTION: P1's negatives are fresh draws from an unbounded
+# population, and k draws with replacement from a pool of N documents repeat one with probability ≈ k/N per
+# draw; past a small fraction of the pool R̂(k) describes this corpus's finite law, not the population's
+# (bench/gap_validation.py, "pool fraction" table).
+K_POOL_FRACTION = 8
+
+
+def k_grid(k_max: int, min_pool: int) -> tuple[list[int], str]:
+    """Powers of two up to min(k_max, min_pool / K_POOL_FRACTION), and the rule that says so."""
+    cap = max(1, min(k_max, min_pool // K_POOL_FRACTION))
+    rule = (
+        f"k = 1, 2, 4, … ≤ min(k_max = {k_max}, N/{K_POOL_FRACTION} = {min_pool // K_POOL_FRACTION}), N = "
+        f"{min_pool} the smallest pool an anchor draws from: the theory needs pool ≫ k, and beyond a small "
+        "fraction of the pool R̂(k) only describes this corpus"
+    )
+    return est.power_of_two_grid(cap), rule
+
+
+def widen(e: Estimate, *, low: float = 0.0, high: float = 0.0) -> Estimate:
+    """`e` with its interval widened for a first-order correction's own error, which can go either way:
+    with heavy-tailed e^{s/τ} the true c1/N overstates the finite-pool bias by up to about half of it
+    while c1/N ≤ MAX_FIRST_ORDER, and c1 estimated from the pool itself understates c1 (bench/gap_validation.py,
+    tables 4 and 5)."""
+    return e.model_copy(
+        update={
+            "ci_low": e.ci_low - low,
+            "ci_high": e.ci_high + high,
+            "method": e.method + f"; widened by {max(low, high):.3g} nats for the correction's own error",
+        }
+    )
+
+
 @dataclass
 class CurveSection:
     rows: list[RiskAtK]
+    k_grid_rule: str
     fit: InverseKFit
     ce_inf_plugin: Estimate
-    ce_inf_fit: Estimate
+    ce_inf_corrected: Estimate | NotComputable
+    ce_inf_fit: Estimate | NotComputable
     d1: Estimate
     c1: Estimate
     k_sufficient: KSufficient
@@ -90,8 +126,10 @@ class CurveSection:
 def risk_vs_k_section(
     a: Anchors, tau: float, k_max: int, n_boot: int, level: float, eps: float, rng: np.random.Generator
 ) -> CurveSection:
-    """(b): R̂(k) for k = 1, 2, 4, …, k_max on held-out anchors, the a + b/k fit, plug-in CE∞, Δ(k)."""
-    ks = est.power_of_two_grid(k_max)
+    """(b): R̂(k) on held-out anchors over the capped grid, the a + b/k fit, plug-in CE∞ (raw and corrected
+    for the finite pool), Δ(k) and k_sufficient with its bootstrap interval."""
+    allowed = a.sim.shape[1] - (a.exclude >= 0).sum(axis=1)  # (n,) pool size each anchor draws from
+    ks, grid_rule = k_grid(k_max, int(allowed.min()))
     per_k, var = [], []
     for k in tqdm(ks, desc="risk vs k", leave=False):
         col, v = est.risk_curve(a.sim, a.pos, a.exclude, [k], tau, rng)
@@ -101,12 +139,14 @@ def risk_vs_k_section(
     var_arr = np.asarray(var)
     ce_terms = est.plugin_ce_inf_terms(a.sim, a.pos, a.exclude, tau)  # (n_anchors,)
     d1, c1 = est.first_order_terms(a.sim, a.pos, a.exclude, tau)
+    bias = c1 / allowed  # (n,) first-order Jensen bias of log μ̂ over a pool of N: E log μ̂ ≈ log μ − c1/N
     # one set of bootstrap replicates for every column keeps Δ(k) = R(k) − CE∞ jointly resampled
-    cols = np.column_stack([curve, ce_terms, d1, c1])  # (n_anchors, n_k + 3)
-    boot = est.bootstrap_means(cols, n_boot, rng, a.groups)  # (B, n_k + 3)
+    cols = np.column_stack([curve, ce_terms, ce_terms + bias, d1, c1])  # (n_anchors, n_k + 4)
+    boot = est.bootstrap_means(cols, n_boot, rng, a.groups)  # (B, n_k + 4)
     point = cols.mean(axis=0)
-    r, ce = point[: len(ks)], float(point[len(ks)])
-    b_r, b_ce = boot[:, : len(ks)], boot[:, len(ks)]
+    n_k = len(ks)
+    r, ce = point[:n_k], float(point[n_k])
+    b_r, b_ce = boot[:, :n_k], boot[:, n_k]
     method = f"bootstrap percentile over held-out queries ({n_boot} resamples)"
 
     rows = [
@@ -117,8 +157,8 @@ def risk_vs_k_section(
         )
         for i, k in enumerate(ks)
     ]
-    f = est.fit_inverse_k(ks, r, var_arr)
     d1_hat, c1_hat = float(point[-2]), float(point[-1])
+    f = est.fit_inverse_k(ks, r, var_arr, k_floor=d1_hat)
     fit = InverseKFit(
         a=f.a,
         b=f.b,
@@ -129,28 +169,64 @@ def risk_vs_k_section(
         rule=f.rule,
         b_predicted=d1_hat - c1_hat,
     )
-    a_boot = est.bootstrap_fit_intercepts(b_r, ks, var_arr, f.k_min)
-    k_suff = est.k_sufficient(ks, r - ce, eps)
     notes = []
-    if not f.accepted:
-        notes.append(
-            f"R̂(k) is not linear in 1/k anywhere up to k={ks[-1]}: the 1/k regime needs k ≫ d1 ≈ {d1_hat:.3g}, "
-            "so ce_inf_fit is unreliable; use ce_inf_plugin"
+    ce_fit: Estimate | NotComputable
+    if f.accepted:
+        a_boot = est.bootstrap_fit_intercepts(b_r, ks, var_arr, f.k_min)
+        ce_fit = estimate_from_boot(f.a, a_boot, level, f"intercept of the WLS a + b/k fit; {method}")
+    else:
+        ce_fit = NotComputable(
+            name="ce_inf_fit",
+            reason=f"R̂(k) is not in the 1/k regime up to k_max = {ks[-1]} (no grid range passed the linearity "
+            f"rule; the regime needs k ≫ d1 ≈ {d1_hat:.3g}): an intercept extrapolated from outside it is no "
+            "estimate of CE∞; use ce_inf_plugin",
         )
+        notes.append(f"the a + b/k fit is not accepted up to k = {ks[-1]}; ce_inf_fit is not computable")
+    mean_bias = float(bias.mean())
+    ce_corr: Estimate | NotComputable
+    if mean_bias > MAX_FIRST_ORDER:
+        ce_corr = NotComputable(
+            name="ce_inf_corrected",
+            reason=f"first-order finite-pool bias c1/N = {mean_bias:.3g} nats exceeds the {MAX_FIRST_ORDER} "
+            "nats a first-order correction can be trusted for (e^{s/τ} is too heavy-tailed over this pool); "
+            "ce_inf_plugin holds for negatives drawn from this corpus",
+        )
+    else:
+        ce_corr = widen(
+            estimate_from_boot(
+                float(point[n_k + 1]),
+                boot[:, n_k + 1],
+                level,
+                f"ce_inf_plugin + c1(a)/N per anchor (mean {mean_bias:.3g} nats: E log μ̂ ≈ log μ − c1/N); the "
+                f"interval resamples the correction with the anchors; {method}",
+            ),
+            low=0.5 * mean_bias,
+            high=0.5 * mean_bias,
+        )
+    k_suff = est.k_sufficient(ks, r - ce, eps)
+    k_lo, k_hi = est.k_sufficient_interval(ks, b_r - b_ce[:, None], eps, level)
     return CurveSection(
         rows=rows,
+        k_grid_rule=grid_rule,
         fit=fit,
         ce_inf_plugin=estimate_from_boot(
-            ce, b_ce, level, f"E[−s⁺/τ] + E log μ(a), μ = mean of e^{{s/τ}} over the pool; {method}"
+            ce,
+            b_ce,
+            level,
+            f"E[−s⁺/τ] + E log μ(a), μ = mean of e^{{s/τ}} over the pool (the corpus is the population); {method}",
         ),
-        ce_inf_fit=estimate_from_boot(f.a, a_boot, level, f"intercept of the WLS a + b/k fit; {method}"),
-        d1=estimate_from_boot(d1_hat, boot[:, -2], level, f"E[e^{{s⁺/τ}}/μ(a)] (theory.md §3b); {method}"),
-        c1=estimate_from_boot(
-            c1_hat, boot[:, -1], level, f"½ E[Var(e^{{s/τ}})/μ(a)²] (theory.md §3b); {method}"
-        ),
+        ce_inf_corrected=ce_corr,
+        ce_inf_fit=ce_fit,
+        d1=estimate_from_boot(d1_hat, boot[:, -2], level, f"E[e^{{s⁺/τ}}/μ(a)]; {method}"),
+        c1=estimate_from_boot(c1_hat, boot[:, -1], level, f"½ E[Var(e^{{s/τ}})/μ(a)²]; {method}"),
         k_sufficient=KSufficient(
             eps=eps,
             k=k_suff,
+            ci_low=k_lo,
+            ci_high=k_hi,
+            level=level,
+            method=f"point value on the grid; interval: the same rule on each bootstrap replicate of Δ(k) "
+            f"({method}), null = not reached within the grid",
             reason=None
             if k_suff is not None
             else f"|Δ(k)| ≥ {eps} nats somewhere in k ≤ {ks[-1]} (Δ({ks[-1]}) = {r[-1] - ce:.3g}): "
@@ -160,22 +236,27 @@ def risk_vs_k_section(
     )
 
 
-def theory_section(tau_eff: float, k: int, n_train: int, delta: float) -> TheoryTerms:
-    """(c): P1's computable terms as bounds, vacuous when above log(k+1); the rest not computable."""
-    sv = est.sample_variability_term(tau_eff, n_train, delta)
+def theory_section(tau_eff: float, k: int, n_train_queries: int, delta: float) -> TheoryTerms:
+    """(c): P1's computable terms, vacuous when above log(k+1); the rest not computable.
+
+    n is the number of training queries: P1's tuples are i.i.d., and anchors of one query are not.
+    """
+    sv = est.sample_variability_term(tau_eff, n_train_queries, delta)
     fk = est.finite_k_log_term(tau_eff, k)
     p1 = est.prop1_upper_term(tau_eff, k)
     return TheoryTerms(
         vacuous_threshold=math.log(k + 1),
-        sample_variability=Bound(
+        sample_variability=Term(
             value=sv,
-            assumptions=f"(12/τ)·sqrt(log(2/δ)/(2n)), n = {n_train} training anchors, δ = {delta}: "
-            "P1 Prop. 3 / Thm 1, i.i.d. tuples with random negatives (A)",
+            assumptions=f"(12/τ)·sqrt(log(2/δ)/(2n)), n = {n_train_queries} training queries (the i.i.d. "
+            f"unit), δ = {delta}: one term of P1 Thm 1 / Prop. 3, i.i.d. tuples with random negatives (A); "
+            "not a bound, since the complexity term it adds to is not computable",
             vacuous=est.is_vacuous(sv, k),
         ),
         finite_k_log=Bound(
             value=fk,
-            assumptions="log(1 + e^{2/τ}/k): P1 Prop. 1 lower side and Thm 1 finite-k bias; any embedding",
+            assumptions="log(1 + e^{2/τ}/k) ≥ R(k) − CE∞: P1 Prop. 1 lower side (also Thm 1's finite-k bias); "
+            "any embedding",
             vacuous=est.is_vacuous(fk, k),
         ),
         prop1_upper=Bound(
@@ -189,7 +270,7 @@ def theory_section(tau_eff: float, k: int, n_train: int, delta: float) -> Theory
                 name="finite_k_density_ratio",
                 reason="(4/(τk))·E[(dM/dπ)²] needs the density ratio of the pair generator, which a "
                 "dataset of (query, document) pairs does not reveal (P1 Prop. 2 / Thm 1). For "
-                "deterministic pairs over N documents it would be 4N/(τk) (theory.md §3c, derived): "
+                "deterministic pairs over N documents with uniform π it would be 4N/(τk): "
                 "vacuous unless k ≫ N/τ",
             ),
             NotComputable(
