@@ -54,6 +54,7 @@ class RetrainOptions(TrainConfig):
     index_kind: IndexKind = "auto"
     force: bool = False  # True: publish live even if the quality gate would keep it as a candidate
     onnx: bool = True  # export + quality-check the ONNX query encoders into the bundle
+    distill: bool = False  # also train + score the distilled query encoders (training.distill_step)
 
 
 class ReindexOptions(BaseModel):
@@ -67,6 +68,7 @@ class ReindexOptions(BaseModel):
     # the live bundle on the old corpus" is expected rather than a regression. force=False applies the gate.
     force: bool = True
     onnx: bool = True  # export + quality-check the ONNX query encoders into the bundle
+    distill: bool = False  # also train + score the distilled query encoders (training.distill_step)
 
 
 OPTION_MODELS: dict[str, type[BaseModel]] = {"retrain": RetrainOptions, "reindex": ReindexOptions}

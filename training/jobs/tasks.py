@@ -212,13 +212,19 @@ def _publish_outcome(published: PublishResult) -> dict[str, Any]:
     return {"bundle_version": published.version, "live": published.live, "gate_reason": published.reason}
 
 
+def _distill_config(distill: bool) -> Any:
+    from training.distill import DistillConfig
+
+    return DistillConfig() if distill else None
+
+
 def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
     from training.config import TrainConfig
     from training.jobs.queue import RetrainOptions
     from training.pipeline import run_pipeline
 
     options = RetrainOptions.model_validate(record.options)
-    config = TrainConfig(**options.model_dump(exclude={"index_kind", "force", "onnx"}))
+    config = TrainConfig(**options.model_dump(exclude={"index_kind", "force", "onnx", "distill"}))
     reporter.progress(phase="train", total_steps=config.max_steps)
     with tempfile.TemporaryDirectory(prefix=f"job-{record.id[:8]}-") as work_dir:
         result = run_pipeline(
@@ -229,6 +235,7 @@ def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
             index_kind=options.index_kind,
             force=options.force,
             onnx=options.onnx,
+            distill=_distill_config(options.distill),
             on_progress=reporter.on_progress,
             show_progress=False,  # progress goes to the job record, not to tqdm bars in the worker log
             checkpoint=reporter.check_cancel,
@@ -257,6 +264,7 @@ def _reindex(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
         index_kind=options.index_kind,
         force=options.force,
         onnx=options.onnx,
+        distill=_distill_config(options.distill),
         show_progress=False,
         checkpoint=reporter.check_cancel,
     )
