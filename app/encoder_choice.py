@@ -23,7 +23,9 @@ from training.bundle import Bundle
 from training.errors import ModelLoadError
 from training.onnx_encoder import EXTRAS_KEY as ONNX_KEY
 from training.onnx_encoder import FILES, ONNX_SUBDIR, OnnxQueryEncoder, Variant
+from training.query_encoders import EXTRAS_KEY as QE_KEY
 from training.query_encoders import load_variant, recorded_losses, timing_queries
+from training.report_schema import Estimate, GapReport, ServedQueryEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -109,3 +111,32 @@ def choose_backend(
         ", ".join(f"{c['backend']} {c.get('ms_per_query', '-')} ms" for c in candidates),
     )
     return chosen, encoder, record
+
+
+def served_section(bundle: Bundle, backend: str, report: GapReport) -> ServedQueryEncoder:
+    """The gap report's `served_query_encoder`: the served encoder's risk at the report's k and τ."""
+    tau = report.model.temperature or 0.05
+    if backend in DISTILLED_BACKENDS:
+        risks = ((bundle.manifest.extras.get(QE_KEY) or {}).get("served_risk")) or {}
+        entry = risks.get(backend) or {}
+        if entry and risks.get("k") == report.k:
+            return ServedQueryEncoder(
+                backend=backend,
+                k=risks["k"],
+                temperature=risks["temperature"],
+                risk_test=Estimate(**entry["risk_test"]),
+                delta_vs_full=Estimate(**entry["delta_vs_full"]),
+                note="queries from the distilled encoder, documents from the full model's vectors",
+            )
+        return ServedQueryEncoder(
+            backend=backend,
+            k=report.k,
+            temperature=tau,
+            note="not measured at this k when the bundle was built",
+        )
+    note = "the report's own model"
+    if backend == "onnx-int8":
+        note += ", int8-quantized; its nDCG@10 loss is in the manifest and GET /bundles"
+    return ServedQueryEncoder(
+        backend=backend, k=report.k, temperature=tau, risk_test=report.risk_test, note=note
+    )

@@ -33,6 +33,7 @@ from training.distill import DistillConfig, distill_query_encoders
 from training.errors import ConfigError
 from training.evaluate import trec_metrics
 from training.query_encoders import EXTRAS_KEY, SUBDIR, load_variant
+from training.served_risk import served_risks
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +96,8 @@ def attach_query_encoders(
         )
         qids = [q for q in queries if qrels.get(q)]
         texts = [queries[q] for q in qids]
-        full = score_queries(bundle, bundle.encoder.encode(texts, kind="query"), qids, qrels)
+        served_q = {"full": bundle.encoder.encode(texts, kind="query")}  # (n, D)
+        full = score_queries(bundle, served_q["full"], qids, qrels)
         record: dict[str, Any] = {
             "full": full,
             "n_queries": len(qids),
@@ -110,6 +112,7 @@ def attach_query_encoders(
             emb = encoder.encode(texts, batch_size=1)  # (n, D)
             per_query_ms = (time.perf_counter() - started) * 1000 / max(1, len(texts))
             scores = score_queries(bundle, emb, qids, qrels)
+            served_q[variant] = emb
             record["variants"][variant] = {
                 "path": f"{SUBDIR}/{variant}",
                 **scores,
@@ -118,6 +121,12 @@ def attach_query_encoders(
                 "build_ms_per_query": round(per_query_ms, 4),  # on the building machine; the API re-times
                 "training": info,
             }
+        # the gap report's setting when the bundle has one, else the training k rule's default batch
+        k = bundle.report.k if bundle.report is not None else 31
+        tau = float(bundle.encoder.similarity.temperature or 0.05)
+        record["served_risk"] = served_risks(
+            served_q, doc_emb, qids, qrels, bundle.doc_ids, k=k, tau=tau, seed=config.seed
+        )
         logger.info(
             "query encoders on %d queries: full %s; %s",
             len(qids),

@@ -110,3 +110,22 @@ def test_the_old_onnx_loss_setting_still_works(monkeypatch):
     monkeypatch.delenv("SEARCH_ONNX_MAX_NDCG_LOSS")
     monkeypatch.delenv("SEARCH_MAX_NDCG_LOSS")
     assert Settings().max_ndcg_loss == 0.005
+
+
+@pytest.mark.parametrize("backend", ["static", "torch"])
+def test_the_gap_report_covers_the_served_query_encoder(distilled_bundles, staged_distilled, backend):
+    bundles, _ = distilled_bundles
+    record = json.loads((staged_distilled / "manifest.json").read_text())["extras"][EXTRAS_KEY]
+    with TestClient(
+        create_app(make_settings(bundles, encoder_backend=backend, reload_poll_seconds=0))
+    ) as client:
+        report = client.get("/generalization-gap").json()["report"]
+    served = report["served_query_encoder"]
+    assert served["backend"] == backend and served["k"] == report["k"]
+    if backend == "static":  # measured at the report's k when the bundle was built
+        assert served["risk_test"]["value"] == record["served_risk"]["static"]["risk_test"]["value"]
+        assert served["delta_vs_full"]["value"] == pytest.approx(
+            served["risk_test"]["value"] - record["served_risk"]["full"]["risk_test"]["value"]
+        )
+    else:  # the full model is what the report is about
+        assert served["risk_test"] == report["risk_test"]
