@@ -25,7 +25,16 @@ CACHE = REPO / "var" / "bench"
 VENV = CACHE / "txtai-venv"
 INDEX = CACHE / "txtai-index"
 TXTAI = "txtai==9.14.0"
-EXTRA_DEPS = ["msgpack>=1.0.7", "regex>=2022.8.17", "pyyaml>=5.3"]  # txtai's own small requirements
+# txtai's small requirements plus its "api" extra; the large ones (torch, transformers, faiss, fastapi,
+# uvicorn, httpx) come from the project venv through the .pth file
+EXTRA_DEPS = [
+    "msgpack>=1.0.7",
+    "regex>=2022.8.17",
+    "pyyaml>=5.3",
+    "aiohttp>=3.8.1",
+    "fastapi-mcp>=0.4.0",
+    "python-multipart>=0.0.7",
+]
 
 
 def venv_python() -> Path:
@@ -74,8 +83,10 @@ print(json.dumps({"indexed": len(data)}))
 def build_index(bundle: Path) -> None:
     """Index the bundle's corpus with txtai (its own vectorizer and FAISS), once."""
     marker = INDEX / "built-from.json"
-    if marker.exists() and json.loads(marker.read_text()).get("bundle") == str(bundle):
-        return
+    if marker.exists():  # built from this bundle, or from one with the same documents in the same order
+        built = Path(json.loads(marker.read_text()).get("bundle", ""), "ids.json")
+        if built.exists() and built.read_bytes() == (bundle / "ids.json").read_bytes():
+            return
     subprocess.run([str(venv_python()), "-c", BUILD, str(bundle), str(INDEX)], check=True)
     marker.write_text(json.dumps({"bundle": str(bundle)}))
 

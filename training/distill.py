@@ -190,6 +190,8 @@ def _fit(
             scheduler.step()
             losses.append(float(loss.detach()))
             step += 1
+            if step % 50 == 0:
+                logger.info("step %d/%d loss %.4f", step, total, float(np.mean(losses[-50:])))
     model.eval()
     return {
         "steps": step,
