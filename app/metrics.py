@@ -49,6 +49,12 @@ class AppMetrics:
             "Recall@10 of the live index vs exact search, measured when it was built (1 for an exact index).",
             registry=r,
         )
+        self.cache_hits = Counter(
+            "search_query_cache_hits", "Query texts whose embedding came from the cache.", registry=r
+        )
+        self.cache_misses = Counter(
+            "search_query_cache_misses", "Query texts the encoder had to embed (cache on).", registry=r
+        )
         self.reloads = Counter("search_bundle_loads", "Bundle loads by outcome.", ["outcome"], registry=r)
         self.fallback = Gauge(
             "search_bundle_fallback",

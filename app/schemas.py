@@ -250,7 +250,12 @@ class BundlesResponse(BaseModel):
     live: str | None
     current: str | None
     encoder_backend: str | None = Field(
-        description="Query encoder of the live bundle (torch, onnx, onnx-int8)."
+        description="Query encoder of the live bundle (torch, onnx, onnx-int8, distilled, static)."
+    )
+    encoder_choice: dict[str, Any] | None = Field(
+        None,
+        description="With SEARCH_ENCODER_BACKEND=auto: each candidate's recorded nDCG@10 loss, whether it "
+        "was eligible, its ms per query as timed at load, and the one chosen.",
     )
     versions: list[BundleEntry]
     gate_decisions: list[dict[str, Any]] = Field(

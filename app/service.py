@@ -17,22 +17,23 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from app.encoder_choice import choose_backend, load_backend
 from app.errors import InvalidInputError
+from app.query_cache import QueryCache
 from app.schemas import Hit
 from training.bundle import Bundle
 from training.encoder import Encoder, TextKind
-from training.onnx_encoder import OnnxQueryEncoder, Variant, choose_variant
 
 logger = logging.getLogger(__name__)
 
-BACKEND_VARIANT: dict[str, Variant] = {"onnx": "fp32", "onnx-int8": "int8"}
-# Settings.encode_batch_size when unset. Measured on scifact queries (bench/load_bench.py prints it):
-# torch encodes one query in 11.9 ms but 4.9 ms/query in length-sorted chunks of 8; onnxruntime costs
-# about the same either way (int8 2.1 vs 1.9 ms), so for it batching texts only adds padding.
 # largest accepted AnInfoNCE query norm after sqrt(Lambda) scaling: its squared distance to any document
 # stays far below float32's 3.4e38, so scores are finite
 MAX_QUERY_NORM = 1e15
-DEFAULT_ENCODE_BATCH_SIZE = {"torch": 8, "onnx": 1, "onnx-int8": 1}
+# Settings.encode_batch_size when unset. Measured on scifact queries (bench/load_bench.py prints it):
+# torch encodes one query in 11.9 ms but 4.9 ms/query in length-sorted chunks of 8; onnxruntime costs
+# about the same either way (int8 2.1 vs 1.9 ms), so for it batching texts only adds padding.
+# A distilled transformer is the ONNX case again; the static table costs microseconds either way.
+DEFAULT_ENCODE_BATCH_SIZE = {"torch": 8, "onnx": 1, "onnx-int8": 1, "distilled": 1, "static": 64}
 
 
 class QueryEncoder(Protocol):
@@ -69,11 +70,13 @@ class SearchAnswer:
 class LiveBundle:
     bundle: Bundle
     query_encoder: QueryEncoder
-    backend: str  # torch | onnx | onnx-int8
+    backend: str  # torch | onnx | onnx-int8 | distilled | static
     # texts per encoder call inside one request or micro-batch (both encoders sort by length first);
     # also how many queries a micro-batch waits for (app/batching.py)
     encode_batch_size: int = 8
     loaded_at: float = field(default_factory=time.time)
+    choice: dict[str, Any] | None = None  # how `auto` picked the backend (app/encoder_choice.py)
+    cache: QueryCache | None = None  # query embeddings (app/query_cache.py); shared across bundles
 
     @property
     def version(self) -> str:
@@ -123,10 +126,13 @@ class LiveBundle:
 
     # -- blocking work --------------------------------------------------------------------------------
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """Texts -> index-space query vectors (n, dim)."""
-        emb = self.query_encoder.encode(
-            list(texts), kind="query", batch_size=self.encode_batch_size
-        )  # (n, dim), normalised
+        """Texts -> index-space query vectors (n, dim), through the query cache when there is one."""
+        if self.cache is not None:
+            return self.cache.encode(self.version, self.backend, texts, self._encode)
+        return self._encode(list(texts))
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        emb = self.query_encoder.encode(texts, kind="query", batch_size=self.encode_batch_size)  # (n, dim)
         return self.encoder.to_index_space(emb)  # (n, dim)
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
@@ -264,18 +270,16 @@ def open_live_bundle(
     threads: int = 0,
     max_ndcg_loss: float = 0.005,
     encode_batch_size: int | None = None,
+    cache: QueryCache | None = None,
+    canary_query: str = "a query",
 ) -> LiveBundle:
     """Pick and load the query encoder for `bundle` (blocking); `encode_batch_size` None = per backend."""
-    model_dir = Path(bundle.path) / "model"
+    choice = None
     if backend == "auto":
-        variant = choose_variant(bundle.manifest.extras, model_dir, max_loss=max_ndcg_loss)
-        backend = "torch" if variant is None else ("onnx-int8" if variant == "int8" else "onnx")
+        backend, encoder, choice = choose_backend(
+            bundle, max_ndcg_loss=max_ndcg_loss, threads=threads, fallback_query=canary_query
+        )
+    else:
+        encoder = load_backend(bundle, backend, threads=threads)
     batch = encode_batch_size or DEFAULT_ENCODE_BATCH_SIZE[backend]
-    if backend == "torch":
-        if threads:
-            import torch
-
-            torch.set_num_threads(threads)
-        return LiveBundle(bundle, bundle.encoder, "torch", batch)
-    onnx = OnnxQueryEncoder.load(model_dir, variant=BACKEND_VARIANT[backend], threads=threads)
-    return LiveBundle(bundle, onnx, backend, batch)
+    return LiveBundle(bundle, encoder, backend, batch, choice=choice, cache=cache)

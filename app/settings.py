@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-EncoderBackend = Literal["auto", "torch", "onnx", "onnx-int8"]
+EncoderBackend = Literal["auto", "torch", "onnx", "onnx-int8", "distilled", "static"]
 
 
 class Settings(BaseSettings):
@@ -64,11 +64,23 @@ class Settings(BaseSettings):
     )
     encoder_backend: EncoderBackend = Field(
         "auto",
-        description="Query encoder: torch, onnx (fp32), onnx-int8, or auto = the fastest ONNX variant whose "
-        "nDCG@10 loss vs torch recorded in the bundle manifest is <= onnx_max_ndcg_loss, else torch.",
+        description="Query encoder: torch, onnx (fp32), onnx-int8, distilled (truncated transformer, ONNX), "
+        "static (token table), or auto = of those the bundle carries whose nDCG@10 loss vs the full model "
+        "(recorded in the manifest) is <= max_ndcg_loss, the fastest as timed when the bundle loads "
+        "(GET /bundles shows the timings).",
     )
-    onnx_max_ndcg_loss: float = Field(
-        0.005, ge=0.0, description="Largest nDCG@10 loss vs torch for `auto` to pick an ONNX encoder."
+    max_ndcg_loss: float = Field(
+        0.005,
+        ge=0.0,
+        description="Largest nDCG@10 loss vs the full model for `auto` to pick a query encoder.",
+    )
+    onnx_max_ndcg_loss: float | None = Field(
+        None,
+        ge=0.0,
+        description="Deprecated name of max_ndcg_loss, still honoured when max_ndcg_loss is not set.",
+    )
+    query_cache_size: int = Field(
+        4096, ge=0, description="Query embeddings kept in the LRU cache (0 = no cache); hits in /metrics."
     )
     encoder_threads: int = Field(
         0, ge=0, description="Intra-op threads for the query encoder (0 = the library default)."
@@ -134,6 +146,12 @@ class Settings(BaseSettings):
         description="Where the worker runs retrain jobs' training steps (its --device default; a job's own "
         "`device` option wins): auto = cuda when torch sees a GPU (bf16/fp16 autocast), else cpu.",
     )
+
+    @model_validator(mode="after")
+    def _old_loss_name(self) -> Settings:
+        if self.onnx_max_ndcg_loss is not None and "max_ndcg_loss" not in self.model_fields_set:
+            self.max_ndcg_loss = self.onnx_max_ndcg_loss
+        return self
 
     @model_validator(mode="after")
     def _default_queue(self) -> Settings:

@@ -28,6 +28,7 @@ from typing import Any
 
 from app.errors import NoLiveBundleError
 from app.metrics import AppMetrics
+from app.query_cache import QueryCache
 from app.schemas import BundleEntry, BundlesResponse, LoadFailure, Unreadable
 from app.service import LiveBundle, SearchSpec, open_live_bundle
 from app.settings import Settings
@@ -53,6 +54,11 @@ class BundleHolder:
         self.fallback_from: str | None = None  # CURRENT's version that failed at startup, while serving older
         self._lock = asyncio.Lock()  # one load at a time
         self._poller: asyncio.Task[None] | None = None
+        self.cache = (
+            QueryCache(settings.query_cache_size, hits=metrics.cache_hits, misses=metrics.cache_misses)
+            if settings.query_cache_size
+            else None
+        )
 
     # -- reading ------------------------------------------------------------------------------------
     def require(self) -> LiveBundle:
@@ -103,8 +109,10 @@ class BundleHolder:
             bundle,
             self.settings.encoder_backend,
             threads=self.settings.encoder_threads,
-            max_ndcg_loss=self.settings.onnx_max_ndcg_loss,
+            max_ndcg_loss=self.settings.max_ndcg_loss,
             encode_batch_size=self.settings.encode_batch_size,
+            cache=self.cache,
+            canary_query=self.settings.canary_query,
         )
         problems = live.consistency_problems()
         if problems:
@@ -287,6 +295,7 @@ class BundleHolder:
             live=live.version if live else None,
             current=current,
             encoder_backend=live.backend if live else None,
+            encoder_choice=live.choice if live else None,
             versions=entries,
             gate_decisions=decisions[gate_offset : gate_offset + gate_limit],
             gate_total=len(decisions),

@@ -1,4 +1,4 @@
-"""Load benchmark of POST /search against a real uvicorn server on 127.0.0.1.
+"""Load benchmark of POST /search against a real uvicorn server on 127.0.0.1, with its peers in the same run.
 
     flock "$HEAVY_LOCK" .venv/bin/python bench/load_bench.py [--bundles DIR] [--seconds 4]   # the shared heavy-job lock
 
@@ -6,18 +6,25 @@ Without --bundles it builds (once, cached under var/bench/, git-ignored) a bundl
 corpus (../shared/data/scifact) with the base all-MiniLM-L6-v2 and an exact (flat) index, plus its ONNX
 query encoders with their measured nDCG@10 vs torch. Document vectors are computed with the ONNX fp32
 export (cosine 1.0000 to torch, about 2x faster on this CPU), then written as the torch encoder's bundle.
+`bench/distill_scifact.py --publish` adds the distilled query encoders (a new version of that folder).
 
-First, in this process and without HTTP, it measures each encoder's per-query cost alone and in
-32-query micro-batches: their ratio is the most micro-batching can gain on this CPU (it is the encoder
-that batches; the HTTP layer costs the same per request either way).
+First, in this process and without HTTP, it times each query encoder alone (ms per query, one query per
+call) and reads its nDCG@10 on scifact's test queries from the bundle manifest.
 
-Then for every (query encoder, micro-batching on/off) it starts `uvicorn --factory app.main:create_app`,
-waits for /readyz, and drives closed-loop load at concurrency 1, 8 and 32: each client sends scifact
+Then every system serves in turn and gets closed-loop load at concurrency 1, 8 and 32: each client sends
 queries back to back, bounded by --seconds and --max-requests per cell, --repeat times per cell (the
-median-throughput run is reported). The load generator is wrk (`apt-get install wrk`; C, one thread,
-a few percent of a core) when installed, else an httpx client, which costs the server about a core at
-high rates. Prints QPS and p50/p99 latency (client side, end to end) per cell and the micro-batching
-speed-up at each concurrency. Client and server share the 2 cores, so absolute numbers are pessimistic.
+median-throughput run is reported). Systems:
+- this service with each `--backends` query encoder (`auto` = the choice at --max-ndcg-loss, timed at
+  load), query cache off, so every request is encoded (scifact's queries, round robin);
+- the same `auto` server with the query cache on, replaying a Zipf(1) sample of the 300 test queries;
+- with `--workers-compare`, `auto` as 2 uvicorn workers with 1 intra-op thread each (the default is
+  1 process with the library's thread count);
+- peers (`--peers`): the naive FastAPI + torch + FAISS flat app (bench/naive_app.py), and txtai's API
+  (bench/txtai_peer.py, in a venv of its own) when it installs.
+The load generator is wrk (`apt-get install wrk`; C, one thread, a few percent of a core) when installed,
+else an httpx client, which costs the server about a core at high rates. Client and server share the
+machine's cores, so absolute numbers are pessimistic; ratios against the naive app in the same run are the
+result.
 """
 
 from __future__ import annotations
@@ -86,8 +93,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(bundles: Path, backend: str, microbatch: bool, port: int) -> subprocess.Popen[bytes]:
-    env = {
+def service_env(bundles: Path, backend: str, microbatch: bool, **extra: str) -> dict[str, str]:
+    return {
         **os.environ,
         "SEARCH_BUNDLES_DIR": str(bundles),
         "SEARCH_ENCODER_BACKEND": backend,
@@ -95,22 +102,32 @@ def start_server(bundles: Path, backend: str, microbatch: bool, port: int) -> su
         "SEARCH_RELOAD_POLL_SECONDS": "0",
         "SEARCH_QUEUE_MAX": "4096",
         "SEARCH_LOG_LEVEL": "WARNING",
+        **extra,
     }
-    cmd = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--host", "127.0.0.1"]
-    cmd += ["--port", str(port), "--log-level", "warning", "--no-access-log"]
+
+
+def uvicorn_cmd(target: str, port: int, *, factory: bool = True, workers: int = 1) -> list[str]:
+    cmd = [sys.executable, "-m", "uvicorn", *(["--factory"] if factory else []), target]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", "--no-access-log"]
+    return cmd + (["--workers", str(workers)] if workers > 1 else [])
+
+
+def start_server(
+    cmd: list[str], env: dict[str, str], port: int, ready_path: str = "/readyz", timeout: float = 600
+) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(cmd, cwd=REPO, env=env)
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"uvicorn exited with {proc.returncode}")
+            raise SystemExit(f"{cmd[2:5]} exited with {proc.returncode}")
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
+            if httpx.get(f"http://127.0.0.1:{port}{ready_path}", timeout=5).status_code == 200:
                 return proc
         except httpx.HTTPError:
             pass
-        time.sleep(0.3)
+        time.sleep(0.5)
     proc.terminate()
-    raise SystemExit("server not ready after 180 s")
+    raise SystemExit(f"server not ready after {timeout} s")
 
 
 async def drive(url: str, queries: list[str], concurrency: int, seconds: float, max_requests: int) -> dict:
@@ -147,23 +164,35 @@ async def drive(url: str, queries: list[str], concurrency: int, seconds: float, 
     }
 
 
-def write_wrk_bodies(queries: list[str]) -> Path:
-    """One /search body per line, for bench/search_load.lua."""
-    bodies = CACHE / "wrk_bodies.jsonl"
+def write_wrk_bodies(queries: list[str], name: str = "wrk_bodies.jsonl", get: bool = False) -> Path:
+    """One /search body per line (or, `get`, one txtai GET path), for bench/search_load.lua."""
+    bodies = CACHE / name
     bodies.parent.mkdir(parents=True, exist_ok=True)
-    bodies.write_text("".join(json.dumps({"query": q, "top_k": 10}) + "\n" for q in queries))
+    if get:
+        from urllib.parse import quote
+
+        lines = [f"/search?query={quote(q)}&limit=10" for q in queries]
+    else:
+        lines = [json.dumps({"query": q, "top_k": 10}) for q in queries]
+    bodies.write_text("".join(line + "\n" for line in lines))
     return bodies
 
 
-def drive_wrk(
-    url: str, queries: list[str], bodies: Path, concurrency: int, seconds: float, max_requests: int
-) -> dict:
+def zipf_replay(queries: list[str], n: int, seed: int = 0) -> list[str]:
+    """n queries drawn with P(rank r) ∝ 1/r over a seeded shuffle of `queries`: a repetitive workload."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(queries))
+    p = 1.0 / np.arange(1, len(queries) + 1)
+    return [queries[order[i]] for i in rng.choice(len(queries), size=n, p=p / p.sum())]
+
+
+def drive_wrk(url: str, bodies: Path, concurrency: int, seconds: float, max_requests: int) -> dict:
     """The same closed-loop load from wrk (C, one thread): far less client CPU taken from the server."""
-    for q in queries[:3]:  # warm-up
-        httpx.post(f"{url}/search", json={"query": q, "top_k": 10}, timeout=30)
     cmd = ["wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(seconds))}s", "--timeout", "30s"]
     cmd += ["-s", str(REPO / "bench" / "search_load.lua"), url]
     env = {**os.environ, "BODIES": str(bodies), "MAX_REQUESTS": str(max_requests)}
+    if "txtai" in bodies.name:
+        env["METHOD"] = "GET"
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
     res = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
     return {
@@ -219,6 +248,33 @@ def encoder_ceiling(bundles: Path, version: str, backend: str, queries: list[str
     return {"backend": backend, "single_ms": one, "batched_ms_per_query": many, "ceiling": one / many}
 
 
+def encode_costs(bundles: Path, version: str, backends: list[str], max_loss: float) -> dict[str, dict]:
+    """Per query encoder: ms per query (one per call, in process) and its recorded nDCG@10 on scifact test."""
+    from app.encoder_choice import load_backend, recorded_ndcg_losses, time_encoder
+    from training.bundle import load_bundle
+    from training.data import load_beir
+
+    bundle = load_bundle(bundles / version)
+    extras = bundle.manifest.extras
+    full = (extras.get("onnx") or {}).get("ndcg@10", {}).get("torch")
+    ndcg = {"torch": full}
+    ndcg |= {"onnx": extras.get("onnx", {}).get("ndcg@10", {}).get("fp32")}
+    ndcg |= {"onnx-int8": extras.get("onnx", {}).get("ndcg@10", {}).get("int8")}
+    ndcg |= {k: v["ndcg@10"] for k, v in (extras.get("query_encoders") or {}).get("variants", {}).items()}
+    test = list(load_beir(SCIFACT, "test").queries.values())[:100]
+    out = {}
+    for backend in sorted(recorded_ndcg_losses(bundle)):
+        ms = time_encoder(load_backend(bundle, backend), test)
+        out[backend] = {"ms_per_query": ms, "ndcg@10": ndcg.get(backend)}
+        print(f"{backend:10s} encode {ms:8.3f} ms/query  nDCG@10 {ndcg.get(backend)}", flush=True)
+    from app.encoder_choice import choose_backend
+
+    chosen, _, record = choose_backend(bundle, max_ndcg_loss=max_loss)
+    out["auto"] = {**out[chosen], "chosen": chosen, "choice": record}
+    print(f"auto at nDCG budget {max_loss}: {chosen}", flush=True)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--bundles", type=Path, default=None, help="bundles folder with a live bundle")
@@ -235,7 +291,13 @@ def main() -> None:
     parser.add_argument(
         "--repeat", type=int, default=3, help="runs per cell; the table shows the median-throughput run"
     )
-    parser.add_argument("--backends", default="torch,onnx,onnx-int8")
+    parser.add_argument("--backends", default="auto,torch,onnx-int8,distilled,static")
+    parser.add_argument("--max-ndcg-loss", default="0.01", help="SEARCH_MAX_NDCG_LOSS of the auto server")
+    parser.add_argument("--peers", default="naive,txtai", help="comma-separated; empty for none")
+    parser.add_argument("--no-cache-run", action="store_true", help="skip the cache-on Zipf replay")
+    parser.add_argument("--workers-compare", action="store_true", help="also auto as 2 workers x 1 thread")
+    parser.add_argument("--microbatch", default="on", help="on, off or on,off")
+    parser.add_argument("--ceilings", action="store_true", help="print each encoder's micro-batching ceiling")
     parser.add_argument(
         "--client",
         choices=["auto", "wrk", "httpx"],
@@ -245,7 +307,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=CACHE / "load_bench.json")
     args = parser.parse_args()
 
-    from training.data import load_queries
+    from training.data import load_beir, load_queries
 
     bundles = args.bundles or CACHE / ("bundles" if not args.distractors else f"bundles-{args.distractors}")
     version = build_bundle_if_needed(bundles, args.distractors)
@@ -254,72 +316,160 @@ def main() -> None:
     client = args.client if args.client != "auto" else ("wrk" if shutil.which("wrk") else "httpx")
     if client == "wrk" and not shutil.which("wrk"):
         raise SystemExit("--client wrk: wrk is not installed (apt-get install wrk)")
-    print(f"load generator: {client}", flush=True)
-    bodies = write_wrk_bodies(queries) if client == "wrk" else None
-    ceilings = []
-    for backend in args.backends.split(","):
-        ceilings.append(encoder_ceiling(bundles, version, backend, queries))
-        c = ceilings[-1]
+    print(f"load generator: {client}; bundle {version}", flush=True)
+    backends = [b for b in args.backends.split(",") if b]
+    costs = encode_costs(bundles, version, [b for b in backends if b != "auto"], float(args.max_ndcg_loss))
+    test_queries = list(load_beir(SCIFACT, "test").queries.values())
+    for backend in [b for b in backends if b != "auto"] if args.ceilings else []:
+        c = encoder_ceiling(bundles, version, backend, queries)
         print(
             f"{backend:10s} in-process: one query {c['single_ms']:.2f} ms, in batches of 32 "
             f"{c['batched_ms_per_query']:.2f} ms/query -> micro-batching can gain at most {c['ceiling']:.2f}x",
             flush=True,
         )
-    rows = []
-    for backend in args.backends.split(","):
-        for microbatch in (True, False):
-            port = free_port()
-            proc = start_server(bundles, backend, microbatch, port)
-            try:
-                for c in levels:
-                    url = f"http://127.0.0.1:{port}"
-                    runs = []
-                    for _ in range(args.repeat):
-                        if bodies is not None:
-                            runs.append(drive_wrk(url, queries, bodies, c, args.seconds, args.max_requests))
-                        else:
-                            runs.append(asyncio.run(drive(url, queries, c, args.seconds, args.max_requests)))
-                    res = median_run(runs)
-                    rows.append(
-                        {
-                            "backend": backend,
-                            "microbatch": microbatch,
-                            "concurrency": c,
-                            "client": client,
-                            **res,
-                        }
-                    )
-                    r = rows[-1]
-                    print(
-                        f"{backend:10s} batch={'on ' if microbatch else 'off'} c={c:<3d} "
-                        f"{r['qps']:8.1f} req/s  p50 {r['p50_ms']:7.2f} ms  p99 {r['p99_ms']:8.2f} ms  "
-                        f"n={r['n']} errors={r['errors']}",
-                        flush=True,
-                    )
-            finally:
-                proc.terminate()
-                proc.wait(timeout=30)
+    bodies = {
+        "unique": write_wrk_bodies(queries),
+        "zipf": write_wrk_bodies(zipf_replay(test_queries, 20000), "wrk_zipf.jsonl"),
+        "txtai": write_wrk_bodies(queries, "wrk_txtai.jsonl", get=True),
+    }
 
-    print(f"\nbundle {version}\n")
-    print("| encoder | micro-batching | c | req/s (median) | req/s runs | p50 ms | p99 ms | errors |")
-    print("|---|---|---:|---:|---|---:|---:|---:|")
-    for r in rows:
-        print(
-            f"| {r['backend']} | {'on' if r['microbatch'] else 'off'} | {r['concurrency']} | {r['qps']:.1f} | "
-            f"{' / '.join(str(q) for q in r['qps_runs'])} | "
-            f"{r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['errors']} |"
+    # (label, encoder, command, env, ready path, workload)
+    systems: list[tuple[str, str, list[str], dict[str, str], str, str]] = []
+    no_cache, loss = {"SEARCH_QUERY_CACHE_SIZE": "0"}, {"SEARCH_MAX_NDCG_LOSS": args.max_ndcg_loss}
+    for peer in [p for p in args.peers.split(",") if p]:
+        if peer == "naive":
+            env = {**os.environ, "NAIVE_BUNDLE": str(bundles / version)}
+            systems.append(
+                (
+                    "naive FastAPI + torch + FAISS flat",
+                    "torch",
+                    uvicorn_cmd("bench.naive_app:create_app", 0),
+                    env,
+                    "/readyz",
+                    "unique",
+                )
+            )
+        elif peer == "txtai":
+            import txtai_peer
+
+            problem = txtai_peer.ensure_venv()
+            if problem is None:
+                try:
+                    txtai_peer.build_index((bundles / version).resolve())
+                except subprocess.CalledProcessError as exc:
+                    problem = f"txtai index build failed ({exc.returncode})"
+            if problem:
+                print(f"txtai: skipped: {problem}", flush=True)
+                continue
+            cmd, env = txtai_peer.server_command(0)
+            systems.append(
+                (
+                    "txtai API (same model, FAISS flat)",
+                    "torch",
+                    cmd,
+                    env,
+                    "/search?query=warm&limit=1",
+                    "txtai",
+                )
+            )
+    for backend in backends:
+        for mb in args.microbatch.split(","):
+            env = service_env(bundles, backend, mb == "on", **no_cache, **loss)
+            label = f"this service, micro-batching {mb}"
+            systems.append((label, backend, uvicorn_cmd("app.main:create_app", 0), env, "/readyz", "unique"))
+    if "auto" in backends and not args.no_cache_run:
+        env = service_env(bundles, "auto", True, **loss)
+        systems.append(
+            (
+                "this service, cache on (Zipf replay)",
+                "auto",
+                uvicorn_cmd("app.main:create_app", 0),
+                env,
+                "/readyz",
+                "zipf",
+            )
         )
-    print("\nmicro-batching speed-up (req/s on / off):")
-    for backend in args.backends.split(","):
+    if args.workers_compare:
+        env = service_env(bundles, "auto", True, **no_cache, **loss, SEARCH_ENCODER_THREADS="1")
+        cmd = uvicorn_cmd("app.main:create_app", 0, workers=2)
+        systems.append(("this service, 2 workers x 1 thread", "auto", cmd, env, "/readyz", "unique"))
+
+    rows = []
+    for label, encoder, cmd, env, ready, workload in systems:
+        port = free_port()
+        cmd = [str(port) if c == "0" and cmd[i - 1] == "--port" else c for i, c in enumerate(cmd)]
+        proc = start_server(cmd, env, port, ready)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            served = encoder
+            if "SEARCH_ENCODER_BACKEND" in env:
+                served = httpx.get(f"{url}/bundles", timeout=30).json()["encoder_backend"]
+            for c in levels:
+                runs = []
+                for _ in range(args.repeat):
+                    if client == "wrk":
+                        runs.append(drive_wrk(url, bodies[workload], c, args.seconds, args.max_requests))
+                    else:
+                        runs.append(asyncio.run(drive(url, queries, c, args.seconds, args.max_requests)))
+                r = {
+                    "system": label,
+                    "encoder": encoder,
+                    "served": served,
+                    "concurrency": c,
+                    **median_run(runs),
+                }
+                rows.append(r)
+                print(
+                    f"{label:40s} {served:10s} c={c:<3d} {r['qps']:8.1f} req/s  p50 {r['p50_ms']:8.2f} ms  "
+                    f"p99 {r['p99_ms']:8.2f} ms  n={r['n']} errors={r['errors']}",
+                    flush=True,
+                )
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+
+    def cell(label: str, encoder: str, c: int) -> dict | None:
+        return next(
+            (r for r in rows if r["system"] == label and r["encoder"] == encoder and r["concurrency"] == c),
+            None,
+        )
+
+    naive = "naive FastAPI + torch + FAISS flat"
+    print(
+        f"\nbundle {version}; load generator {client}; cells of {args.seconds:g} s, median of {args.repeat}\n"
+    )
+    head = " | ".join(f"c={c} req/s (p50 / p99 ms)" for c in levels)
+    print(f"| system | query encoder | nDCG@10 | encode ms/query | {head} | c={levels[-1]} vs naive |")
+    print("|---|---|---:|---:|" + "---:|" * len(levels) + "---:|")
+    seen = []
+    for r in rows:
+        key = (r["system"], r["encoder"])
+        if key in seen:
+            continue
+        seen.append(key)
+        cost = (
+            costs.get(r["served"], {})
+            if r["system"] != naive and "txtai" not in r["system"]
+            else costs.get("torch", {})
+        )
+        cells = []
         for c in levels:
-            on = [r for r in rows if r["backend"] == backend and r["microbatch"] and r["concurrency"] == c]
-            off = [
-                r for r in rows if r["backend"] == backend and not r["microbatch"] and r["concurrency"] == c
-            ]
-            if on and off:
-                print(f"  {backend:10s} c={c:<3d} {on[0]['qps'] / off[0]['qps']:.2f}x")
+            x = cell(*key, c)
+            cells.append(f"{x['qps']:.1f} ({x['p50_ms']:.1f} / {x['p99_ms']:.0f})" if x else "")
+        top, base = cell(*key, levels[-1]), cell(naive, "torch", levels[-1])
+        ratio = f"{top['qps'] / base['qps']:.2f}x" if top and base else ""
+        enc = r["encoder"] if r["encoder"] == r["served"] else f"{r['encoder']} → {r['served']}"
+        nd = cost.get("ndcg@10")
+        ms = cost.get("ms_per_query")
+        print(
+            f"| {r['system']} | {enc} | {nd if nd is not None else ''} | {f'{ms:.3f}' if ms else ''} | "
+            + " | ".join(cells)
+            + f" | {ratio} |"
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"version": version, "ceilings": ceilings, "rows": rows}, indent=2))
+    args.out.write_text(
+        json.dumps({"version": version, "encoders": costs, "rows": rows}, indent=2, default=str)
+    )
     print(f"\nraw results: {args.out}")
 
 

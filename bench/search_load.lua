@@ -14,9 +14,16 @@ local not_ok = 0
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 
+-- METHOD=GET: each line is a path with its query string (txtai's GET /search?query=...)
+local get = os.getenv("METHOD") == "GET"
+
 function request()
   counter = counter + 1
-  return wrk.format(nil, "/search", nil, bodies[(counter % #bodies) + 1])
+  local line = bodies[(counter % #bodies) + 1]
+  if get then
+    return wrk.format("GET", line, {}, nil)
+  end
+  return wrk.format(nil, "/search", nil, line)
 end
 
 function response(status, headers, body)

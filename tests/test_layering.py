@@ -18,6 +18,7 @@ APP_MAY_IMPORT = {
     "training.errors",
     "training.report_schema",
     "training.onnx_encoder",
+    "training.query_encoders",
     "training.jobs.queue",
 }
 

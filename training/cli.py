@@ -260,6 +260,18 @@ _train.__annotations__ = {p.name: p.annotation for p in _train.__signature__.par
 app.command("train", help="Fine-tune the encoder on a dataset and print base-vs-tuned metrics.")(_train)
 
 
+DISTILL_HELP = (
+    "Also train the distilled query encoders (2-layer transformer, static table) with default settings; "
+    "`python -m training distill` has every knob."
+)
+
+
+def _distill_config(distill: bool) -> Any:
+    from training.distill import DistillConfig
+
+    return DistillConfig() if distill else None
+
+
 @app.command("index", help="Encode a corpus with a trained model, build a FAISS bundle and publish it.")
 def index_cmd(
     model: Annotated[Path, typer.Option("--model", help="Training run folder (or its model/).")],
@@ -272,6 +284,7 @@ def index_cmd(
         bool, typer.Option("--force", help="Publish as live even if the gate rejects it.")
     ] = False,
     keep: Annotated[int, typer.Option("--keep", help="Versions kept (the live one always is).")] = 5,
+    distill: Annotated[bool, typer.Option("--distill", help=DISTILL_HELP)] = False,
     log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars.")] = False,
 ) -> None:
@@ -288,6 +301,7 @@ def index_cmd(
             split=split,
             force=force,
             keep=keep,
+            distill=_distill_config(distill),
             show_progress=not quiet,
         )
     except InfonceSearchError as exc:
@@ -365,6 +379,7 @@ def _pipeline(
     force: bool,
     keep: int,
     onnx: bool,
+    distill: bool,
     config_file: Path | None,
     log_level: str,
     quiet: bool,
@@ -384,6 +399,7 @@ def _pipeline(
             force=force,
             keep=keep,
             onnx=onnx,
+            distill=_distill_config(distill),
             show_progress=not quiet,
         )
     typer.echo(metrics_table(result.train.base_metrics, result.train.tuned_metrics))
@@ -438,6 +454,7 @@ _pipeline.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
             ],
             True,
         ),
+        _option("distill", Annotated[bool, typer.Option("--distill", help=DISTILL_HELP)], False),
         _option(
             "config_file",
             Annotated[
@@ -466,6 +483,11 @@ app.command(
 from training.jobs.cli import jobs_app, worker  # noqa: E402
 
 app.add_typer(jobs_app, name="jobs")
+from training.distill_cli import distill_cmd  # noqa: E402
+
+app.command(
+    "distill", help="Train cheap query encoders into the live bundle's space; publish a new version."
+)(distill_cmd)
 app.command("worker", help="Run the job worker (huey consumer) until interrupted.")(worker)
 
 

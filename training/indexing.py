@@ -11,7 +11,7 @@ import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from training.bundle import MANIFEST_FILE, build_bundle, read_manifest
 from training.bundle_store import FINGERPRINT_KEY, BundleStore, PublishResult, evaluation_fingerprint
@@ -23,6 +23,9 @@ from training.evaluate import EvalResult, encode_corpus, evaluate
 from training.index_build import KINDS
 from training.onnx_encoder import attach_onnx
 from training.timing import PhaseTimer, phase
+
+if TYPE_CHECKING:
+    from training.distill import DistillConfig
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +77,8 @@ def index_model(
     tolerance: float = 0.005,
     memory_budget_bytes: int | None = None,
     onnx: bool = True,
+    distill: DistillConfig | None = None,
+    distill_split: str = "train",
     evaluation: EvalResult | None = None,
     show_progress: bool = True,
     checkpoint: Callable[[], None] | None = None,
@@ -87,6 +92,8 @@ def index_model(
 
     `onnx`: also export the ONNX query encoders (fp32 + int8) into the bundle and record their nDCG@10
     against torch, so the API picks the fast one only when it costs no quality.
+    `distill`: also train the distilled query encoders on `distill_split` (training.distill_step) and
+    record their quality on `split`.
     `evaluation`: an `evaluate()` of this very model over this corpus (the trainer's final one); its corpus
     embeddings are reused instead of encoding the corpus a second time.
     `checkpoint`: called between phases and every 1,024 documents encoded; it cancels the indexing by
@@ -167,6 +174,15 @@ def index_model(
             # after the model is staged, before publishing: attach_onnx refreshes the manifest checksums
             with phase(timer, "ONNX export + check"):
                 attach_onnx(staging, data.queries, data.qrels, quantize=True)
+        if distill is not None:
+            from training.distill_step import attach_query_encoders  # torch: only when asked
+
+            stop()
+            train = load_split(data_dir, distill_split)
+            with phase(timer, "distill query encoders"):
+                attach_query_encoders(
+                    staging, train, data.queries, data.qrels, config=distill, doc_embeddings=doc_emb
+                )
         stop()  # the last moment a cancel is honoured: publishing is not interrupted
         with phase(timer, "publish"):
             return store.publish(staging, gate_metric=gate_metric, tolerance=tolerance, force=force)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from training.bundle_store import PublishResult
 from training.config import TrainConfig
+from training.distill import DistillConfig
 from training.embedding_cache import EmbeddingCache
 from training.indexing import index_model
 from training.timing import PhaseTimer
@@ -53,6 +54,7 @@ def run_pipeline(
     gate_metric: str = "ndcg@10",
     tolerance: float = 0.005,
     onnx: bool = True,
+    distill: DistillConfig | None = None,
     on_progress: ProgressFn | None = None,
     show_progress: bool = True,
     checkpoint: Callable[[], None] | None = None,
@@ -96,6 +98,8 @@ def run_pipeline(
         gate_metric=gate_metric,
         tolerance=tolerance,
         onnx=onnx,
+        distill=distill,
+        distill_split=config.train_split,
         evaluation=trained.evaluation,
         show_progress=show_progress,
         checkpoint=checkpoint,

@@ -160,6 +160,21 @@ class RetrievalComparison(_Strict):
     ndcg_at_10_gap: Estimate = Field(description="train − test nDCG@10 (positive = worse on held-out)")
 
 
+class ServedQueryEncoder(_Strict):
+    """The query encoder the API serves, when it is not the model the report is about (a distilled one).
+
+    Its held-out InfoNCE risk at the report's k and τ, queries from the served encoder against the full
+    model's document vectors, and the paired difference to the full query encoder (same anchors, same
+    negatives). Filled by the API from the bundle manifest (training/served_risk.py computes it)."""
+
+    backend: str
+    k: int
+    temperature: float
+    risk_test: Estimate | None = None
+    delta_vs_full: Estimate | None = Field(None, description="risk(served) − risk(full query encoder)")
+    note: str = ""
+
+
 class GapReport(_Strict):
     """Estimated generalization gap of one encoder (theory.md §3 (a)–(d))."""
 
@@ -238,6 +253,7 @@ class GapReport(_Strict):
     retrieval: RetrievalComparison | None = None
     plots: list[str] = Field(default_factory=list, description="PNG files beside report.json")
     notes: list[str] = Field(default_factory=list)
+    served_query_encoder: ServedQueryEncoder | None = None
 
     @model_validator(mode="before")
     @classmethod

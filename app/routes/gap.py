@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from app.deps import HolderDep
+from app.encoder_choice import served_section
 from app.errors import ReportMissingError
 from app.schemas import GapResponse
 
@@ -29,4 +30,6 @@ async def generalization_gap(holder: HolderDep) -> GapResponse:
         raise ReportMissingError(
             f"bundle {live.version} has no generalization-gap report (report/report.json)"
         )
+    served = served_section(live.bundle, live.backend, report)
+    report = report.model_copy(update={"served_query_encoder": served})
     return GapResponse(version=live.version, model=live.model_identity(), report=report)

@@ -178,3 +178,34 @@ def wait_until(
         time.sleep(interval)
     extra = f"\n{detail()}" if detail is not None else ""
     raise AssertionError(f"timed out after {timeout} s waiting for {what}{extra}")
+
+
+TINY_DISTILL = dict(
+    layers=1,
+    max_steps=3,
+    title_queries=40,
+    sentence_queries=40,
+    static_init_vocab="seen",  # the full vocabulary costs ~10x more; what is served is the same code
+)
+
+
+@pytest.fixture(scope="session")
+def staged_distilled(tmp_path_factory, staged, slice_data) -> Path:
+    """Bundle A plus distilled query encoders (a 1-layer transformer and a static table, a few steps each),
+    trained on corpus pseudo-queries only (titles, sentences), scored on the slice's queries."""
+    from training.data import RetrievalData
+    from training.distill import DistillConfig
+    from training.distill_step import attach_query_encoders
+
+    folder = tmp_path_factory.mktemp("staged-distilled") / "A"
+    shutil.copytree(staged["A"], folder)
+    pseudo_only = RetrievalData(corpus=slice_data.corpus, queries={}, qrels={}, source="slice")
+    attach_query_encoders(
+        folder,
+        pseudo_only,
+        slice_data.queries,
+        slice_data.qrels,
+        config=DistillConfig(**TINY_DISTILL),
+        new_version=True,
+    )
+    return folder

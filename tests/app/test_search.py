@@ -183,7 +183,10 @@ def test_generalization_gap_serves_the_bundle_report(client, staged, live_bundle
     on_disk = (staged["A"] / "report" / "report.json").read_text()
     from training.report_schema import GapReport
 
-    assert GapReport.model_validate(body["report"]) == GapReport.model_validate_json(on_disk)
+    served = GapReport.model_validate(body["report"])
+    # served verbatim, plus which query encoder serves (here the report's own model, torch)
+    assert served.served_query_encoder is not None and served.served_query_encoder.backend == "torch"
+    assert served.model_copy(update={"served_query_encoder": None}) == GapReport.model_validate_json(on_disk)
     assert body["report"]["theory_terms"]["sample_variability"]["kind"] == "term"  # served as written
     assert body["version"] == live_bundles[1]
     assert body["model"]["metric"] == "cosine" and body["model"]["dim"] == 384

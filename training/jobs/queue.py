@@ -67,6 +67,7 @@ class RetrainOptions(TrainConfig):
     index_kind: IndexKind = "auto"
     force: bool = False  # True: publish live even if the quality gate would keep it as a candidate
     onnx: bool = True  # export + quality-check the ONNX query encoders into the bundle
+    distill: bool = False  # also train + score the distilled query encoders (training.distill_step)
 
 
 class ReindexOptions(BaseModel):
@@ -79,6 +80,7 @@ class ReindexOptions(BaseModel):
     # then answers from, so it must not become live behind the operator's back (a planted dataset would)
     force: bool = False
     onnx: bool = True  # export + quality-check the ONNX query encoders into the bundle
+    distill: bool = False  # also train + score the distilled query encoders (training.distill_step)
 
 
 OPTION_MODELS: dict[str, type[BaseModel]] = {"retrain": RetrainOptions, "reindex": ReindexOptions}

@@ -235,13 +235,19 @@ def _confine(record: JobRecord, options: dict[str, Any]) -> tuple[list[str], Pat
     return splits, model
 
 
+def _distill_config(distill: bool) -> Any:
+    from training.distill import DistillConfig
+
+    return DistillConfig() if distill else None
+
+
 def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
     from training.config import TrainConfig
     from training.jobs.queue import RetrainOptions
     from training.pipeline import run_pipeline
 
     options = RetrainOptions.model_validate(record.options)
-    values = options.model_dump(exclude={"index_kind", "force", "onnx"})
+    values = options.model_dump(exclude={"index_kind", "force", "onnx", "distill"})
     if "device" not in record.options:
         values["device"] = DEFAULT_DEVICE
     _, model = _confine(record, record.options)
@@ -257,6 +263,7 @@ def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
             index_kind=options.index_kind,
             force=options.force,
             onnx=options.onnx,
+            distill=_distill_config(options.distill),
             on_progress=reporter.on_progress,
             show_progress=False,  # progress goes to the job record, not to tqdm bars in the worker log
             checkpoint=reporter.check_cancel,
@@ -288,6 +295,7 @@ def _reindex(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
         index_kind=options.index_kind,
         force=options.force,
         onnx=options.onnx,
+        distill=_distill_config(options.distill),
         show_progress=False,
         checkpoint=reporter.check_cancel,
         cache=EmbeddingCache(embedding_cache_dir(record.bundles_dir)),

@@ -1,0 +1,131 @@
+"""`auto` serves the fastest query encoder within the nDCG budget, as timed at load; distilled ones serve."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import Settings
+from tests.app.conftest import make_settings, publish
+from training.query_encoders import EXTRAS_KEY, StaticQueryEncoder
+
+pytestmark = pytest.mark.scifact
+
+
+@pytest.fixture(scope="module")
+def distilled_bundles(tmp_path_factory, staged_distilled):
+    bundles = tmp_path_factory.mktemp("bundles-distilled")
+    return bundles, publish(staged_distilled, bundles)
+
+
+def test_manifest_records_each_variant_against_the_full_encoder(staged_distilled):
+    manifest = json.loads((staged_distilled / "manifest.json").read_text())
+    record = manifest["extras"][EXTRAS_KEY]
+    assert set(record["variants"]) == {"distilled", "static"}
+    assert record["n_queries"] > 0 and record["timing_queries"]
+    for name, v in record["variants"].items():
+        assert 0.0 <= v["ndcg@10"] <= 1.0 and 0.0 <= v["recall@10"] <= 1.0
+        assert v["ndcg_loss"] == pytest.approx(record["full"]["ndcg@10"] - v["ndcg@10"], abs=1e-6)
+        assert v["recall_loss"] == pytest.approx(record["full"]["recall@10"] - v["recall@10"], abs=1e-6)
+        assert np.isfinite(v["training"]["loss_last"])
+        # every file of the variant is checksummed with the bundle
+        assert any(f.startswith(f"query_encoders/{name}/") for f in manifest["files"])
+    # the full encoder's score is the bundle's own ONNX record's torch score: same queries, same index
+    assert record["full"]["ndcg@10"] == pytest.approx(
+        manifest["extras"]["onnx"]["ndcg@10"]["torch"], abs=1e-6
+    )
+    assert manifest["extras"]["distilled_from"] != manifest["version"]
+
+
+def _choice(client):
+    body = client.get("/bundles").json()
+    return body["encoder_backend"], body["encoder_choice"]
+
+
+def test_auto_times_every_eligible_encoder_and_serves_the_fastest(distilled_bundles):
+    bundles, _ = distilled_bundles
+    settings = make_settings(bundles, encoder_backend="auto", max_ndcg_loss=1.0, reload_poll_seconds=0)
+    with TestClient(create_app(settings)) as client:
+        backend, choice = _choice(client)
+        timed = {c["backend"]: c["ms_per_query"] for c in choice["candidates"]}
+        assert set(timed) == {"torch", "onnx", "onnx-int8", "distilled", "static"}
+        assert backend == choice["chosen"] == min(timed, key=timed.__getitem__)
+        assert client.post("/search", json={"query": "bone density", "top_k": 3}).status_code == 200
+
+
+def test_auto_never_serves_an_encoder_over_the_budget(distilled_bundles, staged_distilled):
+    bundles, _ = distilled_bundles
+    extras = json.loads((staged_distilled / "manifest.json").read_text())["extras"]
+    budget = 0.0
+    with TestClient(
+        create_app(
+            make_settings(bundles, encoder_backend="auto", max_ndcg_loss=budget, reload_poll_seconds=0)
+        )
+    ) as client:
+        backend, choice = _choice(client)
+    rows = {c["backend"]: c for c in choice["candidates"]}
+    assert rows["torch"]["eligible"]  # the full model always qualifies
+    for name, v in extras[EXTRAS_KEY]["variants"].items():
+        assert rows[name]["eligible"] == (v["ndcg_loss"] <= budget)
+        assert ("ms_per_query" in rows[name]) == rows[name]["eligible"]  # over budget: not even loaded
+    assert rows[backend]["eligible"]
+
+
+def test_the_static_encoder_serves_its_own_vectors(distilled_bundles, staged_distilled, slice_data):
+    bundles, _ = distilled_bundles
+    query = list(slice_data.queries.values())[2]
+    static = StaticQueryEncoder.load(staged_distilled / "query_encoders" / "static")
+    from training.bundle import load_bundle
+
+    bundle = load_bundle(staged_distilled)
+    pos, scores = bundle.index.search(static.encode([query]), 5)[0]
+    with TestClient(
+        create_app(make_settings(bundles, encoder_backend="static", reload_poll_seconds=0))
+    ) as client:
+        assert _choice(client) == ("static", None)
+        hits = client.post("/search", json={"query": query, "top_k": 5}).json()["results"][0]["hits"]
+    assert [h["id"] for h in hits] == [bundle.doc_ids[p] for p in pos]
+    np.testing.assert_allclose([h["score"] for h in hits], scores, atol=1e-5)
+
+
+def test_a_bundle_without_distilled_encoders_refuses_a_distilled_backend(live_bundles):
+    bundles, _ = live_bundles
+    with TestClient(
+        create_app(make_settings(bundles, encoder_backend="distilled", reload_poll_seconds=0))
+    ) as client:
+        assert client.get("/readyz").status_code == 503
+        failure = client.get("/bundles").json()["last_failed_load"]
+    assert "query_encoders/distilled" in failure["error"]
+
+
+def test_the_old_onnx_loss_setting_still_works(monkeypatch):
+    monkeypatch.setenv("SEARCH_ONNX_MAX_NDCG_LOSS", "0.02")
+    assert Settings().max_ndcg_loss == 0.02
+    monkeypatch.setenv("SEARCH_MAX_NDCG_LOSS", "0.01")
+    assert Settings().max_ndcg_loss == 0.01  # the new name wins
+    monkeypatch.delenv("SEARCH_ONNX_MAX_NDCG_LOSS")
+    monkeypatch.delenv("SEARCH_MAX_NDCG_LOSS")
+    assert Settings().max_ndcg_loss == 0.005
+
+
+@pytest.mark.parametrize("backend", ["static", "torch"])
+def test_the_gap_report_covers_the_served_query_encoder(distilled_bundles, staged_distilled, backend):
+    bundles, _ = distilled_bundles
+    record = json.loads((staged_distilled / "manifest.json").read_text())["extras"][EXTRAS_KEY]
+    with TestClient(
+        create_app(make_settings(bundles, encoder_backend=backend, reload_poll_seconds=0))
+    ) as client:
+        report = client.get("/generalization-gap").json()["report"]
+    served = report["served_query_encoder"]
+    assert served["backend"] == backend and served["k"] == report["k"]
+    if backend == "static":  # measured at the report's k when the bundle was built
+        assert served["risk_test"]["value"] == record["served_risk"]["static"]["risk_test"]["value"]
+        assert served["delta_vs_full"]["value"] == pytest.approx(
+            served["risk_test"]["value"] - record["served_risk"]["full"]["risk_test"]["value"]
+        )
+    else:  # the full model is what the report is about
+        assert served["risk_test"] == report["risk_test"]

@@ -1,0 +1,71 @@
+"""Query-encoder distillation: pseudo-query pairs, the static encoder served in numpy, training that learns."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from training.data import Document, RetrievalData
+from training.distill import DistillConfig, _student_loss, distill_pairs
+from training.encoder import default_model_path
+from training.query_encoders import StaticQueryEncoder
+
+
+def _corpus() -> dict[str, Document]:
+    docs = [
+        Document(
+            "d1",
+            "Vitamin D and bone",
+            "Vitamin D raises bone density. It acts on calcium uptake in the gut.",
+            {},
+        ),
+        Document("d2", "Statins", "Statins work. Very short.", {}),
+        Document("d3", "", "No title here but a long enough sentence for a pseudo query.", {}),
+    ]
+    return {d.id: d for d in docs}
+
+
+def test_pairs_hold_queries_titles_and_sentences_each_with_its_own_document():
+    corpus = _corpus()
+    train = RetrievalData(corpus, {"q1": "does vitamin d help bones"}, {"q1": {"d1": 1, "gone": 1}}, "mem")
+    config = DistillConfig(title_queries=10, sentence_queries=10)
+    pairs = distill_pairs(train, ["d1", "d2", "d3"], config, np.random.default_rng(0))
+    by_key = dict(zip(pairs.keys, zip(pairs.texts, pairs.positives, strict=True), strict=True))
+    assert by_key["q1"] == ("does vitamin d help bones", 0)  # "gone" is not in the index: skipped
+    assert by_key["title:d2"] == ("Statins", 1)
+    assert "title:d3" not in by_key  # no title, no title pseudo-query
+    assert by_key["sentence:d1"][0] in corpus["d1"].text and by_key["sentence:d1"][1] == 0
+    assert "sentence:d2" not in by_key  # its sentences are under 4 words
+    assert by_key["sentence:d3"][1] == 2
+    assert pairs.known["q1"] == {0}
+
+
+def test_the_numpy_static_encoder_reproduces_sentence_transformers(tmp_path):
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, StaticEmbedding
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(default_model_path() / "tokenizer.json"))
+    table = np.random.default_rng(0).standard_normal((tokenizer.get_vocab_size(), 16)).astype(np.float32)
+    st = SentenceTransformer(modules=[StaticEmbedding(tokenizer, embedding_weights=table), Normalize()])
+    st.save(str(tmp_path / "static"))
+    texts = ["vitamin d and bone density", "Statins, cholesterol; and CARDIOVASCULAR risk?", "x"]
+    served = StaticQueryEncoder.load(tmp_path / "static").encode(texts)
+    np.testing.assert_allclose(served, st.encode(texts, normalize_embeddings=True), atol=1e-5)
+    assert np.all(StaticQueryEncoder.load(tmp_path / "static").encode([""]) == 0)  # no token: zero row
+
+
+def test_student_loss_is_infonce_plus_the_matching_term():
+    torch.manual_seed(0)
+    q = torch.nn.functional.normalize(torch.randn(4, 8), dim=-1)
+    docs = torch.nn.functional.normalize(torch.randn(4, 8), dim=-1)
+    teacher = torch.nn.functional.normalize(torch.randn(4, 8), dim=-1)
+    from training.losses.info_nce import info_nce_loss
+
+    plain = _student_loss(q, teacher, docs, None, temperature=0.05, match_weight=0.0)
+    assert plain == pytest.approx(float(info_nce_loss(q, docs, temperature=0.05)))
+    matched = _student_loss(q, teacher, docs, None, temperature=0.05, match_weight=2.0)
+    gap = 2.0 * float((1 - (q * teacher).sum(1)).mean())
+    assert float(matched) == pytest.approx(float(plain) + gap, rel=1e-5)
+    assert float(_student_loss(q, q, q, None, temperature=0.05, match_weight=1.0)) < float(plain)
