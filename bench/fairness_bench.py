@@ -102,6 +102,8 @@ def main() -> None:
             encoder_backend="torch",
             reload_poll_seconds=0,
             fair_slice_tokens=slice_tokens,
+            # the same big request and queries repeat: a query-embedding cache would answer them for free
+            query_cache_size=0,
         )
         with TestClient(create_app(settings)) as client:
             r = client.post("/search", json=big)
