@@ -10,8 +10,8 @@ L2-normalised vector `Encoder.encode` returns (cosine ≈ 1.0 for fp32, checked 
 int8 is dynamic quantization of the MatMul weights, per channel (the per-tensor default loses far
 more: cosine to fp32 0.89-0.97 instead of ≥ 0.98 on short queries). int8 is not a drop-in swap
 (performance.md: top-10 agreement 0.85-0.90), which is why `measure_onnx_quality` scores it on the
-task metric (nDCG@10) against torch, and the API only picks it automatically when the loss is
-negligible (see `choose_variant`).
+task metric (nDCG@10) against torch, and the API's `auto` considers it only when that loss is within
+its budget (and then serves whichever candidate it times fastest).
 
 Contract module for the API: imports only numpy, onnxruntime and tokenizers at module level;
 torch / sentence-transformers are imported inside `export_onnx` only.
@@ -43,7 +43,6 @@ ONNX_SUBDIR = "onnx"  # inside a model folder, so the folder alone carries every
 FILES: dict[str, str] = {"fp32": "model.onnx", "int8": "model_int8.onnx"}
 INFO_FILE = "onnx_info.json"
 EXTRAS_KEY = "onnx"  # key in the bundle manifest's `extras`
-DEFAULT_MAX_NDCG_LOSS = 0.005
 OPSET = 17
 
 
@@ -358,23 +357,6 @@ def attach_onnx(
     manifest.files = checksums(folder)
     write_json_atomic(folder / MANIFEST_FILE, manifest.model_dump(mode="json"))
     return record
-
-
-def choose_variant(
-    extras: Mapping[str, Any] | None, model_dir: str | Path, *, max_loss: float = DEFAULT_MAX_NDCG_LOSS
-) -> Variant | None:
-    """The fastest ONNX variant whose recorded nDCG@10 loss vs torch is ≤ max_loss, else None (use torch)."""
-    record = (extras or {}).get(EXTRAS_KEY) or {}
-    losses = record.get("ndcg_loss") or {}
-    for variant in ("int8", "fp32"):
-        loss = losses.get(variant)
-        if (
-            loss is not None
-            and loss <= max_loss
-            and (Path(model_dir) / ONNX_SUBDIR / FILES[variant]).exists()
-        ):
-            return variant
-    return None
 
 
 def _embedding_dim(model: Any) -> int:

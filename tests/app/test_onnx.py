@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import shutil
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from app.encoder_choice import recorded_ndcg_losses
 from app.main import create_app
 from tests.app.conftest import make_settings
 from training.errors import ModelLoadError
-from training.onnx_encoder import EXTRAS_KEY, OnnxQueryEncoder, choose_variant, export_onnx
+from training.onnx_encoder import EXTRAS_KEY, OnnxQueryEncoder, export_onnx
 
 pytestmark = pytest.mark.scifact
 
@@ -49,17 +51,20 @@ def test_quality_is_recorded_in_the_manifest(staged):
         assert record["files"][variant] in manifest["files"]  # checksummed with the bundle
 
 
-def test_choose_variant_follows_the_recorded_loss(tmp_path):
+def test_recorded_losses_name_only_onnx_files_that_exist(tmp_path):
+    """`auto`'s candidates (app/encoder_choice.py): the recorded loss of each ONNX file on disk, torch always."""
     model = tmp_path / "model"
     (model / "onnx").mkdir(parents=True)
-    for name in ("model.onnx", "model_int8.onnx"):
-        (model / "onnx" / name).write_bytes(b"x")
+    (model / "onnx" / "model.onnx").write_bytes(b"x")  # fp32 only: int8 was recorded but is missing
+
+    def bundle(extras):
+        return SimpleNamespace(path=str(tmp_path), manifest=SimpleNamespace(extras=extras))
+
     rec = {EXTRAS_KEY: {"ndcg_loss": {"fp32": 0.0, "int8": 0.004}}}
-    assert choose_variant(rec, model) == "int8"
-    rec = {EXTRAS_KEY: {"ndcg_loss": {"fp32": 0.0, "int8": 0.02}}}
-    assert choose_variant(rec, model) == "fp32"
-    assert choose_variant({EXTRAS_KEY: {"ndcg_loss": {"fp32": 0.01, "int8": 0.02}}}, model) is None
-    assert choose_variant({}, model) is None  # never measured: torch
+    assert recorded_ndcg_losses(bundle(rec)) == {"torch": 0.0, "onnx": 0.0}
+    (model / "onnx" / "model_int8.onnx").write_bytes(b"x")
+    assert recorded_ndcg_losses(bundle(rec)) == {"torch": 0.0, "onnx": 0.0, "onnx-int8": 0.004}
+    assert recorded_ndcg_losses(bundle({})) == {"torch": 0.0}  # never measured: torch only
 
 
 def test_export_refuses_a_pipeline_it_cannot_reproduce(tmp_path, staged):
