@@ -8,6 +8,7 @@ ServiceError                 base (500 internal)
 ├── WrongApiKeyError         403 forbidden: wrong key, or no key configured on the server
 ├── BodyTooLargeError        413 body_too_large
 ├── ReportMissingError       404 report_missing: the live bundle has no generalization-gap report
+├── MissingFileError         404 file_not_found: no such plot in a bundle's report, or no such page asset
 └── InvalidInputError        422 invalid_request: a well-formed body the bundle cannot answer (vector dim,
     │                            token budget)
     └── ResponseTooLargeError 422 response_too_large: the answer would exceed max_response_bytes
@@ -77,6 +78,11 @@ class BodyTooLargeError(ServiceError):
 class ReportMissingError(ServiceError):
     status_code = 404
     code = "report_missing"
+
+
+class MissingFileError(ServiceError):
+    status_code = 404
+    code = "file_not_found"
 
 
 class InvalidInputError(ServiceError):

@@ -19,7 +19,7 @@ from app.errors import install_error_handlers
 from app.metrics import AppMetrics, MetricsMiddleware
 from app.middleware import BodyLimitMiddleware
 from app.openapi import install_openapi
-from app.routes import bundles, gap, health, jobs, metrics, search
+from app.routes import bundles, gap, health, jobs, metrics, search, ui
 from app.settings import Settings
 from app.store import BundleHolder
 
@@ -95,4 +95,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (search, gap, health, bundles, metrics):
         app.include_router(module.router)
     app.include_router(jobs.router)  # POST /jobs …: records and enqueues; a worker process runs them
+    app.include_router(ui.router)  # the web page at / and the report's plots
     return app

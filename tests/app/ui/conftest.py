@@ -1,0 +1,81 @@
+"""Bundles for the page's tests: the API tests' scifact slice with a real generalization-gap report.
+
+The report is computed by training.gap.report on that slice (the real encoder; its 30 queries split into
+15 "training" and 15 held-out ones, the document embeddings reused) and written with its real PNG plots,
+so the page renders what a pipeline would write. Bundle A carries it and is live; bundle B (a worse
+recorded metric) is published through the gate and kept as a candidate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from tests.app.conftest import publish
+
+REPO = Path(__file__).resolve().parents[3]
+SCREENSHOTS = REPO / "var" / "screenshots"  # /var/ is ignored by git
+SAVED: list[Path] = []  # screenshots written in this session (the summary names their folder)
+
+
+@pytest.fixture(scope="session")
+def ui_staged(tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> dict[str, Path]:
+    from training.bundle import build_bundle
+    from training.gap.report import compute_report, write_report
+
+    ids = sorted(slice_data.queries)
+    half = len(ids) // 2
+
+    def split(keep: list[str]):
+        return replace(
+            slice_data,
+            queries={q: slice_data.queries[q] for q in keep},
+            qrels={q: slice_data.qrels[q] for q in keep},
+        )
+
+    report = compute_report(
+        shared_encoder,
+        split(ids[:half]),
+        split(ids[half:]),
+        k=15,
+        n_boot=200,
+        k_max=64,
+        doc_ids=list(slice_data.corpus),
+        doc_embeddings=doc_embeddings,
+        k_rule="batch size 16 − 1 (test slice)",
+    )
+    root = tmp_path_factory.mktemp("ui-staged")
+    write_report(report, root / "report")
+    common = dict(doc_embeddings=doc_embeddings, index_kind="flat", show_progress=False)
+    a = build_bundle(
+        shared_encoder,
+        slice_data.corpus,
+        staging_dir=root / "A",
+        report_dir=root / "report",
+        metrics={"test": {"ndcg@10": 0.6}},
+        **common,
+    )
+    b = build_bundle(
+        shared_encoder,
+        slice_data.corpus,
+        staging_dir=root / "B",
+        metrics={"test": {"ndcg@10": 0.1}},
+        **common,
+    )
+    return {"A": a, "B": b}
+
+
+@pytest.fixture(scope="session")
+def ui_bundles(tmp_path_factory, ui_staged) -> tuple[Path, str, str]:
+    """(bundles folder, live version A, candidate version B that the gate kept out)."""
+    bundles = tmp_path_factory.mktemp("ui-bundles")
+    live = publish(ui_staged["A"], bundles)
+    candidate = publish(ui_staged["B"], bundles, force=False)
+    return bundles, live, candidate
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if SAVED:
+        terminalreporter.write_line(f"page screenshots ({len(SAVED)}): {SCREENSHOTS}")
