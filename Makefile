@@ -12,14 +12,23 @@ RUN_DIR ?= var
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install demo test lint typecheck serve worker bench-load clean
+.PHONY: install chromium demo test lint typecheck serve worker bench-load clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)" $(TORCH_INDEX)
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@$(MAKE) --no-print-directory chromium
 	touch $@
+
+# headless Chromium for the page's browser tests (tests/app/ui/test_ui_browser.py), from Debian's package:
+# playwright's own browser download is not used. Not root: say so; those tests then skip with the reason.
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		if [ "$$(id -u)" = 0 ]; then { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; } \
+			|| echo "apt-get could not install chromium: the browser tests will skip (CI fails them)"; \
+		else echo "chromium not installed and not root: run 'sudo apt-get install chromium' for the browser tests (they skip without it)"; fi; }
 
 install: $(VENV)/.installed
 

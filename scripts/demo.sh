@@ -35,5 +35,5 @@ echo "== 2/3 job worker (retrain / reindex jobs), log in $run_dir/worker.log"
 worker=$!
 trap 'kill $worker 2>/dev/null || true' EXIT INT TERM
 
-echo "== 3/3 API on http://$host:$port  (try: curl -s $host:$port/generalization-gap; Ctrl-C stops)"
+echo "== 3/3 API on http://$host:$port  (open http://$host:$port/ in a browser, or: curl -s $host:$port/generalization-gap; Ctrl-C stops)"
 "$py" -m uvicorn --factory app.main:create_app --host "$host" --port "$port"

@@ -57,6 +57,7 @@ def _headers() -> dict[str, str]:
 
 class LiveSummary(BaseModel):
     version: str
+    model_name: str = Field(description="The model's name (from its report; else its folder's name).")
     model: dict[str, Any] = Field(description="Identity of the live model, as in GET /generalization-gap.")
     index_recall_at_10: float | None = Field(
         description="Recall@10 of the ANN index against exact search, measured on real queries when it was "
@@ -84,11 +85,14 @@ async def overview(holder: HolderDep, settings: SettingsDep) -> Overview:
     live = holder.live
     summary = None
     if live is not None:
+        report = live.bundle.report
+        base = live.bundle.manifest.base_model
         summary = LiveSummary(
             version=live.version,
+            model_name=report.model.name if report else Path(base.rstrip("/")).name,
             model=live.model_identity(),
             index_recall_at_10=live.bundle.manifest.index.recall_at_10,
-            has_report=live.bundle.report is not None,
+            has_report=report is not None,
         )
     return Overview(
         search_modes=modes,

@@ -32,6 +32,9 @@ function fmt(x, digits = 3) {
   return x.toFixed(digits);
 }
 
+// a parameter as written (0.05, not 0.0500)
+const param = (x) => (typeof x === "number" ? String(Number(x.toPrecision(4))) : fmt(x));
+
 function when(value) {
   if (value === null || value === undefined) return "—";
   const date = typeof value === "number" ? new Date(value * 1000) : new Date(value);
@@ -213,6 +216,7 @@ function renderResults(answer, roundTrip) {
     )
   );
   if (!hits.length) list.append(el("li", { class: "empty" }, "No document matched (check the filter)."));
+  list.dataset.answered = String(Number(list.dataset.answered || 0) + 1); // lets a test wait for this answer
 }
 
 // -- bundle -------------------------------------------------------------------------------------------
@@ -226,8 +230,8 @@ async function loadBundles() {
     const recall = ov.live.index_recall_at_10;
     const facts = [
       ["version", ov.live.version],
-      ["model", m.base_model],
-      ["similarity", `${m.metric} (index metric ${m.index_metric}, τ = ${fmt(m.temperature, 4)})`],
+      ["model", el("span", { title: m.base_model }, ov.live.model_name)],
+      ["similarity", `${m.metric} (index metric ${m.index_metric}, τ = ${param(m.temperature)})`],
       ["dimension", m.dim],
       ["index", m.index],
       ["measured recall@10", recall === null ? "exact search (1 by construction)" : fmt(recall, 4)],
@@ -252,7 +256,10 @@ function gateText(gate) {
   if (!gate) return "—";
   const values = gate.candidate_value === null || gate.candidate_value === undefined ? "" :
     ` (${gate.metric} ${fmt(gate.candidate_value, 4)}${gate.live_value !== null && gate.live_value !== undefined ? " vs live " + fmt(gate.live_value, 4) : ""})`;
-  return `${gate.accepted ? "accepted" : "kept as candidate"}${gate.forced ? ", forced" : ""}: ${gate.reason}${values}`;
+  const verdict = gate.accepted ? "accepted" : "kept as candidate";
+  let text = gate.reason; // the store's reasons often begin with the verdict already, and carry the values
+  if (!text.startsWith(verdict) && !text.startsWith("forced")) text = `${verdict}${gate.forced ? ", forced" : ""}: ${text}`;
+  return text.includes(gate.metric) ? text : text + values;
 }
 
 function renderBundles(b) {
@@ -268,7 +275,7 @@ function renderBundles(b) {
     return el("tr", { class: v.live ? "live" : null },
       el("td", { class: "mono" }, v.version),
       el("td", {}, v.live ? el("span", { class: "badge ok" }, "live") : v.current ? el("span", { class: "badge" }, "CURRENT") : ""),
-      el("td", {}, when(v.created_at)),
+      el("td", { class: "when" }, when(v.created_at)),
       el("td", { class: "num" }, fmt(test["ndcg@10"], 4)),
       el("td", { class: v.gate && !v.gate.accepted ? "warn" : null }, gateText(v.gate)),
       el("td", {}, action));
@@ -279,7 +286,7 @@ function renderBundles(b) {
   );
   const log = b.gate_decisions.map((d) =>
     el("tr", {},
-      el("td", {}, when(d.decided_at)),
+      el("td", { class: "when" }, when(d.decided_at)),
       el("td", {}, d.event || "publish"),
       el("td", { class: "mono" }, d.version),
       el("td", {}, d.event === "activate" ? `activated (was ${d.previous || "none"})` : gateText(d))));
@@ -309,7 +316,9 @@ async function activate(version) {
 // -- jobs ---------------------------------------------------------------------------------------------
 function progressText(job) {
   const p = job.progress || {};
-  const parts = [p.phase];
+  if (job.state === "queued") return "waiting for a worker";
+  if (job.state === "succeeded") return "done";
+  const parts = [job.state === "running" ? p.phase : p.phase === "queued" ? "stopped before it started" : `stopped in ${p.phase}`];
   if (p.total_steps) parts.push(`step ${p.step}/${p.total_steps}`);
   else if (p.step) parts.push(`step ${p.step}`);
   if (p.epoch !== null && p.epoch !== undefined) parts.push(`epoch ${p.epoch}`);
@@ -342,7 +351,7 @@ function renderJobs(jobs) {
       el("td", {}, job.type),
       el("td", {}, el("span", { class: `state ${job.state}` }, job.state + (job.cancel_requested && !finished ? " (cancelling)" : ""))),
       el("td", {}, el("progress", { max: 1, value: fraction }), " ", progressText(job)),
-      el("td", {}, when(job.created_at)),
+      el("td", { class: "when" }, when(job.created_at)),
       el("td", { class: "detail" }, detail.join(" · ")),
       el("td", {}, finished || job.cancel_requested ? null :
         el("button", { class: "small", onclick: () => cancelJob(job.id) }, "Cancel")));
@@ -402,11 +411,10 @@ function valueNode(x, unit = "nats") {
     x.vacuous ? el("span", { class: "badge bad", title: "exceeds log(k+1): it constrains nothing" }, "vacuous") : null);
 }
 
-function row(name, value, meaning, extra) {
+function row(name, value, meaning, unit = "nats") {
   const why = [meaning];
   if (value && value.kind === "not_computable") why.push(el("span", { class: "reason" }, ` Not computable: ${value.reason}`));
-  if (extra) why.push(" ", extra);
-  return el("tr", {}, el("th", { scope: "row" }, name), el("td", { class: "value" }, valueNode(value)), el("td", {}, why));
+  return el("tr", {}, el("th", { scope: "row" }, name), el("td", { class: "value" }, valueNode(value, unit)), el("td", {}, why));
 }
 
 function table(...rows) {
@@ -458,7 +466,7 @@ function renderReport(version, r) {
   const head = el("div", { class: "card" },
     el("h2", {}, `Generalization gap of bundle ${version}`),
     el("p", {},
-      `Model ${r.model.name} (${r.model.metric}, τ = ${fmt(tau, 4)}${r.model.temperature_effective !== tau ? `, τ_eff = ${fmt(r.model.temperature_effective, 4)}` : ""}). `,
+      `Model ${r.model.name} (${r.model.metric}, τ = ${param(tau)}${r.model.temperature_effective !== tau ? `, τ_eff = ${param(r.model.temperature_effective)}` : ""}). `,
       `k = ${r.k} negatives per anchor (${r.k_rule}); negatives: ${r.negative_sampler}. `,
       `${r.n_train} training anchors from ${r.n_train_queries} queries, ${r.n_test} held-out anchors from ${r.n_test_queries} queries; `,
       `pool of ${r.pool_size} documents; seed ${r.seed}; ${r.n_bootstrap} bootstrap replicates; written ${when(r.created_at)}.`),
@@ -483,7 +491,7 @@ function renderReport(version, r) {
   const curve = el("div", { class: "card" },
     el("h2", {}, "Risk versus the number of negatives k"),
     plotFigure(version, r, "risk_vs_k.png", "R̂(k) on held-out anchors with its CI, the a + b/k fit and CE∞ (plug-in)."),
-    el("p", {}, `R̂(k) for k on ${r.k_grid_rule}. The theory (Whiteley 2026, arXiv 2607.09405) says R(k) approaches CE∞, the cross-entropy of softmax search over the whole corpus, like a + b/k.`),
+    el("p", {}, `The grid of k: ${r.k_grid_rule}. The theory (Whiteley 2026, arXiv 2607.09405) says R(k) approaches CE∞, the cross-entropy of softmax search over the whole corpus, like a + b/k.`),
     table(
       el("tr", {}, el("th", { scope: "row" }, "fit a + b/k"),
         el("td", { class: "value" }, el("b", {}, `a = ${fmt(fit.a)}, b = ${fmt(fit.b)}`), ` R² ${fmt(fit.r2, 3)}`,
@@ -494,8 +502,8 @@ function renderReport(version, r) {
       row("ce_inf_fit", r.ce_inf_fit, "CE∞ as the intercept a of the fit, with a bootstrap CI: only when the fit is accepted."),
       row("ce_inf_plugin", r.ce_inf_plugin, "CE∞ computed directly against the whole pool: the k → ∞ risk for negatives drawn from this corpus. The number to use when the fit is not accepted."),
       row("ce_inf_corrected", r.ce_inf_corrected, "CE∞ for an unbounded corpus from the same distribution: the plug-in raised by its first-order finite-pool bias c1/N, its interval widened for the correction's own error."),
-      r.first_order_d1 ? row("first_order_d1", r.first_order_d1, "d1 in R(k) ≈ CE∞ + (d1 − c1)/k: the 1/k regime needs k ≫ d1.") : null,
-      r.first_order_c1 ? row("first_order_c1", r.first_order_c1, "c1 in the same expansion: the finite-pool bias of log μ̂ over N documents is about −c1/N.") : null),
+      r.first_order_d1 ? row("first_order_d1", r.first_order_d1, "d1 in R(k) ≈ CE∞ + (d1 − c1)/k: the 1/k regime needs k ≫ d1.", "") : null,
+      r.first_order_c1 ? row("first_order_c1", r.first_order_c1, "c1 in the same expansion: the finite-pool bias of log μ̂ over N documents is about −c1/N.", "") : null),
     el("details", {}, el("summary", {}, `R̂(k) and Δ(k) = R̂(k) − CE∞ at each of the ${r.risk_vs_k.length} grid points`),
       el("table", { class: "grid" }, el("thead", {}, el("tr", {}, el("th", {}, "k"), el("th", {}, "R̂(k)"), el("th", {}, "Δ(k)"))), el("tbody", {}, kRows))));
 
@@ -527,26 +535,27 @@ function renderReport(version, r) {
   const cards = [head, gap, curve, advice, bounds, mi];
   if (r.retrieval) {
     const rt = r.retrieval;
+    const g = rt.ndcg_at_10_gap;
     const metric = (name, key, meaning) => el("tr", {},
       el("th", { scope: "row" }, name), el("td", { class: "num" }, fmt(rt.train[key], 4)), el("td", { class: "num" }, fmt(rt.test[key], 4)),
-      el("td", { class: "num" }, fmt(rt.train[key] - rt.test[key], 4)), el("td", {}, meaning));
+      el("td", { class: "num" }, fmt(rt.train[key] - rt.test[key], 4),
+        key === "ndcg_at_10" ? el("span", { class: "ci", title: g.method }, ` ${Math.round(g.level * 100)}% CI [${fmt(g.ci_low)}, ${fmt(g.ci_high)}]`) : null),
+      el("td", {}, meaning));
     cards.push(el("div", { class: "card" },
       el("h2", {}, "Retrieval quality, training vs held-out queries"),
       el("table", { class: "grid report" },
         el("thead", {}, el("tr", {}, ["metric", `train (${rt.train.n_queries} queries)`, `test (${rt.test.n_queries} queries)`, "train − test", "what it means"].map((h) => el("th", {}, h)))),
         el("tbody", {},
-          metric("nDCG@10", "ndcg_at_10", "Ranking quality of the top 10, graded by position (1 = every relevant document first)."),
+          metric("nDCG@10", "ndcg_at_10", "Ranking quality of the top 10, graded by position (1 = every relevant document first). Its train − test gap has a bootstrap CI: positive = worse on held-out queries, the retrieval face of the risk gap."),
           metric("recall@10", "recall_at_10", "Share of the relevant documents found in the top 10."),
-          metric("MRR@10", "mrr_at_10", "1 / rank of the first relevant document (0 beyond rank 10), averaged."))),
-      el("table", { class: "grid report" }, el("tbody", {},
-        row("ndcg_at_10_gap", rt.ndcg_at_10_gap, "Train − test nDCG@10 with a bootstrap CI: positive = worse on held-out queries, the retrieval face of the risk gap.")))));
+          metric("MRR@10", "mrr_at_10", "1 / rank of the first relevant document (0 beyond rank 10), averaged.")))));
   }
   const s = r.served_query_encoder;
   if (s) {
     cards.push(el("div", { class: "card" },
       el("h2", {}, `The query encoder serving now: ${s.backend}`),
       table(
-        row("risk_test", s.risk_test, `Held-out InfoNCE risk at k = ${s.k}, τ = ${fmt(s.temperature, 4)} with this query encoder.`),
+        row("risk_test", s.risk_test, `Held-out InfoNCE risk at k = ${s.k}, τ = ${param(s.temperature)} with this query encoder.`),
         row("delta_vs_full", s.delta_vs_full, "Its risk minus the full query encoder's, paired on the same anchors: what the cheaper encoder costs.")),
       s.note ? el("p", { class: "hint" }, s.note) : null));
   }

@@ -69,6 +69,7 @@ def test_overview_names_the_live_bundle_and_the_search_modes(client, ui_bundles)
     assert ov["live"]["version"] == live and ov["live"]["has_report"] is True
     assert ov["live"]["model"]["index"] == "Flat" and ov["live"]["index_recall_at_10"] is None  # exact
     assert ov["live"]["model"]["n_vectors"] > 200
+    assert ov["live"]["model_name"] == "all-MiniLM-L6-v2"  # the report's name, not a server path
     assert (ov["search_modes"], ov["default_mode"]) == search_modes(SearchRequest)
     assert ov["job_types"] == ["retrain", "reindex"] and ov["max_top_k"] == 1000
 
@@ -156,3 +157,18 @@ def test_openapi_documents_the_routes_and_their_errors(client):
         "$ref": "#/components/schemas/ErrorResponse"
     }
     assert "/ui/overview" in spec["paths"] and "/" in spec["paths"]
+
+
+def test_the_page_ships_in_a_non_editable_install():
+    """pip install . (the Docker image) copies only package data: app/static must be declared as such."""
+    import fnmatch
+    import tomllib
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    patterns = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
+        "app"
+    ]
+    files = [p.relative_to(repo / "app").as_posix() for p in (repo / "app" / "static").iterdir()]
+    assert {"static/index.html", "static/app.js", "static/app.css"} <= set(files)
+    assert all(any(fnmatch.fnmatch(f, pat) for pat in patterns) for f in files), (files, patterns)
