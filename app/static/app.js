@@ -571,5 +571,6 @@ document.addEventListener("DOMContentLoaded", () => {
   $("job-form").addEventListener("submit", submitJob);
   window.addEventListener("hashchange", showTab);
   loadOverview();
+  setInterval(loadOverview, 15000); // the badge follows a swap (a job's publish, another operator's rollback)
   showTab();
 });
