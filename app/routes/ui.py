@@ -26,7 +26,9 @@ from training.errors import BundleNotFound
 
 router = APIRouter(tags=["ui"])
 STATIC = Path(__file__).resolve().parent.parent / "static"
-ASSETS = {"app.css": "text/css; charset=utf-8", "app.js": "text/javascript; charset=utf-8"}
+MEDIA = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
+# the page's stylesheet and script modules: the files of app/static with those suffixes, listed once
+ASSETS = {p.name: MEDIA[p.suffix] for p in sorted(STATIC.iterdir()) if p.suffix in MEDIA}
 # the page loads nothing from elsewhere, and the browser is told to refuse it if it ever tried
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
@@ -34,7 +36,7 @@ CSP = (
 )
 PLOT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\.png$")
 ASSET_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {"content": {m.split(";")[0]: {"schema": {"type": "string"}} for m in ASSETS.values()}},
+    200: {"content": {m.split(";")[0]: {"schema": {"type": "string"}} for m in MEDIA.values()}},
     404: {"description": "No page asset with that name."},
 }
 
@@ -50,7 +52,7 @@ async def page() -> FileResponse:
 @router.get(
     "/ui/assets/{name}",
     response_class=FileResponse,
-    summary="The page's stylesheet and script",
+    summary="The page's stylesheet and script modules",
     responses=ASSET_RESPONSES,
 )
 async def asset(name: Annotated[str, PathParam(max_length=64)]) -> FileResponse:

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
 from app.main import create_app
-from app.routes.ui import search_modes
+from app.routes.ui import ASSETS, search_modes
 from app.schemas import SearchRequest
 from tests.app.conftest import make_settings
 
@@ -44,10 +44,25 @@ def test_page_and_assets_are_served_offline_and_small(client):
     assert "/ui/assets/app.js" in refs and "/ui/assets/app.css" in refs
     assert all(r.startswith(("/", "#", "data:")) and not r.startswith("//") for r in refs), refs
     total = len(page.content)
-    for name, media in (("app.js", "text/javascript"), ("app.css", "text/css")):
+    names = {
+        "app.css",
+        "app.js",
+        "common.js",
+        "overview.js",
+        "search.js",
+        "bundle.js",
+        "jobs.js",
+        "report.js",
+    }
+    assert set(ASSETS) == names
+    for name in names:
         r = client.get(f"/ui/assets/{name}")
+        media = "text/css" if name.endswith(".css") else "text/javascript"
         assert r.status_code == 200 and r.headers["content-type"].startswith(media)
         assert "http://" not in r.text and "https://" not in r.text  # nothing fetched from elsewhere
+        # modules import one another by relative path only, so they stay under /ui/assets/
+        imports = re.findall(r'from "([^"]+)"', r.text)
+        assert all(i.startswith("./") and i[2:] in names for i in imports), imports
         total += len(r.content)
     assert total < PAGE_BUDGET_BYTES / 2, f"HTML + CSS + JS are {total} bytes"
 

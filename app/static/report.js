@@ -1,0 +1,174 @@
+// The gap-report tab: GET /generalization-gap rendered for people, one sentence per number (the
+// sentences follow docs/gap-report.md), with the bundle's PNG plots.
+
+import { $, api, el, fmt, param, state, when } from "./common.js";
+
+// -- report (sentences from docs/gap-report.md) ------------------------------------------------------
+function valueNode(x, unit = "nats") {
+  if (!x) return el("span", { class: "na" }, "—");
+  if (x.kind === "not_computable") return el("span", { class: "na" }, "not computable");
+  if (x.kind === "estimate") {
+    return el("span", { title: x.method },
+      el("b", {}, fmt(x.value)), ` ${unit}`,
+      el("span", { class: "ci" }, ` ${Math.round((x.level || 0.95) * 100)}% CI [${fmt(x.ci_low)}, ${fmt(x.ci_high)}]`));
+  }
+  const tag = x.kind === "term" ? "term, not a bound" : "bound";
+  return el("span", { title: x.assumptions },
+    el("b", {}, fmt(x.value)), ` ${unit} `, el("span", { class: "kind" }, tag),
+    x.vacuous ? el("span", { class: "badge bad", title: "exceeds log(k+1): it constrains nothing" }, "vacuous") : null);
+}
+
+function row(name, value, meaning, unit = "nats") {
+  const why = [meaning];
+  if (value && value.kind === "not_computable") why.push(el("span", { class: "reason" }, ` Not computable: ${value.reason}`));
+  return el("tr", {}, el("th", { scope: "row" }, name), el("td", { class: "value" }, valueNode(value, unit)), el("td", {}, why));
+}
+
+function table(...rows) {
+  return el("table", { class: "grid report" },
+    el("thead", {}, el("tr", {}, el("th", {}, "quantity"), el("th", {}, "value"), el("th", {}, "what it means"))),
+    el("tbody", {}, rows));
+}
+
+function plotFigure(version, report, name, caption) {
+  if (!report.plots.includes(name)) return null;
+  return el("figure", {},
+    el("img", { src: `/bundles/${encodeURIComponent(version)}/plots/${encodeURIComponent(name)}`, alt: caption, "data-plot": name, loading: "eager" }),
+    el("figcaption", {}, caption));
+}
+
+function gapVerdict(gap) {
+  if (gap.ci_low > 0) return "The held-out risk is measurably higher than the training risk (the CI excludes 0): the model fits its training queries better than new ones.";
+  if (gap.ci_high < 0) return "The held-out risk is measurably lower than the training risk (the CI excludes 0).";
+  return "No gap is detectable at this sample size (the CI contains 0).";
+}
+
+function kAdvice(r) {
+  const ks = r.k_sufficient;
+  if (ks.k === null || ks.k === undefined) {
+    return `k_sufficient is not reached within the grid${ks.reason ? ": " + ks.reason : ""}. Use the plug-in CE∞ as the k → ∞ risk; this report cannot say how many negatives are enough.`;
+  }
+  const ci = `(${Math.round((ks.level || 0.95) * 100)}% interval ${ks.ci_low ?? "not reached"} to ${ks.ci_high ?? "not reached"})`;
+  if (r.k >= ks.k) return `Training used k = ${r.k} ≥ k_sufficient = ${ks.k} ${ci}: more negatives per query would change the risk by less than ${ks.eps} nats.`;
+  return `Training used k = ${r.k} < k_sufficient = ${ks.k} ${ci}: more negatives per query (a larger batch, extra random or mined negatives) should still lower the risk by more than ${ks.eps} nats.`;
+}
+
+async function loadReport() {
+  const box = $("report");
+  let answer;
+  try {
+    answer = await api("GET", "/generalization-gap");
+  } catch (err) {
+    box.replaceChildren(el("p", { class: "status error" }, err.message));
+    return;
+  }
+  if (state.reportVersion === answer.version && box.dataset.rendered) return;
+  state.reportVersion = answer.version;
+  box.replaceChildren(...renderReport(answer.version, answer.report));
+  box.dataset.rendered = "1";
+}
+
+function renderReport(version, r) {
+  const tau = r.model.temperature;
+  const head = el("div", { class: "card" },
+    el("h2", {}, `Generalization gap of bundle ${version}`),
+    el("p", {},
+      `Model ${r.model.name} (${r.model.metric}, τ = ${param(tau)}${r.model.temperature_effective !== tau ? `, τ_eff = ${param(r.model.temperature_effective)}` : ""}). `,
+      `k = ${r.k} negatives per anchor (${r.k_rule}); negatives: ${r.negative_sampler}. `,
+      `${r.n_train} training anchors from ${r.n_train_queries} queries, ${r.n_test} held-out anchors from ${r.n_test_queries} queries; `,
+      `pool of ${r.pool_size} documents; seed ${r.seed}; ${r.n_bootstrap} bootstrap replicates; written ${when(r.created_at)}.`),
+    el("p", { class: "hint" },
+      "Every number is in nats and says its kind: an estimate has a confidence interval, a bound holds under stated assumptions " +
+      "(vacuous when it exceeds log(k+1), i.e. it constrains nothing), a term is one computable part of a bound, " +
+      "and a quantity that cannot be evaluated says why instead of showing a number."));
+
+  const gap = el("div", { class: "card" },
+    el("h2", {}, "The gap"),
+    el("p", { class: "verdict" }, gapVerdict(r.gap)),
+    table(
+      row("gap", r.gap, "Held-out risk minus training risk (R_test − R_train): how much worse the model does on queries it never saw. Bootstrap CI, queries resampled within each split."),
+      row("risk_train", r.risk_train, `R(k, τ) = mean InfoNCE − log k of the final model on a sample of training queries, with k random negatives from the corpus (never mined ones).`),
+      row("risk_test", r.risk_test, "The same risk on the held-out queries."),
+      row("hoeffding_halfwidth", r.hoeffding_halfwidth, `(4/τ)·√(log(2/δ)/2n) with n = ${r.n_test_queries} held-out queries: a distribution-free guarantee on how far the held-out risk can be from its estimate (δ = ${r.delta}); loose at small τ.`)),
+    plotFigure(version, r, "train_vs_test.png", "Training vs held-out risk at the training k, with 95% CIs."));
+
+  const fit = r.fit;
+  const kRows = r.risk_vs_k.map((p) =>
+    el("tr", {}, el("td", { class: "num" }, p.k), el("td", {}, valueNode(p.risk)), el("td", {}, valueNode(p.delta))));
+  const curve = el("div", { class: "card" },
+    el("h2", {}, "Risk versus the number of negatives k"),
+    plotFigure(version, r, "risk_vs_k.png", "R̂(k) on held-out anchors with its CI, the a + b/k fit and CE∞ (plug-in)."),
+    el("p", {}, `The grid of k: ${r.k_grid_rule}. The theory (Whiteley 2026, arXiv 2607.09405) says R(k) approaches CE∞, the cross-entropy of softmax search over the whole corpus, like a + b/k.`),
+    table(
+      el("tr", {}, el("th", { scope: "row" }, "fit a + b/k"),
+        el("td", { class: "value" }, el("b", {}, `a = ${fmt(fit.a)}, b = ${fmt(fit.b)}`), ` R² ${fmt(fit.r2, 3)}`,
+          fit.accepted ? el("span", { class: "badge ok" }, "accepted") : el("span", { class: "badge bad" }, "not accepted")),
+        el("td", {}, `Weighted fit on k ∈ [${fit.k_range[0]}, ${fit.k_range[1]}] (${fit.n_points} points): the widest range where R̂ is linear in 1/k starting at k ≥ d1. ` +
+          (fit.accepted ? "Accepted: R̂(k) is in the 1/k regime there, so its intercept estimates CE∞." :
+            "Not accepted: R̂(k) is not in the 1/k regime within the grid, so the intercept is no estimate."))),
+      row("ce_inf_fit", r.ce_inf_fit, "CE∞ as the intercept a of the fit, with a bootstrap CI: only when the fit is accepted."),
+      row("ce_inf_plugin", r.ce_inf_plugin, "CE∞ computed directly against the whole pool: the k → ∞ risk for negatives drawn from this corpus. The number to use when the fit is not accepted."),
+      row("ce_inf_corrected", r.ce_inf_corrected, "CE∞ for an unbounded corpus from the same distribution: the plug-in raised by its first-order finite-pool bias c1/N, its interval widened for the correction's own error."),
+      r.first_order_d1 ? row("first_order_d1", r.first_order_d1, "d1 in R(k) ≈ CE∞ + (d1 − c1)/k: the 1/k regime needs k ≫ d1.", "") : null,
+      r.first_order_c1 ? row("first_order_c1", r.first_order_c1, "c1 in the same expansion: the finite-pool bias of log μ̂ over N documents is about −c1/N.", "") : null),
+    el("details", {}, el("summary", {}, `R̂(k) and Δ(k) = R̂(k) − CE∞ at each of the ${r.risk_vs_k.length} grid points`),
+      el("table", { class: "grid" }, el("thead", {}, el("tr", {}, el("th", {}, "k"), el("th", {}, "R̂(k)"), el("th", {}, "Δ(k)"))), el("tbody", {}, kRows))));
+
+  const ks = r.k_sufficient;
+  const advice = el("div", { class: "card" },
+    el("h2", {}, "How many negatives are enough"),
+    el("p", { class: "verdict" }, kAdvice(r)),
+    el("p", { class: "hint" }, `k_sufficient is the smallest grid k with |Δ(k′)| < ε = ${ks.eps} nats for every grid k′ ≥ k — required of every larger k, so one noisy dip under ε does not count. ${ks.method || ""}`));
+
+  const t = r.theory_terms;
+  const bounds = el("div", { class: "card" },
+    el("h2", {}, "Bounds"),
+    el("p", {}, `Vacuous threshold log(k+1) = ${fmt(t.vacuous_threshold)} nats: the largest InfoNCE gain possible at k = ${r.k}; a bound above it constrains nothing.`),
+    table(
+      row("finite_k_log", t.finite_k_log, "Proposition 1, one side: log(1 + e^{2/τ}/k) ≥ R(k) − CE∞, how far the risk at this k can sit above its k → ∞ limit."),
+      row("prop1_upper", t.prop1_upper, "Proposition 1, other side: (e^{2/τ} − 1)²/(8k) ≥ CE∞ − R(k), how far it can sit below."),
+      row("sample_variability", t.sample_variability, `(12/τ)·√(log(2/δ)/2n) with n = ${r.n_train_split_queries} training-split queries: one term of Theorem 1, whose complexity term is not computable — so not a bound by itself.`),
+      ...t.not_computable.map((nc) => row(nc.name, nc, "A term of Theorem 1 that cannot be evaluated for this model."))));
+
+  const mi = el("div", { class: "card" },
+    el("h2", {}, "Mutual information between queries and documents"),
+    el("p", { class: "hint" }, `Negatives for these figures: ${r.mi_sampler} — the positives' own marginal, which the InfoNCE bound needs.`),
+    table(
+      row("mi_lower_bound_k", r.mi_lower_bound_k, `log(k+1) − L_InfoNCE on held-out anchors (van den Oord et al. 2018): a lower bound on I(query; document), capped by log(k+1) and 2/τ.`),
+      row("mi_cap_log_k_plus_1", r.mi_cap_log_k_plus_1, "log(k+1): the most the bound above can show at this k."),
+      row("mi_cap_two_over_tau", r.mi_cap_two_over_tau, "2/τ: the most it can show at this temperature."),
+      row("mi_lower_bound_inf", r.mi_lower_bound_inf, "−CE∞ under the positives' marginal: a normalised-critic bound on the mutual information, not capped by log(k+1).")));
+
+  const cards = [head, gap, curve, advice, bounds, mi];
+  if (r.retrieval) {
+    const rt = r.retrieval;
+    const g = rt.ndcg_at_10_gap;
+    const metric = (name, key, meaning) => el("tr", {},
+      el("th", { scope: "row" }, name), el("td", { class: "num" }, fmt(rt.train[key], 4)), el("td", { class: "num" }, fmt(rt.test[key], 4)),
+      el("td", { class: "num" }, fmt(rt.train[key] - rt.test[key], 4),
+        key === "ndcg_at_10" ? el("span", { class: "ci", title: g.method }, ` ${Math.round(g.level * 100)}% CI [${fmt(g.ci_low)}, ${fmt(g.ci_high)}]`) : null),
+      el("td", {}, meaning));
+    cards.push(el("div", { class: "card" },
+      el("h2", {}, "Retrieval quality, training vs held-out queries"),
+      el("table", { class: "grid report" },
+        el("thead", {}, el("tr", {}, ["metric", `train (${rt.train.n_queries} queries)`, `test (${rt.test.n_queries} queries)`, "train − test", "what it means"].map((h) => el("th", {}, h)))),
+        el("tbody", {},
+          metric("nDCG@10", "ndcg_at_10", "Ranking quality of the top 10, graded by position (1 = every relevant document first). Its train − test gap has a bootstrap CI: positive = worse on held-out queries, the retrieval face of the risk gap."),
+          metric("recall@10", "recall_at_10", "Share of the relevant documents found in the top 10."),
+          metric("MRR@10", "mrr_at_10", "1 / rank of the first relevant document (0 beyond rank 10), averaged.")))));
+  }
+  const s = r.served_query_encoder;
+  if (s) {
+    cards.push(el("div", { class: "card" },
+      el("h2", {}, `The query encoder serving now: ${s.backend}`),
+      table(
+        row("risk_test", s.risk_test, `Held-out InfoNCE risk at k = ${s.k}, τ = ${param(s.temperature)} with this query encoder.`),
+        row("delta_vs_full", s.delta_vs_full, "Its risk minus the full query encoder's, paired on the same anchors: what the cheaper encoder costs.")),
+      s.note ? el("p", { class: "hint" }, s.note) : null));
+  }
+  if (r.notes && r.notes.length) cards.push(el("div", { class: "card" }, el("h2", {}, "Notes"), el("ul", {}, r.notes.map((n) => el("li", {}, n)))));
+  if (!r.plots.length) cards.splice(1, 0, el("p", { class: "status warn" }, "This report carries no plots (regenerate it with python -m training report)."));
+  return cards;
+}
+
+export { loadReport };
