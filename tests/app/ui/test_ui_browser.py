@@ -109,7 +109,7 @@ def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     if SCREENSHOTS.is_dir():
-        for old in SCREENSHOTS.glob("*.png"):
+        for old in [*SCREENSHOTS.glob("*.png"), *SCREENSHOTS.glob("*.txt")]:
             old.unlink()
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
@@ -131,9 +131,12 @@ class Watched:
     expected_errors: list[str] = field(default_factory=list)
 
     def shot(self, name: str) -> Path:
+        """Screenshot of the whole page, and a line with the bytes it has loaded so far beside it."""
         path = SCREENSHOTS / f"{name}.png"
         self.page.screenshot(path=str(path), full_page=True)
         SAVED.append(path)
+        with (SCREENSHOTS / "page-weight.txt").open("a") as f:
+            f.write(f"{name}: {self.weight()} bytes without the plots, {self.weight(plots=True)} with them\n")
         return path
 
     def weight(self, *, plots: bool = False) -> int:
