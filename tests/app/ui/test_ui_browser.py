@@ -173,6 +173,15 @@ def watched(browser, server) -> Iterator[Watched]:
     assert not foreign, f"requests outside the app's origin: {foreign}"
 
 
+def _wait_js(page: Any, expression: str, timeout_s: float = 30.0) -> None:
+    """Poll a JavaScript expression from here until it is true. Not page.wait_for_function: its polling
+    evaluates strings inside the page, which the page's CSP (no 'unsafe-eval') rightly refuses."""
+    deadline = time.monotonic() + timeout_s
+    while not page.evaluate(expression):
+        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {expression}"
+        time.sleep(0.1)
+
+
 def _search_api(base: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     r = httpx.post(f"{base}/search", json=body, timeout=60)
     r.raise_for_status()
@@ -224,8 +233,9 @@ def test_the_report_renders_with_its_plots(watched, versions):
     page.goto(base + "/")
     page.click("nav a[data-tab=report]")
     page.wait_for_selector("#report img[data-plot] >> nth=1")
-    page.wait_for_function(
-        "[...document.querySelectorAll('#report img[data-plot]')].every(i => i.complete && i.naturalWidth > 0)"
+    _wait_js(
+        page,
+        "[...document.querySelectorAll('#report img[data-plot]')].every(i => i.complete && i.naturalWidth > 0)",
     )
     sizes = page.eval_on_selector_all(
         "#report img[data-plot]", "imgs => imgs.map(i => [i.dataset.plot, i.naturalWidth, i.naturalHeight])"
