@@ -187,3 +187,11 @@ def test_the_page_ships_in_a_non_editable_install():
     files = [p.relative_to(repo / "app").as_posix() for p in (repo / "app" / "static").iterdir()]
     assert {"static/index.html", "static/app.js", "static/app.css"} <= set(files)
     assert all(any(fnmatch.fnmatch(f, pat) for pat in patterns) for f in files), (files, patterns)
+
+
+def test_before_any_bundle_the_page_loads_and_says_why_nothing_is_live(tmp_path):
+    with TestClient(create_app(make_settings(tmp_path / "bundles"))) as c:
+        assert c.get("/").status_code == 200
+        ov = c.get("/ui/overview").json()
+        assert ov["live"] is None and ov["not_live_reason"]
+        _error(c.get("/generalization-gap"), 503, "no_live_bundle")  # the report tab shows this message
