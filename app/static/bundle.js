@@ -88,12 +88,16 @@ function renderBundles(b) {
 async function activate(version) {
   if (needKey("bundle-status")) return;
   setStatus("bundle-status", `Activating ${version} (validating, canary query)…`);
+  const buttons = [...document.querySelectorAll("#versions button")];
+  buttons.forEach((b) => { b.disabled = true; }); // one activation at a time from this page
   try {
     const answer = await api("POST", `/bundles/${encodeURIComponent(version)}/activate`);
     setStatus("bundle-status", `${answer.version} is live (was ${answer.previous || "none"}; query encoder ${answer.encoder_backend}).`, "ok");
     await loadBundles();
   } catch (err) {
     setStatus("bundle-status", `Activation refused: ${err.message}`, "error");
+  } finally {
+    buttons.forEach((b) => { b.disabled = false; });
   }
 }
 
