@@ -17,7 +17,7 @@ the next batch takes just those 2, and the 30 answered clients' new requests, st
 the event loop, miss it (measured: 32 clients, torch, 19 of 39 batches held 2 queries, each costing
 nearly a whole single-query encode per query). Waiting ends the moment the target is met, and the
 target follows the load down within one batch.
-Exact search only gains from batches with FAISS's BLAS threshold lowered; `training.index` does that.
+Exact search only gains from batches with FAISS's BLAS threshold lowered; `contract.vector_index` does that.
 
 `DirectRunner`: the per-request path (micro-batching off), same executor and the same bound.
 A full queue is refused at once with `QueueFullError` (429) instead of growing latency without limit.

@@ -32,8 +32,8 @@ from app.query_cache import QueryCache
 from app.schemas import BundleEntry, BundlesResponse, LoadFailure, Unreadable
 from app.service import LiveBundle, SearchSpec, open_live_bundle
 from app.settings import Settings
-from training.bundle import BundleStore, load_bundle
-from training.errors import BundleInvalid, InfonceSearchError
+from contract.bundle import BundleStore, load_bundle
+from contract.errors import BundleInvalid, InfonceSearchError
 
 logger = logging.getLogger(__name__)
 

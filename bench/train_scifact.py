@@ -18,9 +18,9 @@ import sys
 import time
 from pathlib import Path
 
-from training.config import TrainConfig
+from contract.config import TrainConfig
+from contract.encoder import Encoder
 from training.data import load_beir
-from training.encoder import Encoder
 from training.evaluate import evaluate
 from training.trainer import limit_queries, train
 

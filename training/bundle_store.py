@@ -44,8 +44,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import AliasChoices, BaseModel, Field
 
-from training.bundle import GATE_FILE, VERSION_RE, Bundle, load_bundle, read_manifest, write_json_atomic
-from training.errors import BundleInvalid, BundleNotFound, NoLiveBundle
+from contract.bundle import GATE_FILE, VERSION_RE, Bundle, load_bundle, read_manifest, write_json_atomic
+from contract.errors import BundleInvalid, BundleNotFound, NoLiveBundle
 
 if TYPE_CHECKING:
     from training.data import RetrievalData
@@ -56,7 +56,7 @@ CURRENT_FILE = "CURRENT"
 GATE_LOG = "gate.jsonl"
 GATE_LOG_MAX_BYTES = 1 << 20  # gate.jsonl is rotated to gate.jsonl.1 beyond this (thousands of decisions)
 ORPHAN_LOCK_AGE_S = 60.0
-FINGERPRINT_KEY = "eval_fingerprint"  # manifest.extras key written by training.indexing
+FINGERPRINT_KEY = "eval_fingerprint"  # manifest.extras key written by training.publish
 LOCK_FILE = ".lock"
 BUILD_PREFIX = ".build-"
 PUBLISH_STEPS = ("validate", "gate", "stage", "rename", "log", "current")

@@ -23,8 +23,8 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from training.config import TrainConfig
-from training.errors import InfonceSearchError
+from contract.config import TrainConfig
+from contract.errors import InfonceSearchError
 
 logger = logging.getLogger(__name__)
 
@@ -289,7 +289,7 @@ def index_cmd(
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars.")] = False,
 ) -> None:
     configure_logging(log_level)
-    from training.indexing import index_model  # heavy imports only when the command runs
+    from training.publish import index_model  # heavy imports only when the command runs
 
     try:
         result = index_model(

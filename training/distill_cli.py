@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from training.errors import InfonceSearchError
+from contract.errors import InfonceSearchError
 
 
 def distill_cmd(

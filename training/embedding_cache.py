@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 if TYPE_CHECKING:
-    from training.encoder import Encoder
+    from contract.encoder import Encoder
 
 logger = logging.getLogger(__name__)
 

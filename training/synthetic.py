@@ -28,7 +28,7 @@ from scipy.stats import spearmanr
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from training.errors import ConfigError
+from contract.errors import ConfigError
 from training.losses.an_info_nce import AnInfoNCELoss
 from training.losses.info_nce import InfoNCELoss
 

@@ -31,11 +31,11 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from training.config import TrainConfig
+from contract.config import TrainConfig
+from contract.encoder import DEFAULT_MODEL_NAME, Encoder, document_text
 from training.data import Pair, RetrievalData, load_split, training_pairs
 from training.device import Precision, precision_for, resolve_device
 from training.embedding_cache import EmbeddingCache
-from training.encoder import DEFAULT_MODEL_NAME, Encoder, document_text
 from training.evaluate import EvalResult, encode_corpus, evaluate
 from training.grad_cache import cached_loss_backward
 from training.losses.an_info_nce import AnInfoNCELoss

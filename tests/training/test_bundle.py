@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from training.bundle import (
+from contract.bundle import (
     IDS_FILE,
     INDEX_FILE,
     MANIFEST_FILE,
@@ -24,9 +24,9 @@ from training.bundle import (
     read_manifest,
     sha256_file,
 )
+from contract.errors import BundleInvalid, BundleNotFound, NoLiveBundle
 from training.bundle_store import PUBLISH_STEPS, BundleStore
 from training.data import Document
-from training.errors import BundleInvalid, BundleNotFound, NoLiveBundle
 
 REPO = Path(__file__).resolve().parents[2]
 TOPICS = ["protein folding", "black holes", "sourdough bread", "volcanoes", "chess openings", "tax law"]

@@ -98,8 +98,8 @@ def _sphere_anchors(world: SphereWorld, n: int, n_pool: int, seed: int):
     ],
 )
 def test_a_rejected_fit_is_not_served_as_an_estimate_of_ce_inf(world):
+    from contract.report_schema import Estimate, NotComputable
     from training.gap.sections import risk_vs_k_section
-    from training.report_schema import Estimate, NotComputable
 
     a = _sphere_anchors(world, 600, 4000, 0)
     curve = risk_vs_k_section(a, world.tau, 8192, 300, 0.95, 0.01, np.random.default_rng(1))
@@ -112,8 +112,8 @@ def test_a_rejected_fit_is_not_served_as_an_estimate_of_ce_inf(world):
 
 
 def test_accepted_fit_is_an_estimate_near_the_truth():
+    from contract.report_schema import Estimate
     from training.gap.sections import risk_vs_k_section
-    from training.report_schema import Estimate
 
     a = _sphere_anchors(WORLD, 600, 4000, 2)
     curve = risk_vs_k_section(a, WORLD.tau, 8192, 300, 0.95, 0.01, np.random.default_rng(3))
@@ -123,8 +123,8 @@ def test_accepted_fit_is_an_estimate_near_the_truth():
 
 
 def test_finite_pool_correction_restores_coverage_of_the_population_ce_inf():
+    from contract.report_schema import Estimate, NotComputable
     from training.gap.sections import risk_vs_k_section
-    from training.report_schema import Estimate, NotComputable
 
     # a small pool: log μ̂ over N = 200 documents is biased by ≈ −c1/N = −14.1/200 ≈ −0.07 nats
     world = SphereWorld(dim=8, kappa=10.0, tau=0.1)

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from contract.bundle import BundleStore, load_bundle
 from tests.training.scifact_slice import scifact_slice
-from training.bundle import BundleStore, load_bundle
 
 pytestmark = pytest.mark.scifact
 

@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
+from contract.config import TrainConfig
+from contract.encoder import Encoder
 from tests.training.scifact_slice import scifact_slice
-from training.config import TrainConfig
-from training.encoder import Encoder
 from training.gap.report import training_k
 from training.trainer import train
 

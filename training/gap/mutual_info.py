@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from contract.report_schema import Estimate, NotComputable
 from training.gap import estimators as est
-from training.report_schema import Estimate, NotComputable
 
 if TYPE_CHECKING:
     from training.gap.report import Anchors

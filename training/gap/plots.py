@@ -14,7 +14,7 @@ matplotlib.use("Agg")  # files only: never needs a display
 import matplotlib.pyplot as plt
 import numpy as np
 
-from training.report_schema import GapReport
+from contract.report_schema import GapReport
 
 logger = logging.getLogger(__name__)
 

@@ -41,10 +41,11 @@ from typing import Any
 
 import numpy as np
 
-from training.config import TrainConfig
+from contract.config import TrainConfig
+from contract.encoder import Encoder
+from contract.errors import ConfigError
+from contract.report_schema import REPORT_FILE, Bound, GapReport
 from training.data import Document, RetrievalData, load_split
-from training.encoder import Encoder
-from training.errors import ConfigError
 from training.evaluate import encode_corpus
 from training.gap import estimators as est
 from training.gap.mutual_info import MI_SAMPLER, mi_section
@@ -57,7 +58,6 @@ from training.gap.sections import (
     risk_vs_k_section,
     theory_section,
 )
-from training.report_schema import REPORT_FILE, Bound, GapReport
 
 logger = logging.getLogger(__name__)
 

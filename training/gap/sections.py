@@ -10,12 +10,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm.auto import tqdm
 
-from training.encoder import DEFAULT_MODEL_NAME, Encoder, default_model_path
-from training.errors import ConfigError
-from training.evaluate import EvalResult, evaluate
-from training.gap import estimators as est
-from training.gap.mutual_info import MAX_FIRST_ORDER
-from training.report_schema import (
+from contract.encoder import DEFAULT_MODEL_NAME, Encoder, default_model_path
+from contract.errors import ConfigError
+from contract.report_schema import (
     Bound,
     Estimate,
     InverseKFit,
@@ -29,6 +26,9 @@ from training.report_schema import (
     Term,
     TheoryTerms,
 )
+from training.evaluate import EvalResult, evaluate
+from training.gap import estimators as est
+from training.gap.mutual_info import MAX_FIRST_ORDER
 
 if TYPE_CHECKING:
     from training.data import Document, RetrievalData

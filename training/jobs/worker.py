@@ -23,8 +23,8 @@ import socket
 import threading
 import time
 
-from training.jobs.queue import DEFAULT_HEARTBEAT_TIMEOUT_S, open_huey
-from training.jobs.records import JobRecord, RecordStore, WorkerBeat, open_records, update
+from contract.jobs.queue import DEFAULT_HEARTBEAT_TIMEOUT_S, open_huey
+from contract.jobs.records import JobRecord, RecordStore, WorkerBeat, open_records, update
 
 logger = logging.getLogger(__name__)
 

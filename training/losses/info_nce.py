@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from training.encoder import Similarity
-from training.errors import ConfigError
+from contract.encoder import Similarity
+from contract.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

@@ -31,10 +31,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from training.errors import ModelLoadError
+from contract.errors import ModelLoadError
 
 if TYPE_CHECKING:
-    from training.encoder import Encoder
+    from contract.encoder import Encoder
 
 logger = logging.getLogger(__name__)
 
@@ -260,7 +260,7 @@ def measure_onnx_quality(
 
     Only the *query* side changes in serving, so documents stay as the index has them. Give either
     `doc_embeddings` (normalised rows of `encoder.encode(..., kind="document")`, row i = doc_ids[i];
-    exact search) or `index` (a `training.index.VectorIndex` over `encoder.to_index_space` rows, searched
+    exact search) or `index` (a `contract.vector_index.VectorIndex` over `encoder.to_index_space` rows, searched
     exactly as the API does). Returns {"ndcg@10": {"torch", "fp32", "int8"}, "ndcg_loss": {...},
     "cosine_min": {...}, "files": {...}, "n_queries"}.
     """
@@ -334,7 +334,7 @@ def attach_onnx(
     the bundle's own index, stores the record in the manifest's `extras["onnx"]` and refreshes the
     manifest's checksums. Call it between `build_bundle` and `BundleStore.publish`.
     """
-    from training.bundle import MANIFEST_FILE, MODEL_DIR, checksums, load_bundle, write_json_atomic
+    from contract.bundle import MANIFEST_FILE, MODEL_DIR, checksums, load_bundle, write_json_atomic
 
     folder = Path(bundle_dir)
     bundle = load_bundle(folder, verify=False)

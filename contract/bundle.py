@@ -35,12 +35,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from training.docstore import DocStore, write_docstore
-from training.encoder import Encoder, document_text
-from training.errors import BundleInvalid, IndexBuildError, ModelLoadError
-from training.index import IndexInfo, VectorIndex
-from training.index_build import build_index
-from training.report_schema import GapReport
+from contract.docstore import DocStore, write_docstore
+from contract.encoder import Encoder, document_text
+from contract.errors import BundleInvalid, IndexBuildError, ModelLoadError
+from contract.report_schema import GapReport
+from contract.vector_index import IndexInfo, VectorIndex
+from training.index_factory import build_index
 
 if TYPE_CHECKING:
     from training.data import Document

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from training.errors import BundleInvalid, ConfigError
+from contract.errors import BundleInvalid, ConfigError
 
 logger = logging.getLogger(__name__)
 

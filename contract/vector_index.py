@@ -1,10 +1,10 @@
-"""FAISS vector index: the loaded, searchable index of a bundle (build and tuning: training/index_build.py).
+"""FAISS vector index: the loaded, searchable index of a bundle (build and tuning: training/index_factory.py).
 
-Contract module: the API imports it, so it imports nothing from training except `training.errors`.
+Contract module: the API imports it, so it imports nothing from training except `contract.errors`.
 
 Metric: ``ip`` (cosine on normalised vectors, InfoNCE) or ``l2`` (AnInfoNCE on √Λ-scaled vectors). The
 score returned is the model's similarity: the inner product, or −½·squared L2 distance (the AnInfoNCE
-learned similarity, see training/encoder.py).
+learned similarity, see contract/encoder.py).
 
 Process-global knob: ``faiss.cvar.distance_compute_blas_threshold``. FAISS only switches exact search
 from a per-query SIMD scan to one sgemm when nq·d >= 128000 (334 queries at d = 384), so batches of
@@ -30,7 +30,7 @@ import faiss
 import numpy as np
 from pydantic import BaseModel
 
-from training.errors import IndexBuildError
+from contract.errors import IndexBuildError
 
 logger = logging.getLogger(__name__)
 

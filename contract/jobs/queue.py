@@ -25,10 +25,10 @@ from huey import Huey, RedisHuey, SqliteHuey
 from huey.api import TaskWrapper
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from training.config import TrainConfig
-from training.errors import JobConflict, JobOptionsInvalid
-from training.jobs.confine import confine_dataset, confine_options, resolve_dataset
-from training.jobs.records import (
+from contract.config import TrainConfig
+from contract.errors import JobConflict, JobOptionsInvalid
+from contract.jobs.confine import confine_dataset, confine_options, resolve_dataset
+from contract.jobs.records import (
     FINISHED,
     JobRecord,
     JobState,
@@ -147,7 +147,7 @@ class JobQueue:
     ) -> JobRecord:
         """Validate, record as `queued`, then enqueue (a worker that sees the message finds its record).
 
-        Every file the job will read is confined first (training.jobs.confine): the dataset's files
+        Every file the job will read is confined first (contract.jobs.confine): the dataset's files
         under `data_root`, a base model under `models_root`; the worker checks again before reading.
         """
         given = dict(options or {})

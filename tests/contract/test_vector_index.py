@@ -6,12 +6,12 @@ import faiss
 import numpy as np
 import pytest
 
-import training.index as index_mod
-import training.index_build as build_mod
-from training.encoder import Encoder, Similarity
-from training.errors import IndexBuildError
-from training.index import IndexInfo, VectorIndex
-from training.index_build import build_index, choose_kind
+import contract.vector_index as index_mod
+import training.index_factory as build_mod
+from contract.encoder import Encoder, Similarity
+from contract.errors import IndexBuildError
+from contract.vector_index import IndexInfo, VectorIndex
+from training.index_factory import build_index, choose_kind
 
 N, D, NQ, K = 2_000, 32, 40, 10
 

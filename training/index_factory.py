@@ -28,8 +28,8 @@ from typing import Any
 import faiss
 import numpy as np
 
-from training.errors import IndexBuildError
-from training.index import IndexInfo, IndexKind, IndexMetric, VectorIndex, as_matrix, faiss_metric
+from contract.errors import IndexBuildError
+from contract.vector_index import IndexInfo, IndexKind, IndexMetric, VectorIndex, as_matrix, faiss_metric
 
 logger = logging.getLogger(__name__)
 
