@@ -30,8 +30,9 @@ CACHE = REPO / "var" / "bench"
 
 
 def bundle(n_docs: int) -> Path:
-    from contract.bundle import BundleStore, build_bundle
     from contract.encoder import Encoder
+    from training.bundle_build import build_bundle
+    from training.bundle_store import BundleStore
     from training.data import load_corpus
 
     bundles = CACHE / f"fairness-bundles-{n_docs}"

@@ -49,15 +49,16 @@ CACHE = REPO / "var" / "bench"
 
 
 def build_bundle_if_needed(bundles: Path, distractors: int = 0) -> str:
-    from contract.bundle import BundleStore
+    from training.bundle_store import BundleStore
 
     store = BundleStore(bundles)
     if store.current_version():
         return store.current_version()  # type: ignore[return-value]
-    from contract.bundle import build_bundle
     from contract.encoder import Encoder, default_model_path, document_text
-    from contract.onnx_encoder import OnnxQueryEncoder, attach_onnx, export_onnx
+    from contract.onnx_encoder import OnnxQueryEncoder
+    from training.bundle_build import build_bundle
     from training.data import Document, load_beir
+    from training.onnx_export import attach_onnx, export_onnx
 
     print(f"building the scifact bench bundle in {bundles} (once)", flush=True)
     test = load_beir(SCIFACT, "test")

@@ -21,8 +21,6 @@ the query encoder's own threads (torch or onnxruntime, spinning after the encode
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,6 +28,7 @@ import faiss
 import numpy as np
 from pydantic import BaseModel
 
+from contract.atomic import atomic_path
 from contract.errors import IndexBuildError
 
 logger = logging.getLogger(__name__)
@@ -210,17 +209,8 @@ class VectorIndex:
     def save(self, path: str | Path) -> Path:
         """Write the index atomically (temp file in the same folder + os.replace)."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            faiss.write_index(self.index, tmp)
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_path(path) as tmp:
+            faiss.write_index(self.index, str(tmp))
         return path
 
     @classmethod

@@ -315,7 +315,7 @@ def train_variant(
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save(str(out_dir), safe_serialization=True)
     if variant == "distilled":
-        from contract.onnx_encoder import export_onnx
+        from training.onnx_export import export_onnx
 
         export_onnx(out_dir, quantize=False)
     logger.info("trained the %s query encoder in %s s (%d steps)", variant, info["seconds"], info["steps"])

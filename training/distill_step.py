@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from contract.atomic import write_json_atomic
 from contract.bundle import (
     MANIFEST_FILE,
     MODEL_DIR,
     checksums,
     load_bundle,
     new_version_id,
-    write_json_atomic,
 )
 from contract.errors import ConfigError
 from contract.query_encoders import EXTRAS_KEY, SUBDIR, load_variant

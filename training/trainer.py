@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import platform
 import random
 import shutil
@@ -31,6 +30,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from contract.atomic import write_json_atomic, write_text_atomic
 from contract.config import TrainConfig
 from contract.encoder import DEFAULT_MODEL_NAME, Encoder, document_text
 from training.data import Pair, RetrievalData, load_split, training_pairs
@@ -213,7 +213,7 @@ def train(
     model_dir = _save_model(tuned_encoder, out_dir / "model")
     with phase(timer, "encode + evaluate (tuned)"):
         tuned = evaluate(tuned_encoder, eval_data, show_progress=show_progress, cache=cache)
-    config_path = atomic_write_json(
+    config_path = write_json_atomic(
         out_dir / "config.json",
         {
             "config": config.model_dump(),
@@ -229,12 +229,14 @@ def train(
             },
             "loss": loss_fn.get_config_dict(),
         },
+        newline=True,
     )
-    metrics_path = atomic_write_json(
+    metrics_path = write_json_atomic(
         out_dir / "metrics.json",
         {"base": base.summary(), "tuned": tuned.summary(), "train_seconds": round(train_seconds, 3)},
+        newline=True,
     )
-    log_path = atomic_write_text(out_dir / "train_log.jsonl", "".join(json.dumps(r) + "\n" for r in log))
+    log_path = write_text_atomic(out_dir / "train_log.jsonl", "".join(json.dumps(r) + "\n" for r in log))
     with phase(timer, "gap report"):
         report_dir = _gap_report(tuned_encoder, train_data, eval_data, tuned, config, out_dir, log)
     logger.info(
@@ -537,15 +539,3 @@ def run_metadata(config: TrainConfig, base_source: str) -> dict[str, Any]:
         "versions": {"python": platform.python_version(), **{n: version(n) for n in libraries}},
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-
-
-def atomic_write_text(path: Path, text: str) -> Path:
-    """Write to a temp file beside `path`, then os.replace: readers never see a partial file."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
-
-
-def atomic_write_json(path: Path, obj: Any) -> Path:
-    return atomic_write_text(path, json.dumps(obj, indent=2) + "\n")

@@ -109,8 +109,8 @@ def _gap_report(encoder):
 @pytest.fixture(scope="session")
 def staged(tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> dict[str, Path]:
     """Two staged (unpublished) bundles: {"A": with ONNX + report, "B": plain}."""
-    from contract.bundle import build_bundle
-    from contract.onnx_encoder import attach_onnx
+    from training.bundle_build import build_bundle
+    from training.onnx_export import attach_onnx
 
     root = tmp_path_factory.mktemp("staged")
     report_dir = root / "report"
@@ -139,7 +139,7 @@ def staged(tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> dict
 
 def publish(staged_dir: Path, bundles: Path, *, force: bool = True) -> str:
     """Publish a hard-linked copy of a staged bundle into `bundles`; returns its version."""
-    from contract.bundle import BundleStore
+    from training.bundle_store import BundleStore
 
     bundles.mkdir(parents=True, exist_ok=True)
     copy = (

@@ -12,8 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from contract.bundle import BundleStore
 from tests.app.conftest import make_settings, publish, wait_until
+from training.bundle_store import BundleStore
 
 pytestmark = pytest.mark.scifact
 KEY = {"X-API-Key": "test-key"}

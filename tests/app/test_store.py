@@ -12,8 +12,8 @@ import pytest
 
 from app.metrics import AppMetrics
 from app.store import BundleHolder
-from contract.bundle import BundleStore
 from tests.app.conftest import make_settings, publish
+from training.bundle_store import BundleStore
 
 pytestmark = pytest.mark.scifact
 

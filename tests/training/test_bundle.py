@@ -18,13 +18,13 @@ from contract.bundle import (
     INDEX_FILE,
     MANIFEST_FILE,
     Manifest,
-    build_bundle,
     load_bundle,
     new_version_id,
     read_manifest,
     sha256_file,
 )
 from contract.errors import BundleInvalid, BundleNotFound, NoLiveBundle
+from training.bundle_build import build_bundle
 from training.bundle_store import PUBLISH_STEPS, BundleStore
 from training.data import Document
 

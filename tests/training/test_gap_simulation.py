@@ -77,7 +77,7 @@ def test_bootstrap_ci_of_the_gap_covers_the_true_gap():
 
 def _sphere_anchors(world: SphereWorld, n: int, n_pool: int, seed: int):
     """Anchors of the report's sections from the sphere world (every anchor its own query)."""
-    from training.gap.report import Anchors
+    from training.gap.anchors import Anchors
 
     anchors, positives, pool = world.sample_vectors(n, n_pool, np.random.default_rng(seed))
     return Anchors(

@@ -32,15 +32,14 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import random
-import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from contract.atomic import write_text_atomic
 from contract.config import TrainConfig
 from contract.encoder import Encoder
 from contract.errors import ConfigError
@@ -48,11 +47,12 @@ from contract.report_schema import REPORT_FILE, Bound, GapReport
 from training.data import Document, RetrievalData, load_split
 from training.evaluate import encode_corpus
 from training.gap import estimators as est
+from training.gap.anchors import Anchors
+from training.gap.intervals import estimate_from_boot
 from training.gap.mutual_info import MI_SAMPLER, mi_section
 from training.gap.sections import (
     K_POOL_FRACTION,
     NEGATIVE_SAMPLER,
-    estimate_from_boot,
     model_identity,
     retrieval_section,
     risk_vs_k_section,
@@ -66,18 +66,6 @@ K_RULE = (
     "k = batch_size − 1 (in-batch) + batch_size × hard_negatives (mined negatives are shared by the whole "
     "batch) + random_negatives: the negatives one training row was scored against"
 )
-
-
-@dataclass
-class Anchors:
-    """(query, positive) pairs of one split as rows into a similarity matrix over the pool."""
-
-    sim: np.ndarray  # (n_anchors, n_pool) learned similarity to every pool document
-    pos: np.ndarray  # (n_anchors,) similarity to the positive
-    exclude: np.ndarray  # (n_anchors, P) pool columns never drawn as negatives (the query's positives)
-    groups: np.ndarray  # (n_anchors,) query index, the bootstrap unit; anchors are stored query by query
-    n_queries: int
-    pos_col: np.ndarray  # (n_anchors,) pool column of each anchor's positive
 
 
 def training_k(config: TrainConfig) -> int:
@@ -305,10 +293,7 @@ def write_report(report: GapReport, folder: str | Path) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     report.plots = write_plots(report, folder)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".report-", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(report.model_dump_json(indent=2))
-    os.replace(tmp, folder / REPORT_FILE)
+    write_text_atomic(folder / REPORT_FILE, report.model_dump_json(indent=2))
     logger.info("gap report written to %s", folder / REPORT_FILE)
     return folder / REPORT_FILE
 

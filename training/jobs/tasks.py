@@ -273,8 +273,8 @@ def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
 
 
 def _reindex(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
-    from contract.bundle import BundleStore
     from contract.jobs.queue import ReindexOptions
+    from training.bundle_store import BundleStore
     from training.embedding_cache import EmbeddingCache
     from training.publish import index_model
 

@@ -99,7 +99,7 @@ def run_worker(
     from training.jobs import tasks
 
     tasks.DEFAULT_DEVICE = device
-    huey, _ = open_huey(url)
+    huey, _ = open_huey(url, tasks.execute)
     records = open_records(url)
     fail_dead_jobs(records, timeout_s=heartbeat_timeout_s, at_start=True)
     stop = threading.Event()
