@@ -83,38 +83,76 @@ def train(
     again by the base model, and the tuned model's encoding is there for indexing.
     """
     out_dir = Path(out_dir)
+    run = prepare(
+        config, data_dir, out_dir, show_progress=show_progress, base_eval=base_eval, timer=timer, cache=cache
+    )
+    fitted = fit(run, config, on_progress=on_progress, show_progress=show_progress, timer=timer)
+    return finalize(
+        run, fitted, config, data_dir, out_dir, show_progress=show_progress, timer=timer, cache=cache
+    )
+
+
+@dataclass
+class Run:
+    """What `prepare` hands the loop: data, the base model and its evaluation, and the training examples."""
+
+    device: torch.device
+    precision: Precision
+    rng: np.random.Generator
+    train_data: RetrievalData
+    eval_data: RetrievalData
+    encoder: Encoder
+    base_source: str
+    eval_seq_length: int  # evaluation and the saved model keep the base model's limit
+    base: EvalResult
+    pairs: list[Pair]  # labelled pairs, then corpus-title pseudo-pairs
+    n_pseudo: int
+    doc_texts: list[str]  # corpus position -> document_text
+    position: dict[str, int]  # document id -> corpus position
+    qrels: dict[str, dict[str, int]]  # with each pseudo-query's own document
+    known: dict[str, set[int]]  # query id -> positions of its known positives (never negatives)
+    mined: list[list[int]]  # per pair: mined hard-negative positions
+
+
+@dataclass
+class Fitted:
+    loss_fn: InfoNCELoss | AnInfoNCELoss
+    log: list[dict[str, Any]]
+    train_seconds: float
+
+
+def prepare(
+    config: TrainConfig,
+    data_dir: str | Path,
+    out_dir: Path,
+    *,
+    show_progress: bool,
+    base_eval: EvalResult | None,
+    timer: PhaseTimer | None,
+    cache: EmbeddingCache | None,
+) -> Run:
+    """Data, base model, base evaluation, training pairs and (optionally) mined hard negatives."""
     device = resolve_device(config.device)  # before any work: `--device cuda` without a GPU fails at once
     precision = precision_for(device)
     out_dir.mkdir(parents=True, exist_ok=True)
     seed_everything(config.seed)
     rng = np.random.default_rng(config.seed)
-
-    # -- data and base model -------------------------------------------------------------------------
     with phase(timer, "load data + model"):
         train_data = load_split(data_dir, config.train_split, seed=config.seed)
         eval_data = limit_queries(load_split(data_dir, config.eval_split, seed=config.seed), config)
         encoder = Encoder.load(config.base_model, device=str(device))
-    base_source = encoder.source
-    eval_seq_length = encoder.model.max_seq_length  # evaluation and the saved model keep the base's limit
     if base_eval is not None and base_eval.doc_ids == list(eval_data.corpus):
         base = base_eval
     else:
         with phase(timer, "encode + evaluate (base)"):
             base = evaluate(encoder, eval_data, show_progress=show_progress, cache=cache)
-
-    # -- training pairs, corpus positions, negatives ---------------------------------------------------
     labelled = training_pairs(train_data)
     pseudo = title_pairs(train_data, config.corpus_title_pairs, np.random.default_rng([config.seed, 1]))
     pairs = labelled + pseudo
     doc_ids = list(train_data.corpus)
     position = {did: i for i, did in enumerate(doc_ids)}
     doc_texts = [document_text(train_data.corpus[d].title, train_data.corpus[d].text) for d in doc_ids]
-    # a pseudo-query's only known positive is its own document (it joins batching and mining as a query)
-    qrels: dict[str, dict[str, int]] = dict(train_data.qrels)
-    for p in pseudo:
-        if p.query_id is None or p.positive_id is None:  # title_pairs always sets both
-            raise ValueError(f"title pair for {p.query!r} lacks query_id or positive_id")
-        qrels[p.query_id] = {p.positive_id: 1}
+    qrels = with_pseudo_qrels(train_data.qrels, pseudo)
     known = {qid: {position[d] for d in rel} for qid, rel in qrels.items()}
     mined: list[list[int]] = [[] for _ in pairs]
     if config.hard_negatives:
@@ -122,43 +160,38 @@ def train(
             mined = _mine(
                 encoder, pairs, train_data, base, position, known, config, rng, show_progress, cache
             )
+    return Run(
+        device, precision, rng, train_data, eval_data, encoder, encoder.source, encoder.model.max_seq_length,
+        base, pairs, len(pseudo), doc_texts, position, qrels, known, mined,
+    )  # fmt: skip
 
-    # -- model, loss, optimiser, schedule -------------------------------------------------------------
-    model = encoder.model
-    loss_fn = build_loss(config, encoder.dim).to(device)
+
+def with_pseudo_qrels(qrels: dict[str, dict[str, int]], pseudo: list[Pair]) -> dict[str, dict[str, int]]:
+    """A pseudo-query's only known positive is its own document (it joins batching and mining as a query)."""
+    out = dict(qrels)
+    for p in pseudo:
+        if p.query_id is None or p.positive_id is None:  # title_pairs always sets both
+            raise ValueError(f"title pair for {p.query!r} lacks query_id or positive_id")
+        out[p.query_id] = {p.positive_id: 1}
+    return out
+
+
+def fit(
+    run: Run,
+    config: TrainConfig,
+    *,
+    on_progress: ProgressFn | None,
+    show_progress: bool,
+    timer: PhaseTimer | None,
+) -> Fitted:
+    """The loop: no-duplicate batches (+ random / hard negatives) → loss → backward → AdamW, logged."""
+    model = run.encoder.model
+    loss_fn = build_loss(config, run.encoder.dim).to(run.device)
     optimizer = build_optimizer(model, loss_fn, config)
-    epochs = [
-        no_duplicate_batches(
-            [p.query_id for p in pairs],
-            [p.positive_id for p in pairs],
-            config.batch_size,
-            rng,
-            positives={q: set(r) for q, r in qrels.items()},
-        )
-        for _ in range(config.epochs)
-    ]
-    total_steps = sum(len(e) for e in epochs)
-    if config.max_steps is not None:
-        total_steps = min(total_steps, config.max_steps)
-    warmup = int(config.warmup_ratio * total_steps)
+    epochs, total_steps, warmup = plan_steps(run, config)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: linear_schedule(s, warmup, total_steps)
     )
-    logger.info(
-        "training on %d pairs (%d from corpus titles): %d epochs, %d steps of %d pairs (%d warmup), loss %s, "
-        "on %s (%s)",
-        len(pairs),
-        len(pseudo),
-        config.epochs,
-        total_steps,
-        config.batch_size,
-        warmup,
-        config.loss,
-        device,
-        precision.name,
-    )
-
-    # -- the loop -------------------------------------------------------------------------------------
     log: list[dict[str, Any]] = []
     model.max_seq_length = config.max_seq_length  # training truncation only: the cost is in the long docs
     model.train()
@@ -169,14 +202,15 @@ def train(
         for batch in batches:
             if step >= total_steps:
                 break
-            queries = [pairs[i].query for i in batch]
-            positives = [pairs[i].positive for i in batch]
-            extra = _extra_negatives(batch, pairs, mined, known, position, len(doc_ids), config, rng)
-            groups = [queries, positives, [doc_texts[j] for j in extra]]
-            loss = _step(model, loss_fn, optimizer, groups, config, precision)
+            extra = _extra_negatives(
+                batch, run.pairs, run.mined, run.known, run.position, len(run.doc_texts), config, run.rng
+            )
+            queries = [run.pairs[i].query for i in batch]
+            positives = [run.pairs[i].positive for i in batch]
+            groups = [queries, positives, [run.doc_texts[j] for j in extra]]
+            loss = _step(model, loss_fn, optimizer, groups, config, run.precision)
             scheduler.step()
             step += 1
-            elapsed = time.perf_counter() - start
             record = {
                 "step": step,
                 "epoch": epoch,
@@ -185,65 +219,111 @@ def train(
                 "n_extra_negatives": len(extra),
                 "n_negatives": len(batch) - 1 + len(extra),  # the k this step's rows saw (gap report)
                 **temperature_summary(loss_fn),
-                "elapsed_s": round(elapsed, 3),
+                "elapsed_s": round(time.perf_counter() - start, 3),
             }
             log.append(record)
             bar.set_postfix(loss=f"{record['loss']:.4f}", tau=f"{record['temperature']:.4f}")
             bar.update(1)
-            if on_progress is not None:
-                on_progress(
-                    {
-                        "step": step,
-                        "total_steps": total_steps,
-                        "epoch": epoch,
-                        "loss": record["loss"],
-                        "temperature": record["temperature"],
-                        "eta_s": elapsed / step * (total_steps - step),
-                    }
-                )
+            _progress(on_progress, record, time.perf_counter() - start, total_steps)
     bar.close()
     train_seconds = time.perf_counter() - start
     if timer is not None:
         timer.seconds["train steps"] = timer.seconds.get("train steps", 0.0) + train_seconds
     model.eval()
-    model.max_seq_length = eval_seq_length
+    model.max_seq_length = run.eval_seq_length
+    return Fitted(loss_fn, log, train_seconds)
 
-    # -- save, evaluate, write artifacts -------------------------------------------------------------------
-    tuned_encoder = Encoder(model, loss_fn.similarity(), source=str(out_dir / "model"))
+
+def plan_steps(run: Run, config: TrainConfig) -> tuple[list[list[list[int]]], int, int]:
+    """Every epoch's batches (drawn up front, seeded), the number of steps and of warmup steps."""
+    epochs = [
+        no_duplicate_batches(
+            [p.query_id for p in run.pairs],
+            [p.positive_id for p in run.pairs],
+            config.batch_size,
+            run.rng,
+            positives={q: set(r) for q, r in run.qrels.items()},
+        )
+        for _ in range(config.epochs)
+    ]
+    total_steps = sum(len(e) for e in epochs)
+    if config.max_steps is not None:
+        total_steps = min(total_steps, config.max_steps)
+    warmup = int(config.warmup_ratio * total_steps)
+    logger.info(
+        "training on %d pairs (%d from corpus titles): %d epochs, %d steps of %d pairs (%d warmup), loss %s, "
+        "on %s (%s)",
+        len(run.pairs),
+        run.n_pseudo,
+        config.epochs,
+        total_steps,
+        config.batch_size,
+        warmup,
+        config.loss,
+        run.device,
+        run.precision.name,
+    )
+    return epochs, total_steps, warmup
+
+
+def _progress(
+    on_progress: ProgressFn | None, record: dict[str, Any], elapsed: float, total_steps: int
+) -> None:
+    if on_progress is None:
+        return
+    step = record["step"]
+    on_progress(
+        {
+            "step": step,
+            "total_steps": total_steps,
+            "epoch": record["epoch"],
+            "loss": record["loss"],
+            "temperature": record["temperature"],
+            "eta_s": elapsed / step * (total_steps - step),
+        }
+    )
+
+
+def finalize(
+    run: Run,
+    fitted: Fitted,
+    config: TrainConfig,
+    data_dir: str | Path,
+    out_dir: Path,
+    *,
+    show_progress: bool,
+    timer: PhaseTimer | None,
+    cache: EmbeddingCache | None,
+) -> TrainResult:
+    """Save the tuned model, evaluate it, write config.json, metrics.json, train_log.jsonl and the report."""
+    tuned_encoder = Encoder(run.encoder.model, fitted.loss_fn.similarity(), source=str(out_dir / "model"))
     model_dir = _save_model(tuned_encoder, out_dir / "model")
     with phase(timer, "encode + evaluate (tuned)"):
-        tuned = evaluate(tuned_encoder, eval_data, show_progress=show_progress, cache=cache)
+        tuned = evaluate(tuned_encoder, run.eval_data, show_progress=show_progress, cache=cache)
     config_path = write_json_atomic(
-        out_dir / "config.json",
-        {
-            "config": config.model_dump(),
-            **run_metadata(config, base_source),
-            "data": {
-                "source": str(data_dir),
-                "train_split": config.train_split,
-                "eval_split": config.eval_split,
-                "n_train_pairs": len(pairs),
-                "n_corpus_title_pairs": len(pseudo),
-                "n_eval_queries": tuned.n_queries,
-                "n_docs": tuned.n_docs,
-            },
-            "loss": loss_fn.get_config_dict(),
-        },
-        newline=True,
+        out_dir / "config.json", run_config(run, fitted, config, data_dir, tuned), newline=True
     )
     metrics_path = write_json_atomic(
         out_dir / "metrics.json",
-        {"base": base.summary(), "tuned": tuned.summary(), "train_seconds": round(train_seconds, 3)},
+        {
+            "base": run.base.summary(),
+            "tuned": tuned.summary(),
+            "train_seconds": round(fitted.train_seconds, 3),
+        },
         newline=True,
     )
-    log_path = write_text_atomic(out_dir / "train_log.jsonl", "".join(json.dumps(r) + "\n" for r in log))
+    log_path = write_text_atomic(
+        out_dir / "train_log.jsonl", "".join(json.dumps(r) + "\n" for r in fitted.log)
+    )
     with phase(timer, "gap report"):
-        report_dir = _gap_report(tuned_encoder, train_data, eval_data, tuned, config, out_dir, log)
+        report_dir = _gap_report(
+            tuned_encoder, run.train_data, run.eval_data, tuned, config, out_dir, fitted.log
+        )
     logger.info(
         "nDCG@10 %.4f → %.4f in %.0fs of training",
-        base.metrics["ndcg@10"],
+        run.base.metrics["ndcg@10"],
         tuned.metrics["ndcg@10"],
-        train_seconds,
+        fitted.train_seconds,
     )
     return TrainResult(
         out_dir=out_dir,
@@ -252,15 +332,34 @@ def train(
         metrics_path=metrics_path,
         log_path=log_path,
         report_dir=report_dir,
-        base_metrics=base.metrics,
+        base_metrics=run.base.metrics,
         tuned_metrics=tuned.metrics,
-        train_seconds=train_seconds,
+        train_seconds=fitted.train_seconds,
         evaluation=tuned,
-        base_evaluation=base,
+        base_evaluation=run.base,
     )
 
 
-# -- pieces of the loop ---------------------------------------------------------------------------------
+def run_config(
+    run: Run, fitted: Fitted, config: TrainConfig, data_dir: str | Path, tuned: EvalResult
+) -> dict[str, Any]:
+    """config.json: the TrainConfig, where and on what it ran, the data it saw and the loss's own config."""
+    return {
+        "config": config.model_dump(),
+        **run_metadata(config, run.base_source),
+        "data": {
+            "source": str(data_dir),
+            "train_split": config.train_split,
+            "eval_split": config.eval_split,
+            "n_train_pairs": len(run.pairs),
+            "n_corpus_title_pairs": run.n_pseudo,
+            "n_eval_queries": tuned.n_queries,
+            "n_docs": tuned.n_docs,
+        },
+        "loss": fitted.loss_fn.get_config_dict(),
+    }
+
+
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
