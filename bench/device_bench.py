@@ -24,7 +24,9 @@ from contract.encoder import Encoder
 from training.data import load_beir, training_pairs
 from training.demo_data import build_demo_dataset
 from training.device import precision_for
-from training.trainer import _step, build_loss, build_optimizer, seed_everything
+from training.train_step import build_loss, build_optimizer
+from training.train_step import optimizer_step as _step
+from training.trainer import seed_everything
 
 
 def main() -> None:

