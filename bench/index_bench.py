@@ -7,7 +7,8 @@ Two datasets:
   scifact queries: half tune the index (build_index's target recall), the other half measure it.
 - synthetic: N vectors drawn from a Gaussian mixture fitted to the real embeddings (k-means centres,
   per-cluster diagonal spread), renormalised; queries are fresh draws from the same mixture. Isotropic
-  random vectors are unrealistically hard for ANN (performance.md B4), this keeps the real geometry.
+  random vectors are unrealistically hard for ANN (no cluster structure to exploit); this keeps the real
+  geometry.
 
 recall@10 is |index top-10 ∩ exact top-10| / 10 on the measuring queries. QPS: "b1" = one query per
 search() call (the /search path), "b64" = 64 queries per call. Bytes/vector: the serialised index /

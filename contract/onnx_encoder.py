@@ -1,7 +1,7 @@
 """The onnxruntime query encoder: serves a model folder's `onnx/` export (training.onnx_export writes it).
 
 Why not sentence-transformers' `backend="onnx"`: with sentence-transformers 6 its `[onnx]` extra
-(optimum-onnx 0.1.0) pins transformers<4.58 and does not install (docs/performance.md, B2). So the
+(optimum-onnx 0.1.0) pins transformers<4.58 and does not install. So the
 model is exported with `torch.onnx.export` and served with plain onnxruntime + the model's own
 `tokenizer.json`. The exported graph contains the whole sentence-transformers pipeline of
 all-MiniLM-L6-v2 (modules.json: Transformer → Pooling(mean) → Normalize), so its output is the same
@@ -72,8 +72,8 @@ class OnnxQueryEncoder:
         options = ort.SessionOptions()
         if threads > 0:
             options.intra_op_num_threads = threads
-        # Spinning stays on (onnxruntime's default), deliberately: performance.md B7 suspected it, but
-        # measured here it halves one short query's latency (int8, 15 tokens: 1.56 ms spinning vs 2.95 ms
+        # Spinning stays on (onnxruntime's default), deliberately: bench/load_bench.py's concurrency runs suspected it,
+        # but measured here it halves one short query's latency (int8, 15 tokens: 1.56 ms spinning vs 2.95 ms
         # not; end to end /search p50 2.7 vs 5.2 ms); at 32 clients req/s was within run-to-run noise.
         options.add_session_config_entry("session.intra_op.allow_spinning", "1")
         try:

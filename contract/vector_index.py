@@ -9,7 +9,7 @@ learned similarity, see contract/encoder.py).
 Process-global knob: ``faiss.cvar.distance_compute_blas_threshold``. FAISS only switches exact search
 from a per-query SIMD scan to one sgemm when nq·d >= 128000 (334 queries at d = 384), so batches of
 8-256 re-read the whole index per query. `set_flat_batch_threshold` lowers it to 20·d (batches of >= 20
-queries use sgemm: 7x faster for batches of 64, performance.md B4); single queries are unaffected. It is
+queries use sgemm: 7x faster for batches of 64, bench/index_bench.py); single queries are unaffected. It is
 process-global, so it is set once on build/load and never raised again.
 
 Threads: searches of fewer than SMALL_BATCH queries (the ones below that sgemm threshold) run FAISS on

@@ -1,4 +1,4 @@
-"""AnInfoNCE controlled experiment at CPU scale (Rusak et al. 2024/25, arXiv 2407.00143, theory.md §2.2).
+"""AnInfoNCE controlled experiment at CPU scale (Rusak et al. 2024/25, arXiv 2407.00143, §2).
 
 Ground truth: latents z uniform on S^{n-1}; a positive z⁺ from the anisotropic kernel
 p(z⁺|z) ∝ exp(-½ (z⁺ - z)ᵀ Λ (z⁺ - z)), drawn like the official `rejected_projected_normal` sampler

@@ -40,7 +40,7 @@ def test_plugin_and_inverse_k_fit_land_within_5_percent_of_true_ce_inf():
     fit = est.fit_inverse_k(ks, per_anchor.mean(0), var)
     assert fit.accepted
     assert abs(fit.a - truth) < 0.05 * abs(truth)
-    # the fitted slope agrees with the first-order coefficient d1 − c1 (theory.md §3b)
+    # the fitted slope agrees with the first-order coefficient d1 − c1 (Whiteley 2026, arXiv 2607.09405, second order)
     assert fit.b == pytest.approx(WORLD.first_order_b(), rel=0.25)
 
 

@@ -1,4 +1,4 @@
-"""Compute, write and regenerate the generalization-gap report (theory.md §3 (a)–(d)).
+"""Compute, write and regenerate the generalization-gap report (Whiteley 2026, arXiv 2607.09405).
 
 What the numbers refer to:
 
@@ -175,7 +175,7 @@ def compute_report(
     k_rule: str = "given by the caller",
     level: float = 0.95,
 ) -> GapReport:
-    """The full report for `encoder` (theory.md §3); see the module docstring for what it assumes."""
+    """The full report for `encoder` (Whiteley 2026, arXiv 2607.09405); see the module docstring for what it assumes."""
     if k < 1:
         raise ConfigError(f"k must be >= 1, got {k}")
     identity = model_identity(encoder, temperature)
