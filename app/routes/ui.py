@@ -21,8 +21,8 @@ from pydantic import BaseModel, Field
 from app.deps import HolderDep, SettingsDep
 from app.errors import MissingFileError
 from app.schemas import SearchRequest
-from training.bundle import REPORT_DIR
-from training.errors import BundleNotFound
+from contract.bundle import REPORT_DIR
+from contract.errors import BundleNotFound
 
 router = APIRouter(tags=["ui"])
 STATIC = Path(__file__).resolve().parent.parent / "static"
