@@ -43,7 +43,7 @@ worker: install
 	SEARCH_BUNDLES_DIR=$(RUN_DIR)/bundles SEARCH_QUEUE_URL=sqlite:///$(RUN_DIR)/jobs.db \
 		SEARCH_DATA_ROOT=$(if $(DATA),$(dir $(DATA)),$(RUN_DIR)/data/) $(BIN)/python -m training worker
 
-test: install
+test: install chromium
 	$(BIN)/python -m pytest
 
 lint: install
