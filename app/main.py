@@ -22,6 +22,7 @@ from app.openapi import install_openapi
 from app.routes import bundles, gap, health, jobs, metrics, search
 from app.settings import Settings
 from app.store import BundleHolder
+from training.log_setup import configure_logging
 
 logger = logging.getLogger(__name__)
 
@@ -37,17 +38,9 @@ class State(TypedDict):
     metrics: AppMetrics
 
 
-def _configure_logging(level: str) -> None:
-    root = logging.getLogger()
-    if not root.handlers:  # uvicorn / pytest may have configured logging already
-        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("app").setLevel(level.upper())
-    logging.getLogger("training").setLevel(level.upper())
-
-
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
-    _configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)  # root WARNING, ours at log_level
     app_metrics = AppMetrics()
 
     @contextlib.asynccontextmanager

@@ -20,6 +20,7 @@ APP_MAY_IMPORT = {
     "training.onnx_encoder",
     "training.query_encoders",
     "training.jobs.queue",
+    "training.log_setup",
 }
 
 

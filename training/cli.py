@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from training.config import TrainConfig
 from training.errors import InfonceSearchError
+from training.log_setup import configure_logging as setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -94,11 +95,8 @@ def validation_message(error: ValidationError) -> str:
 
 
 def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
+    """Root at WARNING, the project's loggers at `level` (training/log_setup.py says why)."""
+    setup_logging(level, datefmt="%H:%M:%S")
 
 
 def load_config(config_file: Path | None, overrides: dict[str, Any]) -> TrainConfig:

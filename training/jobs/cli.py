@@ -7,7 +7,6 @@ They talk to the queue and the records directly (no HTTP), with the same setting
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,6 +15,7 @@ import typer
 from training.errors import InfonceSearchError
 from training.jobs.queue import DEFAULT_HEARTBEAT_TIMEOUT_S, JobQueue, default_queue_url
 from training.jobs.records import JobRecord
+from training.log_setup import configure_logging
 
 jobs_app = typer.Typer(help="Submit, follow and cancel retrain/reindex jobs.", no_args_is_help=True)
 
@@ -137,6 +137,13 @@ def worker(
             help="auto, cpu or cuda: where retrain jobs train unless a job sets its own `device` option.",
         ),
     ] = "auto",
+    log_level: Annotated[
+        str, typer.Option("--log-level", envvar="SEARCH_LOG_LEVEL", help="DEBUG, INFO, WARNING or ERROR.")
+    ] = "INFO",
+    log_format: Annotated[
+        str,
+        typer.Option("--log-format", envvar="SEARCH_LOG_FORMAT", help="text, or json (one object a line)."),
+    ] = "text",
 ) -> None:
     """Run the job worker (huey consumer) until interrupted."""
     from training.jobs.worker import run_worker
@@ -144,7 +151,11 @@ def worker(
     if device not in ("auto", "cpu", "cuda"):
         typer.echo(f"error: --device: unknown device {device!r} (expected auto, cpu or cuda)", err=True)
         raise typer.Exit(code=2)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if log_format not in ("text", "json"):
+        typer.echo(f"error: --log-format: unknown format {log_format!r} (expected text or json)", err=True)
+        raise typer.Exit(code=2)
+    # huey's consumer lines (started, executing, finished) are the worker's own story: keep them at the level
+    configure_logging(log_level, "json" if log_format == "json" else "text", also=("huey",))
     run_worker(
         queue or default_queue_url(bundles),
         workers=workers,
