@@ -35,11 +35,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from training.bundle_card import write_bundle_model_card
 from training.docstore import DocStore, write_docstore
 from training.encoder import Encoder, document_text
 from training.errors import BundleInvalid, IndexBuildError, ModelLoadError
 from training.index import IndexInfo, VectorIndex
 from training.index_build import build_index
+from training.portable import portable, relocate_report
 from training.report_schema import GapReport
 
 if TYPE_CHECKING:
@@ -56,7 +58,8 @@ IDS_FILE = "ids.json"
 DOCS_FILE = "docs.sqlite"
 REPORT_DIR = "report"
 GATE_FILE = "gate.json"
-UNCHECKED_FILES = {MANIFEST_FILE, GATE_FILE}  # written around the checksummed content
+CARD_FILE = "README.md"  # the bundle card (training/bundle_card.py), written at publication with gate.json
+UNCHECKED_FILES = {MANIFEST_FILE, GATE_FILE, CARD_FILE}  # written around the checksummed content
 VERSION_RE = re.compile(r"^\d{8}T\d{6}\.\d{6}Z-[0-9a-f]{6}$")
 SCHEMA_VERSION = 1
 
@@ -225,11 +228,21 @@ def build_bundle(
     write_docstore(staging / DOCS_FILE, (corpus[i] for i in ids))
     if report_dir is not None:
         shutil.copytree(report_dir, staging / REPORT_DIR)
+        relocate_report(staging / REPORT_DIR / "report.json", MODEL_DIR)  # no build-machine path in a bundle
+    # a bundle names no absolute path of the machine that built it (training/portable.py)
+    base_model, training_config = (
+        portable(base_model or encoder.source or "all-MiniLM-L6-v2"),
+        portable(training_config or {}),
+    )
+    extras = portable(extras or {})
+    write_bundle_model_card(
+        staging, training_config=training_config, base_model=base_model, metrics=metrics or {}, extras=extras
+    )  # replaces the base model's card that sentence-transformers saved
     manifest = Manifest(
         version=new_version_id(),
         created_at=datetime.now(UTC),
-        base_model=base_model or encoder.source or "all-MiniLM-L6-v2",
-        training_config=training_config or {},
+        base_model=base_model,
+        training_config=training_config,
         dim=encoder.dim,
         metric=MetricInfo(index=encoder.index_metric, similarity=encoder.metric),
         n_vectors=len(ids),
@@ -237,7 +250,7 @@ def build_bundle(
         metrics=metrics or {},
         files=checksums(staging),
         code_version=code_version(),
-        extras=extras or {},
+        extras=extras,
     )
     write_json_atomic(staging / MANIFEST_FILE, manifest.model_dump(mode="json"))
     logger.info(

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import AliasChoices, BaseModel, Field
 
 from training.bundle import GATE_FILE, VERSION_RE, Bundle, load_bundle, read_manifest, write_json_atomic
+from training.bundle_card import write_bundle_card
 from training.errors import BundleInvalid, BundleNotFound, NoLiveBundle
 
 if TYPE_CHECKING:
@@ -265,6 +266,7 @@ class BundleStore:
                 manifest.version, manifest.metrics, gate_metric, tolerance, force, fingerprint
             )
             write_json_atomic(staging / GATE_FILE, decision.model_dump(mode="json"))
+            write_bundle_card(staging, manifest.model_dump(mode="json"), decision.model_dump(mode="json"))
             step("stage")
             if staging.resolve().parent != self.root.resolve():
                 private = self.root / f".staging-{manifest.version}"

@@ -40,6 +40,7 @@ from training.evaluate import EvalResult, encode_corpus, evaluate
 from training.grad_cache import cached_loss_backward
 from training.losses.an_info_nce import AnInfoNCELoss
 from training.losses.info_nce import InfoNCELoss
+from training.model_card import write_run_card
 from training.negatives import mine_hard_negatives, no_duplicate_batches, random_negatives
 from training.timing import PhaseTimer, phase
 
@@ -237,6 +238,9 @@ def train(
     log_path = atomic_write_text(out_dir / "train_log.jsonl", "".join(json.dumps(r) + "\n" for r in log))
     with phase(timer, "gap report"):
         report_dir = _gap_report(tuned_encoder, train_data, eval_data, tuned, config, out_dir, log)
+    write_run_card(
+        out_dir
+    )  # model/README.md: a true card instead of the base model's (training/model_card.py)
     logger.info(
         "nDCG@10 %.4f → %.4f in %.0fs of training",
         base.metrics["ndcg@10"],
