@@ -66,6 +66,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
         await runner.start()
         await holder.start()
+        # series read at scrape time: gate decisions from the bundles folder, jobs from the job store
+        app_metrics.records.gate_log = holder.gate_log
+        app_metrics.records.job_counts = lambda: jobs.job_counts(app, settings)
         # also on app.state, for operators' scripts and tests that need to look inside
         app.state.holder, app.state.runner, app.state.inference = holder, runner, inference
         try:
