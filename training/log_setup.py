@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import sys
 from datetime import UTC, datetime
 from typing import Literal
 
@@ -62,3 +64,23 @@ def configure_logging(
     root.setLevel(logging.WARNING)
     for name in (*PROJECT_LOGGERS, *also):
         logging.getLogger(name).setLevel(level.upper())
+
+
+def silence_progress_bars() -> None:
+    """`--quiet`: no progress bar at all, ours or the libraries' (transformers' "Loading weights" and
+    "Writing model shards", huggingface_hub's, every tqdm bar such as the report's "risk vs k").
+
+    Call it before the command imports its libraries: tqdm reads TQDM_DISABLE when it is imported (the
+    CLI imports torch, transformers and tqdm only once a command runs). The variables also reach
+    subprocesses; transformers and huggingface_hub, when already imported, are switched off directly.
+    """
+    os.environ["TQDM_DISABLE"] = "1"
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    if "huggingface_hub" in sys.modules:
+        from huggingface_hub.utils import disable_progress_bars
+
+        disable_progress_bars()
