@@ -481,6 +481,9 @@ app.command(
 from training.jobs.cli import jobs_app, worker  # noqa: E402
 
 app.add_typer(jobs_app, name="jobs")
+from training.bundles_cli import bundles_app  # noqa: E402
+
+app.add_typer(bundles_app, name="bundles")
 from training.distill_cli import distill_cmd  # noqa: E402
 
 app.command(
