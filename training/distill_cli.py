@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from training.cli_choices import LogLevelOpt
 from training.errors import InfonceSearchError
 
 
@@ -38,7 +39,7 @@ def distill_cmd(
     force: Annotated[
         bool, typer.Option("--force", help="Publish as live even if the gate rejects it.")
     ] = False,
-    log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
+    log_level: LogLevelOpt = "INFO",
 ) -> None:
     from training.cli import configure_logging, fail
 

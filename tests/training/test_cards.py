@@ -36,16 +36,18 @@ def pipeline_run(scifact, tmp_path_factory):
         sys.executable, "-m", "training", "pipeline",
         "--data", str(data), "--bundles", str(bundles), "--work-dir", str(root / "runs"),
         "--quiet", "--max-steps", "2", "--batch-size", "4", "--max-seq-length", "32",
-        "--hard-negatives", "0", "--epochs", "1",
+        "--hard-negatives", "0", "--epochs", "1", "--json",
     ]  # fmt: skip
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     version = (bundles / "CURRENT").read_text().strip()
     return {
         "root": root,
+        "data": data,
         "bundles": bundles,
         "version": version,
         "run": next((root / "runs").iterdir()),
+        "stdout": done.stdout,
         "stderr": done.stderr,
     }
 
@@ -181,3 +183,34 @@ def test_pipeline_stderr_has_no_library_info_noise(pipeline_run):
     assert "INFO root:" not in pipeline_run["stderr"]
     assert "AVX2" not in pipeline_run["stderr"]
     assert "INFO training." in pipeline_run["stderr"]  # our own INFO lines still show
+
+
+PROGRESS_BAR = re.compile(r"\d+%\||it/s\]|Loading weights|Writing model shards")
+
+
+def test_pipeline_json_and_quiet(pipeline_run):
+    summary = json.loads(pipeline_run["stdout"])  # stdout is the JSON document alone
+    assert summary["publish"] == {
+        "version": pipeline_run["version"],
+        "live": True,
+        "reason": summary["publish"]["reason"],
+    }
+    assert 0 <= summary["tuned"]["ndcg@10"] <= 1 and "base" in summary and summary["seconds"] > 0
+    assert "ONNX export + check" in summary["phase_seconds"]
+    assert not PROGRESS_BAR.search(pipeline_run["stderr"]), PROGRESS_BAR.search(pipeline_run["stderr"])
+
+
+def test_index_no_onnx_json_quiet(pipeline_run):
+    bundles = pipeline_run["root"] / "bundles-index"
+    cmd = [
+        sys.executable, "-m", "training", "index", "--model", str(pipeline_run["run"]),
+        "--data", str(pipeline_run["data"]), "--bundles", str(bundles), "--index", "flat",
+        "--no-onnx", "--quiet", "--json",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result["live"] is True and (bundles / "CURRENT").read_text().strip() == result["version"]
+    assert not (bundles / result["version"] / "model" / "onnx").exists()  # --no-onnx
+    assert "onnx" not in json.loads((bundles / result["version"] / "manifest.json").read_text())["extras"]
+    assert not PROGRESS_BAR.search(done.stderr), PROGRESS_BAR.search(done.stderr)
