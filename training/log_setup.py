@@ -66,6 +66,14 @@ def configure_logging(
         logging.getLogger(name).setLevel(level.upper())
 
 
+_bars = {"on": True}
+
+
+def progress_bars_enabled() -> bool:
+    """False after silence_progress_bars(): for code that shows bars of its own accord (the gap report)."""
+    return _bars["on"]
+
+
 def silence_progress_bars() -> None:
     """`--quiet`: no progress bar at all, ours or the libraries' (transformers' "Loading weights" and
     "Writing model shards", huggingface_hub's, every tqdm bar such as the report's "risk vs k").
@@ -74,6 +82,7 @@ def silence_progress_bars() -> None:
     CLI imports torch, transformers and tqdm only once a command runs). The variables also reach
     subprocesses; transformers and huggingface_hub, when already imported, are switched off directly.
     """
+    _bars["on"] = False
     os.environ["TQDM_DISABLE"] = "1"
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     if "transformers" in sys.modules:
