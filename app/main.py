@@ -22,7 +22,7 @@ from app.openapi import install_openapi
 from app.routes import bundles, embed, gap, health, jobs, metrics, search
 from app.settings import Settings
 from app.store import BundleHolder
-from training.log_setup import configure_logging
+from contract.log_setup import configure_logging
 
 logger = logging.getLogger(__name__)
 

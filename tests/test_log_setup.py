@@ -24,7 +24,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 def test_library_info_stays_quiet_and_ours_follows_the_level():
     code = (
-        "import logging; from training.log_setup import configure_logging; configure_logging('INFO'); "
+        "import logging; from contract.log_setup import configure_logging; configure_logging('INFO'); "
         "logging.info('quantizer chatter'); logging.getLogger('faiss.loader').info('Could not load AVX2'); "
         "logging.getLogger('training.indexing').info('ours at info'); "
         "logging.getLogger('faiss.loader').warning('a real library warning')"

@@ -144,7 +144,7 @@ def bundle_card(manifest: dict[str, Any], gate: dict[str, Any] | None, report: d
         "Or in process, without a server (checks every checksum first):",
         "",
         "```python",
-        "from training.bundle import load_bundle",
+        "from contract.bundle import load_bundle",
         "",
         f'bundle = load_bundle("path/to/bundles/{version}")',
         'query = bundle.encoder.to_index_space(bundle.encoder.encode(["..."], kind="query"))',

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from training.errors import InfonceSearchError
+from contract.errors import InfonceSearchError
 
 bundles_app = typer.Typer(
     help="List, activate, prune and verify published bundle versions.", no_args_is_help=True
@@ -42,7 +42,7 @@ def _store(bundles: Path) -> Any:
 
 def verify_checksums(folder: Path) -> list[str]:
     """Every problem with one version's files against its manifest (missing, changed, unlisted)."""
-    from training.bundle import UNCHECKED_FILES, read_manifest, sha256_file
+    from contract.bundle import UNCHECKED_FILES, read_manifest, sha256_file
 
     manifest = read_manifest(folder)
     problems = []

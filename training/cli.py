@@ -23,11 +23,10 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
+from contract.config import TrainConfig
+from contract.errors import InfonceSearchError
 from training.cli_choices import IndexOpt, LogLevelOpt
-from training.config import TrainConfig
-from training.errors import InfonceSearchError
-from training.log_setup import configure_logging as setup_logging
-from training.log_setup import silence_progress_bars
+from training.cli_support import configure_logging, fail, validation_message
 
 logger = logging.getLogger(__name__)
 
@@ -80,34 +79,6 @@ QuietOpt = Annotated[
     bool, typer.Option("--quiet", help="No progress bars at all (the libraries' loading bars included).")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON (logs stay on stderr).")]
-
-
-def fail(message: str) -> typing.NoReturn:
-    """One line on stderr and exit code 2: what a user sees instead of a traceback."""
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code=2)
-
-
-def validation_message(error: ValidationError) -> str:
-    """`--lr: Input should be greater than 0` rather than pydantic's multi-line dump."""
-    parts = []
-    for item in error.errors():
-        name = ".".join(str(x) for x in item["loc"])
-        message = item["msg"].removeprefix("Value error, ")
-        if not name:  # a check across fields (TrainConfig's model validator)
-            parts.append(message)
-        else:
-            flag = f"--{name.replace('_', '-')}" if name in TrainConfig.model_fields else name
-            parts.append(f"{flag}: {message}")
-    return "invalid option " + "; ".join(parts)
-
-
-def configure_logging(level: str, *, quiet: bool = False) -> None:
-    """Root at WARNING, the project's loggers at `level` (training/log_setup.py says why); `quiet`: no
-    progress bar at all, the libraries' included (call before the command's heavy imports)."""
-    setup_logging(level, datefmt="%H:%M:%S")
-    if quiet:
-        silence_progress_bars()
 
 
 def echo_json(data: Any) -> None:
@@ -314,7 +285,7 @@ def index_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     configure_logging(log_level, quiet=quiet)
-    from training.indexing import index_model  # heavy imports only when the command runs
+    from training.publish import index_model  # heavy imports only when the command runs
 
     try:
         result = index_model(

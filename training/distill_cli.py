@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
+from contract.errors import InfonceSearchError
 from training.cli_choices import LogLevelOpt
-from training.errors import InfonceSearchError
 
 
 def distill_cmd(
@@ -41,7 +41,7 @@ def distill_cmd(
     ] = False,
     log_level: LogLevelOpt = "INFO",
 ) -> None:
-    from training.cli import configure_logging, fail
+    from training.cli_support import configure_logging, fail
 
     configure_logging(log_level)
     from pydantic import ValidationError

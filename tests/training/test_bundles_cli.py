@@ -26,7 +26,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def two_versions(tmp_path_factory, _base_encoder):
-    from training.bundle import build_bundle
+    from training.bundle_build import build_bundle
     from training.bundle_store import BundleStore
 
     root = tmp_path_factory.mktemp("bundles-cli")

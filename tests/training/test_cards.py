@@ -79,7 +79,7 @@ def _run_card_code(code: str, model_dirs: list[Path]) -> list[dict]:
 
 
 def test_model_cards_are_true_and_their_code_loads_the_model(pipeline_run, tmp_path):
-    from training.encoder import Encoder
+    from contract.encoder import Encoder
 
     bundle_model = pipeline_run["bundles"] / pipeline_run["version"] / "model"
     for card_file in (pipeline_run["run"] / "model" / "README.md", bundle_model / "README.md"):

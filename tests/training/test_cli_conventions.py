@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from training.cli_choices import INDEX_KINDS
-from training.index_build import KINDS
+from training.index_factory import KINDS
 
 REPO = Path(__file__).resolve().parents[2]
 

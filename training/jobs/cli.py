@@ -12,11 +12,11 @@ from typing import Annotated, Any
 
 import typer
 
+from contract.errors import InfonceSearchError
+from contract.jobs.queue import DEFAULT_HEARTBEAT_TIMEOUT_S, JobQueue, default_queue_url
+from contract.jobs.records import JobRecord
+from contract.log_setup import LogFormat, configure_logging
 from training.cli_choices import Device, JobType, LogLevel, log_level_option
-from training.errors import InfonceSearchError
-from training.jobs.queue import DEFAULT_HEARTBEAT_TIMEOUT_S, JobQueue, default_queue_url
-from training.jobs.records import JobRecord
-from training.log_setup import LogFormat, configure_logging
 
 jobs_app = typer.Typer(help="Submit, follow and cancel retrain/reindex jobs.", no_args_is_help=True)
 

@@ -1,0 +1,40 @@
+"""What every command of the CLI shares: one-line errors (exit code 2) and logging setup."""
+
+from __future__ import annotations
+
+import typing
+
+import typer
+from pydantic import ValidationError
+
+from contract.config import TrainConfig
+from contract.log_setup import configure_logging as setup_logging
+from contract.log_setup import silence_progress_bars
+
+
+def fail(message: str) -> typing.NoReturn:
+    """One line on stderr and exit code 2: what a user sees instead of a traceback."""
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code=2)
+
+
+def validation_message(error: ValidationError) -> str:
+    """`--lr: Input should be greater than 0` rather than pydantic's multi-line dump."""
+    parts = []
+    for item in error.errors():
+        name = ".".join(str(x) for x in item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
+        if not name:  # a check across fields (TrainConfig's model validator)
+            parts.append(message)
+        else:
+            flag = f"--{name.replace('_', '-')}" if name in TrainConfig.model_fields else name
+            parts.append(f"{flag}: {message}")
+    return "invalid option " + "; ".join(parts)
+
+
+def configure_logging(level: str, *, quiet: bool = False) -> None:
+    """Root at WARNING, the project's loggers at `level` (contract/log_setup.py says why); `quiet`: no
+    progress bar at all, the libraries' included (call before the command's heavy imports)."""
+    setup_logging(level, datefmt="%H:%M:%S")
+    if quiet:
+        silence_progress_bars()
