@@ -1,4 +1,5 @@
-"""One real `python -m training pipeline` run (ONNX on), then what a user does with its outputs:
+"""The shared real `python -m training pipeline --quiet --json` run (ONNX on; tests/training/conftest.py),
+then what a user does with its outputs:
 
 - reads the model card and loads the model exactly as the card says (its code block, run verbatim from
   inside the model folder), for InfoNCE and for an AnInfoNCE similarity.json;
@@ -21,35 +22,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.training.scifact_slice import scifact_slice
-
 pytestmark = pytest.mark.scifact
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def pipeline_run(scifact, tmp_path_factory):
-    root = tmp_path_factory.mktemp("cards")
-    data = scifact_slice(scifact, root / "slice", n_train=12, n_test=6, n_distractors=20)
-    bundles = root / "bundles"
-    cmd = [
-        sys.executable, "-m", "training", "pipeline",
-        "--data", str(data), "--bundles", str(bundles), "--work-dir", str(root / "runs"),
-        "--quiet", "--max-steps", "2", "--batch-size", "4", "--max-seq-length", "32",
-        "--hard-negatives", "0", "--epochs", "1", "--json",
-    ]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
-    assert done.returncode == 0, done.stderr[-3000:]
-    version = (bundles / "CURRENT").read_text().strip()
-    return {
-        "root": root,
-        "data": data,
-        "bundles": bundles,
-        "version": version,
-        "run": Path(json.loads(done.stdout)["run_dir"]),
-        "stdout": done.stdout,
-        "stderr": done.stderr,
-    }
 
 
 def _card_code(card: str) -> str:
