@@ -95,7 +95,9 @@ class DirectRunner:
         self.metrics.queue_depth.set(self._waiting)
         try:
             self.metrics.batch_queries.observe(spec.n)
-            return await self.inference.call(live.run, spec)
+            answer = await self.inference.call(live.run, spec)
+            self.metrics.observe_work(answer.encode_ms, answer.search_ms, searched=spec.embed is None)
+            return answer
         finally:
             self._waiting -= 1
             self.metrics.queue_depth.set(self._waiting)
@@ -202,6 +204,10 @@ class MicroBatcher:
                 answers = await self.inference.call(items[0].live.run_many, [i.spec for i in items])
             except Exception as exc:  # e.g. the encoder failed: every request of the group fails alike
                 answers = [exc] * len(items)
+            done = next((a for a in answers if isinstance(a, SearchAnswer)), None)
+            if done is not None:  # encode and search times are shared by the group: observed once
+                searched = any(i.spec.embed is None for i in items)
+                self.metrics.observe_work(done.encode_ms, done.search_ms, searched=searched)
             for item, answer in zip(items, answers, strict=True):
                 if item.future.done():
                     continue

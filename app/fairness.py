@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+import numpy as np
+
 from app.service import SearchAnswer, SearchSpec
 
 
@@ -45,8 +47,10 @@ async def run_sliced(
     if len(parts) == 1:
         return await run_one(spec)
     answers = [await run_one(part) for part in parts]
+    vectors = [a.vectors for a in answers if a.vectors is not None]
     return SearchAnswer(
         hits=[hits for a in answers for hits in a.hits],
         encode_ms=sum(a.encode_ms for a in answers),
         search_ms=sum(a.search_ms for a in answers),
+        vectors=np.concatenate(vectors) if vectors else None,  # an /embed request's slices, in order
     )

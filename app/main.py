@@ -19,9 +19,10 @@ from app.errors import install_error_handlers
 from app.metrics import AppMetrics, MetricsMiddleware
 from app.middleware import BodyLimitMiddleware
 from app.openapi import install_openapi
-from app.routes import bundles, gap, health, jobs, metrics, search, ui
+from app.routes import bundles, embed, gap, health, jobs, metrics, search, ui
 from app.settings import Settings
 from app.store import BundleHolder
+from contract.log_setup import configure_logging
 
 logger = logging.getLogger(__name__)
 
@@ -37,17 +38,9 @@ class State(TypedDict):
     metrics: AppMetrics
 
 
-def _configure_logging(level: str) -> None:
-    root = logging.getLogger()
-    if not root.handlers:  # uvicorn / pytest may have configured logging already
-        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("app").setLevel(level.upper())
-    logging.getLogger("training").setLevel(level.upper())
-
-
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
-    _configure_logging(settings.log_level)
+    configure_logging(settings.log_level, settings.log_format)  # root WARNING, ours at log_level
     app_metrics = AppMetrics()
 
     @contextlib.asynccontextmanager
@@ -73,6 +66,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             )
         await runner.start()
         await holder.start()
+        # series read at scrape time: gate decisions from the bundles folder, jobs from the job store
+        app_metrics.records.gate_log = holder.gate_log
+        app_metrics.records.job_counts = lambda: jobs.job_counts(app, settings)
         # also on app.state, for operators' scripts and tests that need to look inside
         app.state.holder, app.state.runner, app.state.inference = holder, runner, inference
         try:
@@ -94,6 +90,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(MetricsMiddleware, metrics=app_metrics)
     for module in (search, gap, health, bundles, metrics):
         app.include_router(module.router)
+    app.include_router(embed.router)  # POST /embed, POST /v1/embeddings: vectors in the index's space
     app.include_router(jobs.router)  # POST /jobs …: records and enqueues; a worker process runs them
     app.include_router(ui.router)  # the web page at / and the report's plots
     return app

@@ -2,18 +2,50 @@
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    Info,
+    Metric,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+logger = logging.getLogger(__name__)
 LATENCY_BUCKETS = (0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 
 
+ENCODE_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+# prometheus-client's `_created` series (one per counter/histogram child) double the exposition for no use
+# here; process-wide, so every registry of this process drops them
+disable_created_metrics()
+
+JobCounts = Callable[[], Iterable[tuple[str, str, int]]]  # (type, state, jobs)
+GateLog = Callable[[], list[dict[str, Any]]]
+
+
 class AppMetrics:
+    """Prometheus naming: `_total` counters, `_seconds` durations, `_ratio` for recall, one `_info`."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
+        # resident memory, CPU, open files (an index server's memory is what runs out first); Python's GC
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
         self.requests = Counter(
             "search_http_requests",
             "HTTP requests by route template and status.",
@@ -21,10 +53,22 @@ class AppMetrics:
             registry=r,
         )
         self.latency = Histogram(
-            "search_http_request_seconds",
+            "search_http_request_duration_seconds",
             "Request latency by route.",
             ["route"],
             buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.encode_seconds = Histogram(
+            "search_encode_duration_seconds",
+            "Encoder time per micro-batch (or per request with micro-batching off), queries or /embed texts.",
+            buckets=ENCODE_BUCKETS,
+            registry=r,
+        )
+        self.index_search_seconds = Histogram(
+            "search_index_search_duration_seconds",
+            "FAISS search time (plus the filter lookups) per micro-batch, or per request with micro-batching off.",
+            buckets=ENCODE_BUCKETS,
             registry=r,
         )
         self.batch_queries = Histogram(
@@ -36,16 +80,12 @@ class AppMetrics:
         self.queue_depth = Gauge(
             "search_queue_depth", "Searches waiting for the inference thread.", registry=r
         )
-        self.bundle = Info("search_bundle", "The live bundle.", registry=r)
-        self.bundle_version = Gauge(
-            "search_bundle_live",
-            "1 for the live bundle version (label), absent otherwise.",
-            ["version"],
-            registry=r,
+        self.bundle = Info(
+            "search_bundle", "The live bundle: version, query encoder backend, metric.", registry=r
         )
         self.n_vectors = Gauge("search_index_vectors", "Vectors in the live index.", registry=r)
         self.index_recall = Gauge(
-            "search_index_recall_at_10",
+            "search_index_recall_at_10_ratio",
             "Recall@10 of the live index vs exact search, measured when it was built (1 for an exact index).",
             registry=r,
         )
@@ -61,15 +101,64 @@ class AppMetrics:
             "1 while serving an older version because the one CURRENT names failed to load at startup.",
             registry=r,
         )
+        self.records = _RecordsCollector()
+        r.register(self.records)
 
     def set_live(
         self, version: str, *, n_vectors: int, recall: float | None, backend: str, metric: str
     ) -> None:
-        self.bundle_version.clear()
-        self.bundle_version.labels(version=version).set(1)
         self.bundle.info({"version": version, "encoder_backend": backend, "metric": metric})
         self.n_vectors.set(n_vectors)
         self.index_recall.set(1.0 if recall is None else recall)
+
+    def observe_work(self, encode_ms: float, search_ms: float, *, searched: bool = True) -> None:
+        """One encoder + index call (a micro-batch, or one request); /embed-only work searches nothing."""
+        self.encode_seconds.observe(encode_ms / 1000)
+        if searched:
+            self.index_search_seconds.observe(search_ms / 1000)
+
+
+class _RecordsCollector(Collector):
+    """Series read at scrape time from records other processes write: the bundles folder's gate log
+    (publishers: CLI, jobs) and the job store (the worker moves jobs between states)."""
+
+    def __init__(self) -> None:
+        self.gate_log: GateLog | None = None
+        self.job_counts: JobCounts | None = None
+
+    def collect(self) -> Iterator[Metric]:
+        if self.gate_log is not None:
+            decisions = CounterMetricFamily(
+                "search_gate_decisions",
+                "Quality-gate decisions on published bundles in the bundles folder's gate log, by outcome "
+                "(accepted, forced, rejected = kept as a candidate); the log rotates past 1 MiB (a counter reset).",
+                labels=["outcome"],
+            )
+            counts = {"accepted": 0, "forced": 0, "rejected": 0}
+            for record in self.gate_log():
+                if record.get("event") == "publish":
+                    accepted = bool(record.get("accepted", record.get("live")))
+                    # forced = made live although the gate would have kept it (not merely asked with force)
+                    overridden = str(record.get("reason", "")).startswith("forced")
+                    outcome = "accepted" if accepted else "rejected"
+                    counts["forced" if accepted and overridden else outcome] += 1
+            for outcome, n in counts.items():
+                decisions.add_metric([outcome], n)
+            yield decisions
+        if self.job_counts is not None:
+            try:
+                rows = list(self.job_counts())
+            except Exception:  # an unreachable queue must not break /metrics
+                logger.debug("job store unreadable for /metrics", exc_info=True)
+                return
+            jobs = GaugeMetricFamily(
+                "search_jobs",
+                "Jobs in the job store by type and state (the newest 10,000).",
+                labels=["type", "state"],
+            )
+            for job_type, state, n in rows:
+                jobs.add_metric([job_type, state], n)
+            yield jobs
 
 
 class MetricsMiddleware:

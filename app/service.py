@@ -53,6 +53,7 @@ class SearchSpec:
     min_score: float | None = None
     include: Sequence[str] = ()
     tokens: list[int] | None = None  # per text, as the encoder will see them (app/fairness.py)
+    embed: TextKind | None = None  # POST /embed: return the index-space vectors of `texts`, no search
 
     @property
     def n(self) -> int:
@@ -64,6 +65,7 @@ class SearchAnswer:
     hits: list[list[Hit]]  # per query, best first
     encode_ms: float  # shared by the micro-batch the request was part of
     search_ms: float
+    vectors: np.ndarray | None = None  # (n, dim) index space, for an `embed` spec
 
 
 @dataclass
@@ -135,6 +137,11 @@ class LiveBundle:
         emb = self.query_encoder.encode(texts, kind="query", batch_size=self.encode_batch_size)  # (n, dim)
         return self.encoder.to_index_space(emb)  # (n, dim)
 
+    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """Texts -> index-space document vectors (n, dim) with the full model (no cache: it holds queries)."""
+        emb = self.encoder.encode(list(texts), kind="document", batch_size=DEFAULT_ENCODE_BATCH_SIZE["torch"])
+        return self.encoder.to_index_space(emb)  # (n, dim)
+
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Tokens per text as the serving model sees them (its tokenizer, cut at its max length)."""
         model = self.encoder.model
@@ -191,12 +198,15 @@ class LiveBundle:
         the failing request's slot only, when it can be pinned to one request.
         """
         t0 = time.perf_counter()
-        texts = [t for s in specs if s.texts is not None for t in s.texts]
+        texts = [t for s in specs if s.texts is not None and s.embed != "document" for t in s.texts]
         encoded = self.encode(texts) if texts else None  # (n_texts, dim)
         queries: list[np.ndarray] = []
         offset = 0
         for s in specs:
-            if s.texts is not None:
+            if s.embed == "document":  # /embed of documents: the full model, as the corpus was encoded
+                assert s.texts is not None
+                queries.append(self.encode_documents(s.texts))
+            elif s.texts is not None:
                 assert encoded is not None
                 queries.append(encoded[offset : offset + len(s.texts)])
                 offset += len(s.texts)
@@ -205,7 +215,7 @@ class LiveBundle:
                 queries.append(s.vectors)
         t1 = time.perf_counter()
         rows: list[list[tuple[np.ndarray, np.ndarray]] | Exception] = [[] for _ in specs]
-        plain = [i for i, s in enumerate(specs) if not s.filter]
+        plain = [i for i, s in enumerate(specs) if not s.filter and s.embed is None]
         if plain:
             stacked = np.concatenate([queries[i] for i in plain])  # (n_plain, dim)
             found = self.bundle.index.search(stacked, max(specs[i].k for i in plain))
@@ -225,7 +235,10 @@ class LiveBundle:
         t2 = time.perf_counter()
         encode_ms, search_ms = (t1 - t0) * 1000, (t2 - t1) * 1000
         out: list[SearchAnswer | Exception] = []
-        for s, r in zip(specs, rows, strict=True):
+        for i, (s, r) in enumerate(zip(specs, rows, strict=True)):
+            if s.embed is not None:
+                out.append(SearchAnswer([], encode_ms, 0.0, vectors=queries[i]))
+                continue
             if isinstance(r, Exception):
                 out.append(r)
                 continue

@@ -122,6 +122,11 @@ class Settings(BaseSettings):
         description="Query run by /readyz and before a new bundle goes live; it must return results.",
     )
     log_level: str = Field("INFO", description="Logging level of the API process (DEBUG, INFO, WARNING…).")
+    log_format: Literal["text", "json"] = Field(
+        "text",
+        description="Log lines as text, or json (one object a line: time, level, logger, message); the "
+        "worker reads it too (its --log-format).",
+    )
     queue_url: str | None = Field(
         None,
         description="Job queue: `sqlite:///path/jobs.db` or `redis://host:port/0`. "

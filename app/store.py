@@ -305,6 +305,10 @@ class BundleHolder:
             unreadable=[Unreadable(version=v, error=self._relative(e)) for v, e in problems],
         )
 
+    def gate_log(self) -> list[dict[str, Any]]:
+        """Every readable record of gate.jsonl, oldest first (also read by /metrics)."""
+        return self._gate_log()
+
     def _gate_log(self) -> list[dict[str, Any]]:
         path = self.store.root / GATE_LOG
         if not path.is_file():

@@ -47,7 +47,8 @@ IDS_FILE = "ids.json"
 DOCS_FILE = "docs.sqlite"
 REPORT_DIR = "report"
 GATE_FILE = "gate.json"
-UNCHECKED_FILES = {MANIFEST_FILE, GATE_FILE}  # written around the checksummed content
+CARD_FILE = "README.md"  # the bundle card (training/bundle_card.py), written at publication with gate.json
+UNCHECKED_FILES = {MANIFEST_FILE, GATE_FILE, CARD_FILE}  # written around the checksummed content
 VERSION_RE = re.compile(r"^\d{8}T\d{6}\.\d{6}Z-[0-9a-f]{6}$")
 SCHEMA_VERSION = 1
 

@@ -30,7 +30,9 @@ from contract.bundle import (
 from contract.docstore import write_docstore
 from contract.encoder import Encoder, document_text
 from contract.errors import BundleInvalid, IndexBuildError
+from training.bundle_card import write_bundle_model_card
 from training.index_factory import build_index
+from training.portable import portable, relocate_report
 
 if TYPE_CHECKING:
     from training.data import Document
@@ -114,11 +116,19 @@ def build_bundle(
     write_docstore(staging / DOCS_FILE, (corpus[i] for i in ids))
     if report_dir is not None:
         shutil.copytree(report_dir, staging / REPORT_DIR)
+        relocate_report(staging / REPORT_DIR / "report.json", MODEL_DIR)  # no build-machine path in a bundle
+    # a bundle names no absolute path of the machine that built it (training/portable.py)
+    base_model = portable(base_model or encoder.source or "all-MiniLM-L6-v2")
+    training_config = portable(training_config or {})
+    extras = portable(extras or {})
+    write_bundle_model_card(
+        staging, training_config=training_config, base_model=base_model, metrics=metrics or {}, extras=extras
+    )  # replaces the base model's card that sentence-transformers saved
     manifest = Manifest(
         version=new_version_id(),
         created_at=datetime.now(UTC),
-        base_model=base_model or encoder.source or "all-MiniLM-L6-v2",
-        training_config=training_config or {},
+        base_model=base_model,
+        training_config=training_config,
         dim=encoder.dim,
         metric=MetricInfo(index=encoder.index_metric, similarity=encoder.metric),
         n_vectors=len(ids),
@@ -126,7 +136,7 @@ def build_bundle(
         metrics=metrics or {},
         files=checksums(staging),
         code_version=code_version(),
-        extras=extras or {},
+        extras=extras,
     )
     write_json_atomic(staging / MANIFEST_FILE, manifest.model_dump(mode="json"))
     logger.info(

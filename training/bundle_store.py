@@ -51,6 +51,7 @@ from contract.bundle_folder import (
     GateDecision,
 )
 from contract.errors import BundleInvalid
+from training.bundle_card import write_bundle_card
 
 if TYPE_CHECKING:
     from training.data import RetrievalData
@@ -136,6 +137,7 @@ class BundleStore(BundleFolder):
                 manifest.version, manifest.metrics, gate_metric, tolerance, force, fingerprint
             )
             write_json_atomic(staging / GATE_FILE, decision.model_dump(mode="json"))
+            write_bundle_card(staging, manifest.model_dump(mode="json"), decision.model_dump(mode="json"))
             step("stage")
             if staging.resolve().parent != self.root.resolve():
                 private = self.root / f".staging-{manifest.version}"

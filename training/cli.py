@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from contract.config import TrainConfig
 from contract.errors import InfonceSearchError
+from training.cli_choices import IndexOpt, LogLevelOpt
 from training.cli_support import configure_logging, fail, validation_message
 
 logger = logging.getLogger(__name__)
@@ -74,6 +75,17 @@ HELP: dict[str, str] = {
 }
 
 
+QuietOpt = Annotated[
+    bool, typer.Option("--quiet", help="No progress bars at all (the libraries' loading bars included).")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON (logs stay on stderr).")]
+
+
+def echo_json(data: Any) -> None:
+    """`--json`: the command's result as one JSON document on stdout (logs stay on stderr)."""
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
 def load_config(config_file: Path | None, overrides: dict[str, Any]) -> TrainConfig:
     """Defaults < --config FILE.json (a TrainConfig object, or a run's config.json) < explicit options."""
     values: dict[str, Any] = {}
@@ -105,10 +117,10 @@ def metrics_table(base: dict[str, float], tuned: dict[str, float]) -> str:
 
 
 def _prepare_run(
-    data: Path, config_file: Path | None, log_level: str, overrides: dict[str, Any]
+    data: Path, config_file: Path | None, log_level: str, overrides: dict[str, Any], *, quiet: bool = False
 ) -> TrainConfig:
     """What `train` and `pipeline` do before a run: logging, the config, a dataset that exists."""
-    configure_logging(log_level)
+    configure_logging(log_level, quiet=quiet)
     config = load_config(config_file, overrides)
     if not data.exists():
         fail(f"--data {data}: no such file or folder (expected a BEIR folder or a pairs JSONL file)")
@@ -132,13 +144,27 @@ def _train(
     config_file: Path | None,
     log_level: str,
     quiet: bool,
+    as_json: bool,
     **overrides: Any,
 ) -> None:
-    config = _prepare_run(data, config_file, log_level, overrides)
+    config = _prepare_run(data, config_file, log_level, overrides, quiet=quiet)
     from training.trainer import train  # torch and friends load only when a run starts
 
     with _one_line_errors():
         result = train(config, data, out, show_progress=not quiet)
+    if as_json:
+        echo_json(
+            {
+                "base": result.base_metrics,
+                "tuned": result.tuned_metrics,
+                "train_seconds": result.train_seconds,
+                "out_dir": result.out_dir,
+                "model_dir": result.model_dir,
+                "metrics_path": result.metrics_path,
+                "report_dir": result.report_dir,
+            }
+        )
+        return
     typer.echo(metrics_table(result.base_metrics, result.tuned_metrics))
     typer.echo(
         f"trained in {result.train_seconds:.0f}s; model in {result.model_dir}, metrics in {result.metrics_path}"
@@ -146,9 +172,10 @@ def _train(
 
 
 def _option_type(annotation: Any) -> Any:
-    """The click-friendly type of a TrainConfig field: Literal → str, `X | None` → X."""
+    """The click-friendly type of a TrainConfig field: `X | None` → X; a Literal stays one (typer shows
+    and checks its values, e.g. --loss, --device)."""
     if typing.get_origin(annotation) is typing.Literal:
-        return str
+        return annotation
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         inner = [a for a in typing.get_args(annotation) if a is not type(None)]
         return _option_type(inner[0])
@@ -193,17 +220,10 @@ def _train_signature() -> inspect.Signature:
             ],
         ),
         inspect.Parameter(
-            "log_level",
-            inspect.Parameter.KEYWORD_ONLY,
-            default="INFO",
-            annotation=Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING or ERROR.")],
+            "log_level", inspect.Parameter.KEYWORD_ONLY, default="INFO", annotation=LogLevelOpt
         ),
-        inspect.Parameter(
-            "quiet",
-            inspect.Parameter.KEYWORD_ONLY,
-            default=False,
-            annotation=Annotated[bool, typer.Option("--quiet", help="No progress bars.")],
-        ),
+        inspect.Parameter("quiet", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=QuietOpt),
+        inspect.Parameter("as_json", inspect.Parameter.KEYWORD_ONLY, default=False, annotation=JsonOpt),
     ]
     return inspect.Signature(fixed + _config_parameters())
 
@@ -233,6 +253,7 @@ _train.__annotations__ = {p.name: p.annotation for p in _train.__signature__.par
 app.command("train", help="Fine-tune the encoder on a dataset and print base-vs-tuned metrics.")(_train)
 
 
+ONNX_HELP = "Export + score the ONNX query encoders into the bundle."
 DISTILL_HELP = (
     "Also train the distilled query encoders (2-layer transformer, static table) with default settings; "
     "`python -m training distill` has every knob."
@@ -250,7 +271,7 @@ def index_cmd(
     model: Annotated[Path, typer.Option("--model", help="Training run folder (or its model/).")],
     data: Annotated[Path, typer.Option("--data", help="BEIR folder (or pairs file) with the corpus.")],
     bundles: Annotated[Path, typer.Option("--bundles", help="Bundles folder (versions + CURRENT).")],
-    index: Annotated[str, typer.Option("--index", help="auto, flat, hnsw, ivf or ivfpq.")] = "auto",
+    index: IndexOpt = "auto",
     target_recall: Annotated[float, typer.Option("--target-recall", help="ANN recall@10 to tune to.")] = 0.95,
     split: Annotated[str, typer.Option("--split", help="qrels split for the gate metrics.")] = "test",
     force: Annotated[
@@ -258,10 +279,12 @@ def index_cmd(
     ] = False,
     keep: Annotated[int, typer.Option("--keep", help="Versions kept (the live one always is).")] = 5,
     distill: Annotated[bool, typer.Option("--distill", help=DISTILL_HELP)] = False,
-    log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
-    quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars.")] = False,
+    onnx: Annotated[bool, typer.Option("--onnx/--no-onnx", help=ONNX_HELP)] = True,
+    log_level: LogLevelOpt = "INFO",
+    quiet: QuietOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
-    configure_logging(log_level)
+    configure_logging(log_level, quiet=quiet)
     from training.publish import index_model  # heavy imports only when the command runs
 
     try:
@@ -275,10 +298,14 @@ def index_cmd(
             force=force,
             keep=keep,
             distill=_distill_config(distill),
+            onnx=onnx,
             show_progress=not quiet,
         )
     except InfonceSearchError as exc:
         fail(str(exc))
+    if as_json:
+        echo_json(result.model_dump())
+        return
     typer.echo(f"{result.version}: {'live' if result.live else 'candidate'} ({result.reason})")
 
 
@@ -299,15 +326,27 @@ def report_cmd(
     seed: Annotated[
         int | None, typer.Option("--seed", help="Seed of negatives and bootstrap; default: the run's seed.")
     ] = None,
-    log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
+    log_level: LogLevelOpt = "INFO",
+    quiet: QuietOpt = False,
+    as_json: JsonOpt = False,
 ) -> None:
-    configure_logging(log_level)
+    configure_logging(log_level, quiet=quiet)
     from training.gap.report import run_report  # heavy imports only when the command runs
 
     try:
         path = run_report(model, data, out, k=k, seed=seed)
     except InfonceSearchError as exc:
         fail(str(exc))
+    if as_json:
+        report = json.loads(path.read_text(encoding="utf-8"))
+        echo_json(
+            {
+                "path": path,
+                "k": report.get("k"),
+                **{n: report.get(n) for n in ("risk_train", "risk_test", "gap")},
+            }
+        )
+        return
     typer.echo(f"report written to {path}")
 
 
@@ -325,7 +364,7 @@ def demo_data_cmd(
         typer.Option("--test-queries", min=1, help="Queries held out in qrels/test.tsv [default: 300]."),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sample and the train/test split.")] = 0,
-    log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
+    log_level: LogLevelOpt = "INFO",
 ) -> None:
     configure_logging(log_level)
     from training.demo_data import DEFAULT_DOCS, DEFAULT_TEST_QUERIES, build_demo_dataset
@@ -356,9 +395,10 @@ def _pipeline(
     config_file: Path | None,
     log_level: str,
     quiet: bool,
+    as_json: bool,
     **overrides: Any,
 ) -> None:
-    config = _prepare_run(data, config_file, log_level, overrides)
+    config = _prepare_run(data, config_file, log_level, overrides, quiet=quiet)
     from training.pipeline import run_pipeline  # torch and friends load only when a run starts
 
     with _one_line_errors():
@@ -375,6 +415,18 @@ def _pipeline(
             distill=_distill_config(distill),
             show_progress=not quiet,
         )
+    if as_json:
+        echo_json(
+            {
+                "base": result.train.base_metrics,
+                "tuned": result.train.tuned_metrics,
+                "publish": result.publish.model_dump(),
+                "phase_seconds": result.timer.seconds,
+                "seconds": result.seconds,
+                "run_dir": result.run_dir,
+            }
+        )
+        return
     typer.echo(metrics_table(result.train.base_metrics, result.train.tuned_metrics))
     published = result.publish
     state = "live" if published.live else "kept as a candidate"
@@ -396,9 +448,7 @@ _pipeline.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
             Annotated[Path, typer.Option("--work-dir", help="Where training run folders are written.")],
             Path("runs"),
         ),
-        _option(
-            "index", Annotated[str, typer.Option("--index", help="auto, flat, hnsw, ivf or ivfpq.")], "auto"
-        ),
+        _option("index", IndexOpt, "auto"),
         _option(
             "target_recall",
             Annotated[
@@ -421,9 +471,7 @@ _pipeline.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
             "onnx",
             Annotated[
                 bool,
-                typer.Option(
-                    "--onnx/--no-onnx", help="Export + score the ONNX query encoders into the bundle."
-                ),
+                typer.Option("--onnx/--no-onnx", help=ONNX_HELP),
             ],
             True,
         ),
@@ -436,12 +484,9 @@ _pipeline.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
             ],
             None,
         ),
-        _option(
-            "log_level",
-            Annotated[str, typer.Option("--log-level", help="DEBUG, INFO, WARNING or ERROR.")],
-            "INFO",
-        ),
-        _option("quiet", Annotated[bool, typer.Option("--quiet", help="No progress bars.")], False),
+        _option("log_level", LogLevelOpt, "INFO"),
+        _option("quiet", QuietOpt, False),
+        _option("as_json", JsonOpt, False),
         *_config_parameters(),
     ]
 )
@@ -456,6 +501,9 @@ app.command(
 from training.jobs.cli import jobs_app, worker  # noqa: E402
 
 app.add_typer(jobs_app, name="jobs")
+from training.bundles_cli import bundles_app  # noqa: E402
+
+app.add_typer(bundles_app, name="bundles")
 from training.distill_cli import distill_cmd  # noqa: E402
 
 app.command(
@@ -464,8 +512,25 @@ app.command(
 app.command("worker", help="Run the job worker (huey consumer) until interrupted.")(worker)
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("infonce-search")
+        except metadata.PackageNotFoundError:  # a source checkout that was never installed
+            version = "0+unknown"
+        typer.echo(f"infonce-search {version}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
     """infonce-search offline tools."""
 
 

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 import typing
 
 import typer
 from pydantic import ValidationError
 
 from contract.config import TrainConfig
+from contract.log_setup import configure_logging as setup_logging
+from contract.log_setup import silence_progress_bars
 
 
 def fail(message: str) -> typing.NoReturn:
@@ -31,9 +32,9 @@ def validation_message(error: ValidationError) -> str:
     return "invalid option " + "; ".join(parts)
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
+def configure_logging(level: str, *, quiet: bool = False) -> None:
+    """Root at WARNING, the project's loggers at `level` (contract/log_setup.py says why); `quiet`: no
+    progress bar at all, the libraries' included (call before the command's heavy imports)."""
+    setup_logging(level, datefmt="%H:%M:%S")
+    if quiet:
+        silence_progress_bars()

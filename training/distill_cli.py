@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from contract.errors import InfonceSearchError
+from training.cli_choices import LogLevelOpt
 
 
 def distill_cmd(
@@ -38,7 +39,7 @@ def distill_cmd(
     force: Annotated[
         bool, typer.Option("--force", help="Publish as live even if the gate rejects it.")
     ] = False,
-    log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
+    log_level: LogLevelOpt = "INFO",
 ) -> None:
     from training.cli_support import configure_logging, fail
 

@@ -39,7 +39,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class OnnxExportInfo:
-    """What `export_onnx` wrote (paths relative to `out_dir`)."""
+    """What `export_onnx` wrote (paths relative to `out_dir`). onnx_info.json, which lives in `out_dir`,
+    leaves `out_dir` out: a bundle carries no absolute path of the machine that built it."""
 
     out_dir: str
     files: dict[str, str]
@@ -50,7 +51,7 @@ class OnnxExportInfo:
     bytes: dict[str, int]
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "out_dir"}
 
 
 def export_onnx(

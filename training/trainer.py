@@ -35,6 +35,7 @@ from training.embedding_cache import EmbeddingCache
 from training.evaluate import EvalResult, evaluate
 from training.losses.an_info_nce import AnInfoNCELoss
 from training.losses.info_nce import InfoNCELoss
+from training.model_card import write_run_card
 from training.negatives import no_duplicate_batches
 from training.run_artifacts import gap_report, run_config, save_model
 from training.timing import PhaseTimer, phase
@@ -321,6 +322,9 @@ def finalize(
         report_dir = gap_report(
             tuned_encoder, run.train_data, run.eval_data, tuned, config, out_dir, fitted.log
         )
+    write_run_card(
+        out_dir
+    )  # model/README.md: a true card instead of the base model's (training/model_card.py)
     logger.info(
         "nDCG@10 %.4f → %.4f in %.0fs of training",
         run.base.metrics["ndcg@10"],

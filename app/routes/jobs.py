@@ -6,8 +6,10 @@ The API only records and enqueues (contract.jobs.queue); a separate worker proce
 
 from __future__ import annotations
 
+import collections
 import os
 import threading
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -148,6 +150,24 @@ def get_job_queue(request: Request, settings: SettingsDep) -> JobQueue:
             queue = JobQueue(settings.queue_url, heartbeat_timeout_s=settings.job_heartbeat_timeout_s)
             request.app.state.job_queue = queue
         return queue
+
+
+def job_counts(app: Any, settings: Settings) -> list[tuple[str, str, int]]:
+    """(type, state, jobs) over the newest 10,000 records, for /metrics. Opens the app's queue only if a
+    worker or the CLI already created its SQLite file: a scrape must not create a job store."""
+    with _queue_lock:
+        queue = getattr(app.state, "job_queue", None)
+        if queue is None:
+            assert settings.queue_url is not None
+            if (
+                settings.queue_url.startswith("sqlite:///")
+                and not Path(settings.queue_url.removeprefix("sqlite:///")).is_file()
+            ):
+                return []
+            queue = JobQueue(settings.queue_url, heartbeat_timeout_s=settings.job_heartbeat_timeout_s)
+            app.state.job_queue = queue
+    counts = collections.Counter((r.type, r.state) for r in queue.recent(10_000))
+    return [(job_type, state, n) for (job_type, state), n in sorted(counts.items())]
 
 
 QueueDep = Annotated[JobQueue, Depends(get_job_queue)]

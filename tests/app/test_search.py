@@ -196,10 +196,13 @@ def test_metrics_and_bundles_listing(client, live_bundles, slice_data):
     client.post("/search", json={"query": "metrics probe"})
     text = client.get("/metrics").text
     assert 'search_http_requests_total{method="POST",route="/search",status="200"}' in text
-    assert f'search_bundle_live{{version="{live_bundles[1]}"}} 1.0' in text
+    assert (
+        f'search_bundle_info{{encoder_backend="torch",metric="cosine",version="{live_bundles[1]}"}} 1.0'
+        in text
+    )
     assert f"search_index_vectors {float(len(slice_data.corpus))}" in text
-    assert "search_index_recall_at_10 1.0" in text  # exact index
-    assert "search_http_request_seconds_bucket" in text
+    assert "search_index_recall_at_10_ratio 1.0" in text  # exact index
+    assert "search_http_request_duration_seconds_bucket" in text
     listing = client.get("/bundles").json()
     assert listing["live"] == listing["current"] == live_bundles[1]
     assert [v["version"] for v in listing["versions"]] == [live_bundles[1]]

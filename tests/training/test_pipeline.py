@@ -9,28 +9,20 @@ import sys
 import pytest
 
 from contract.bundle import load_bundle
-from tests.training.scifact_slice import scifact_slice
 from training.bundle_store import BundleStore
 
 pytestmark = pytest.mark.scifact
 
 
-def test_pipeline_command_publishes_a_live_bundle_with_its_report(scifact, tmp_path):
-    data = scifact_slice(scifact, tmp_path / "slice", n_train=12, n_test=6, n_distractors=20)
-    bundles = tmp_path / "bundles"
-    cmd = [
-        sys.executable, "-m", "training", "pipeline",
-        "--data", str(data), "--bundles", str(bundles), "--work-dir", str(tmp_path / "runs"),
-        "--no-onnx", "--quiet", "--max-steps", "2", "--batch-size", "4", "--max-seq-length", "32",
-        "--hard-negatives", "0", "--epochs", "1",
-    ]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "ndcg@10" in done.stdout and " live " in done.stdout
+def test_pipeline_command_publishes_a_live_bundle_with_its_report(pipeline_run):
+    # the shared run (tests/training/conftest.py): `pipeline --quiet --json`, ONNX on
+    summary = json.loads(pipeline_run["stdout"])
+    assert "ndcg@10" in summary["tuned"] and summary["publish"]["live"] is True
 
+    bundles = pipeline_run["bundles"]
     store = BundleStore(bundles)
     version = store.current_version()
-    assert version is not None and version in done.stdout
+    assert version is not None and version == summary["publish"]["version"]
     bundle = load_bundle(bundles / version)  # validates checksums, dims and counts
     manifest = bundle.manifest
     # the config travels with the artifact, the report came along, the gate metric is the exact one
@@ -38,8 +30,7 @@ def test_pipeline_command_publishes_a_live_bundle_with_its_report(scifact, tmp_p
     assert manifest.base_model == "all-MiniLM-L6-v2"  # a name, not the run's {path, name, package} record
     assert bundle.report is not None and bundle.report.n_test > 0
     assert 0.0 <= manifest.metrics["test"]["ndcg@10"] <= 1.0
-    run = next((tmp_path / "runs").iterdir())
-    tuned = json.loads((run / "metrics.json").read_text())["tuned"]
+    tuned = json.loads((pipeline_run["run"] / "metrics.json").read_text())["tuned"]
     # the bundle's gate metric (all test queries, corpus embeddings reused from training) matches the
     # trainer's own evaluation of the tuned model
     assert manifest.metrics["test"]["ndcg@10"] == pytest.approx(tuned["ndcg@10"], abs=1e-4)

@@ -43,6 +43,7 @@ from contract.atomic import write_text_atomic
 from contract.config import TrainConfig
 from contract.encoder import Encoder
 from contract.errors import ConfigError
+from contract.log_setup import progress_bars_enabled
 from contract.report_schema import REPORT_FILE, Bound, GapReport
 from training.data import Document, RetrievalData, load_split
 from training.evaluate import encode_corpus
@@ -138,7 +139,7 @@ def _pool_embeddings(
 ) -> np.ndarray:
     """Embeddings of `corpus` in its order, reusing the rows of doc_embeddings given for doc_ids."""
     if doc_ids is None or doc_embeddings is None:
-        return encode_corpus(encoder, corpus, show_progress=True)[1]
+        return encode_corpus(encoder, corpus, show_progress=progress_bars_enabled())[1]
     if len(doc_ids) != len(doc_embeddings):
         raise ConfigError(f"doc_ids has {len(doc_ids)} entries but doc_embeddings {len(doc_embeddings)} rows")
     if list(corpus) == list(doc_ids):
@@ -151,7 +152,7 @@ def _pool_embeddings(
     missing = [j for j, d in enumerate(order) if d not in given]
     if missing:
         out[missing] = encode_corpus(
-            encoder, {order[j]: corpus[order[j]] for j in missing}, show_progress=True
+            encoder, {order[j]: corpus[order[j]] for j in missing}, show_progress=progress_bars_enabled()
         )[1]
     return out
 
@@ -187,8 +188,12 @@ def compute_report(
     corpus = {**train.corpus, **test.corpus}
     column = {d: i for i, d in enumerate(corpus)}
     doc_emb = _pool_embeddings(encoder, corpus, doc_ids, doc_embeddings)  # (n_pool, dim)
-    q_train = encoder.encode(list(train.queries.values()), kind="query", show_progress=True)  # (nq, dim)
-    q_test = encoder.encode(list(test.queries.values()), kind="query", show_progress=True)  # (nq, dim)
+    q_train = encoder.encode(
+        list(train.queries.values()), kind="query", show_progress=progress_bars_enabled()
+    )  # (nq, dim)
+    q_test = encoder.encode(
+        list(test.queries.values()), kind="query", show_progress=progress_bars_enabled()
+    )  # (nq, dim)
     a_train = _anchors(encoder, train, q_train, doc_emb, column)
     a_test = _anchors(encoder, test, q_test, doc_emb, column)
     logger.info(

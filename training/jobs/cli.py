@@ -7,7 +7,6 @@ They talk to the queue and the records directly (no HTTP), with the same setting
 from __future__ import annotations
 
 import json
-import logging
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,6 +15,8 @@ import typer
 from contract.errors import InfonceSearchError
 from contract.jobs.queue import DEFAULT_HEARTBEAT_TIMEOUT_S, JobQueue, default_queue_url
 from contract.jobs.records import JobRecord
+from contract.log_setup import LogFormat, configure_logging
+from training.cli_choices import Device, JobType, LogLevel, log_level_option
 
 jobs_app = typer.Typer(help="Submit, follow and cancel retrain/reindex jobs.", no_args_is_help=True)
 
@@ -27,6 +28,7 @@ BundlesOpt = Annotated[
     Path,
     typer.Option("--bundles", envvar="SEARCH_BUNDLES_DIR", help="bundles folder (default queue: ../jobs.db)"),
 ]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 TimeoutOpt = Annotated[
     float,
     typer.Option(
@@ -61,7 +63,7 @@ def _line(r: JobRecord) -> str:
 
 @jobs_app.command()
 def submit(
-    type: Annotated[str, typer.Option("--type", help="retrain or reindex")],
+    type: Annotated[JobType, typer.Option("--type", help="The job's kind.")],
     dataset: Annotated[str, typer.Option("--dataset", help="dataset name under the data root")],
     option: Annotated[list[str] | None, typer.Option("--option", "-o", help="key=value (repeatable)")] = None,
     queue: QueueOpt = None,
@@ -89,9 +91,16 @@ def status(
     queue: QueueOpt = None,
     bundles: BundlesOpt = Path("bundles"),
     heartbeat_timeout: TimeoutOpt = DEFAULT_HEARTBEAT_TIMEOUT_S,
+    as_json: JsonOpt = False,
 ) -> None:
-    """One job as JSON, or a table of recent jobs."""
+    """One job as JSON, or a table of recent jobs (JSON with --json)."""
     jobs = JobQueue(queue or default_queue_url(bundles), heartbeat_timeout_s=heartbeat_timeout)
+    if job_id is None and as_json:
+        records = [r.model_dump() for r in jobs.recent()]
+        typer.echo(
+            json.dumps({"jobs": records, "workers": [w.model_dump() for w in jobs.workers()]}, indent=2)
+        )
+        return
     if job_id is None:
         for r in jobs.recent():
             typer.echo(_line(r))
@@ -109,9 +118,10 @@ def list_(
     queue: QueueOpt = None,
     bundles: BundlesOpt = Path("bundles"),
     heartbeat_timeout: TimeoutOpt = DEFAULT_HEARTBEAT_TIMEOUT_S,
+    as_json: JsonOpt = False,
 ) -> None:
-    """A table of recent jobs, newest first."""
-    status(None, queue, bundles, heartbeat_timeout)
+    """A table of recent jobs, newest first (JSON with --json)."""
+    status(None, queue, bundles, heartbeat_timeout, as_json)
 
 
 @jobs_app.command()
@@ -130,21 +140,24 @@ def worker(
     workers: Annotated[int, typer.Option("--workers", min=1, help="consumer threads")] = 1,
     heartbeat_timeout: TimeoutOpt = DEFAULT_HEARTBEAT_TIMEOUT_S,
     device: Annotated[
-        str,
+        Device,
         typer.Option(
             "--device",
             envvar="SEARCH_TRAIN_DEVICE",
-            help="auto, cpu or cuda: where retrain jobs train unless a job sets its own `device` option.",
+            help="Where retrain jobs train unless a job sets its own `device` option.",
         ),
     ] = "auto",
+    log_level: Annotated[LogLevel, log_level_option("SEARCH_LOG_LEVEL")] = "INFO",
+    log_format: Annotated[
+        LogFormat,
+        typer.Option("--log-format", envvar="SEARCH_LOG_FORMAT", help="text, or json (one object a line)."),
+    ] = "text",
 ) -> None:
     """Run the job worker (huey consumer) until interrupted."""
     from training.jobs.worker import run_worker
 
-    if device not in ("auto", "cpu", "cuda"):
-        typer.echo(f"error: --device: unknown device {device!r} (expected auto, cpu or cuda)", err=True)
-        raise typer.Exit(code=2)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # huey's consumer lines (started, executing, finished) are the worker's own story: keep them at the level
+    configure_logging(log_level, log_format, also=("huey",))
     run_worker(
         queue or default_queue_url(bundles),
         workers=workers,

@@ -1,0 +1,127 @@
+"""Typed errors of the client: one class per server `error.code`, falling back on the HTTP status.
+
+Every error answer of the server has the body `{"error": {"code", "message", "details"?}}`; the
+exception carries all of it (`status_code`, `code`, `message`, `details`), so callers can branch on a
+class (`except QueueFull:` then retry) or on the code string.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class InfonceSearchError(Exception):
+    """Base of everything this client raises."""
+
+
+class ApiError(InfonceSearchError):
+    """The server answered an error."""
+
+    def __init__(
+        self, status_code: int, code: str, message: str, details: list[dict[str, Any]] | None = None
+    ):
+        super().__init__(f"{status_code} {code}: {message}")
+        self.status_code = status_code
+        self.code = code
+        self.message = message
+        self.details = details or []
+
+
+class BadRequest(ApiError):
+    """400: e.g. a job names a dataset or model outside the server's roots (dataset_refused)."""
+
+
+class Unauthorized(ApiError):
+    """401 missing_api_key."""
+
+
+class Forbidden(ApiError):
+    """403 forbidden: wrong API key, or the server has none configured."""
+
+
+class NotFound(ApiError):
+    """404: unknown bundle version, job, dataset, route, or a bundle without report."""
+
+
+class Conflict(ApiError):
+    """409: activation refused (invalid bundle), a job that already finished, one training job at a time."""
+
+
+class PayloadTooLarge(ApiError):
+    """413 body_too_large."""
+
+
+class InvalidRequest(ApiError):
+    """422 invalid_request: the message (and `details`) name the offending field."""
+
+
+class ResponseTooLarge(InvalidRequest):
+    """422 response_too_large: ask for fewer hits, queries or fields."""
+
+
+class QueueFull(ApiError):
+    """429 queue_full: retry later."""
+
+
+class ServiceUnavailable(ApiError):
+    """503."""
+
+
+class NoLiveBundle(ServiceUnavailable):
+    """503 no_live_bundle: nothing is published (or loaded) yet."""
+
+
+class NotReady(ServiceUnavailable):
+    """503 not_ready: the readiness checks failed."""
+
+
+class JobFailed(InfonceSearchError):
+    """`wait_for_job`: the job ended failed or cancelled; `job` is its last record."""
+
+    def __init__(self, job: dict[str, Any]):
+        reason = job.get("error") or ("cancelled" if job.get("state") == "cancelled" else "no error recorded")
+        super().__init__(f"job {job.get('id')} ended {job.get('state')}: {reason}")
+        self.job = job
+
+
+class JobTimeout(InfonceSearchError):
+    """`wait_for_job`: the job had not finished when the timeout ran out; `job` is its last record."""
+
+    def __init__(self, job: dict[str, Any], timeout: float):
+        super().__init__(f"job {job.get('id')} still {job.get('state')} after {timeout:g} s")
+        self.job = job
+
+
+BY_CODE: dict[str, type[ApiError]] = {
+    "no_live_bundle": NoLiveBundle,
+    "not_ready": NotReady,
+    "queue_full": QueueFull,
+    "missing_api_key": Unauthorized,
+    "forbidden": Forbidden,
+    "body_too_large": PayloadTooLarge,
+    "response_too_large": ResponseTooLarge,
+    "invalid_request": InvalidRequest,
+}
+BY_STATUS: dict[int, type[ApiError]] = {
+    400: BadRequest,
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    413: PayloadTooLarge,
+    422: InvalidRequest,
+    429: QueueFull,
+    503: ServiceUnavailable,
+}
+
+
+def error_for(status_code: int, body: Any) -> ApiError:
+    """The exception for one error answer (any body: a proxy's HTML page still gives a status class)."""
+    info = body.get("error") if isinstance(body, dict) else None
+    if isinstance(info, dict):
+        code, message = str(info.get("code", "error")), str(info.get("message", ""))
+        details = info.get("details") if isinstance(info.get("details"), list) else None
+    else:
+        code, message, details = f"http_{status_code}", str(body)[:500], None
+    cls = BY_CODE.get(code) or BY_STATUS.get(status_code, ApiError)
+    return cls(status_code, code, message, details)
