@@ -41,7 +41,9 @@ from training.grad_cache import cached_loss_backward
 from training.losses.an_info_nce import AnInfoNCELoss
 from training.losses.info_nce import InfoNCELoss
 from training.negatives import mine_hard_negatives, no_duplicate_batches, random_negatives
+from training.pseudo_pairs import sentence_pairs
 from training.timing import PhaseTimer, phase
+from training.validation import carve_validation
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +63,9 @@ class TrainResult:
     train_seconds: float
     evaluation: EvalResult | None = None  # the tuned model's evaluation (its corpus embeddings are reused)
     base_evaluation: EvalResult | None = None  # the base model's (per-query values: paired comparisons)
+    validation_metrics: dict[str, dict[str, float | int]] | None = (
+        None  # {"base", "tuned"} on the held-out queries
+    )
 
 
 def train(
@@ -92,6 +97,7 @@ def train(
     # -- data and base model -------------------------------------------------------------------------
     with phase(timer, "load data + model"):
         train_data = load_split(data_dir, config.train_split, seed=config.seed)
+        train_data, val_data = carve_validation(train_data, config.validation_fraction, config.seed)
         eval_data = limit_queries(load_split(data_dir, config.eval_split, seed=config.seed), config)
         encoder = Encoder.load(config.base_model, device=str(device))
     base_source = encoder.source
@@ -102,9 +108,14 @@ def train(
         with phase(timer, "encode + evaluate (base)"):
             base = evaluate(encoder, eval_data, show_progress=show_progress, cache=cache)
 
+    base_val = _validate(encoder, val_data, base)  # before training changes the model in place
+
     # -- training pairs, corpus positions, negatives ---------------------------------------------------
     labelled = training_pairs(train_data)
     pseudo = title_pairs(train_data, config.corpus_title_pairs, np.random.default_rng([config.seed, 1]))
+    pseudo += sentence_pairs(
+        train_data, config.corpus_sentence_pairs, np.random.default_rng([config.seed, 2])
+    )
     pairs = labelled + pseudo
     doc_ids = list(train_data.corpus)
     position = {did: i for i, did in enumerate(doc_ids)}
@@ -213,6 +224,8 @@ def train(
     model_dir = _save_model(tuned_encoder, out_dir / "model")
     with phase(timer, "encode + evaluate (tuned)"):
         tuned = evaluate(tuned_encoder, eval_data, show_progress=show_progress, cache=cache)
+        tuned_val = _validate(tuned_encoder, val_data, tuned)
+    validation = {"base": base_val, "tuned": tuned_val} if base_val and tuned_val else {}
     config_path = atomic_write_json(
         out_dir / "config.json",
         {
@@ -232,7 +245,12 @@ def train(
     )
     metrics_path = atomic_write_json(
         out_dir / "metrics.json",
-        {"base": base.summary(), "tuned": tuned.summary(), "train_seconds": round(train_seconds, 3)},
+        {
+            "base": base.summary(),
+            "tuned": tuned.summary(),
+            "train_seconds": round(train_seconds, 3),
+            **({"validation": validation} if validation else {}),
+        },
     )
     log_path = atomic_write_text(out_dir / "train_log.jsonl", "".join(json.dumps(r) + "\n" for r in log))
     with phase(timer, "gap report"):
@@ -255,7 +273,15 @@ def train(
         train_seconds=train_seconds,
         evaluation=tuned,
         base_evaluation=base,
+        validation_metrics=validation or None,
     )
+
+
+def _validate(encoder: Encoder, val: RetrievalData, evaluation: EvalResult) -> dict[str, float | int]:
+    """Metrics on the held-out training queries, from the corpus encoding `evaluation` already made."""
+    if not val.queries or evaluation.doc_ids != list(val.corpus):
+        return {}  # no validation split, or a corpus the evaluation did not encode (pairs files)
+    return evaluate(encoder, val, doc_embeddings=evaluation.doc_embeddings, show_progress=False).summary()
 
 
 # -- pieces of the loop ---------------------------------------------------------------------------------
