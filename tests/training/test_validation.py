@@ -20,7 +20,9 @@ def test_carve_is_seeded_disjoint_and_complete():
     data = _data(50)
     fit, val = carve_validation(data, 0.2, seed=3)
     assert len(val.queries) == 10 and len(fit.queries) == 40
-    assert set(fit.queries).isdisjoint(val.queries) and set(fit.queries) | set(val.queries) == set(data.queries)
+    assert set(fit.queries).isdisjoint(val.queries) and set(fit.queries) | set(val.queries) == set(
+        data.queries
+    )
     assert set(val.qrels) == set(val.queries) and set(fit.qrels) == set(fit.queries)
     assert fit.corpus is data.corpus and val.corpus is data.corpus
     again = carve_validation(data, 0.2, seed=3)[1]
