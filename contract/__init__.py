@@ -1,0 +1,1 @@
+"""The serving contract: what the API imports to read and serve a bundle (see docs/architecture.md)."""
