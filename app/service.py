@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from app import retrieval_modes
 from app.encoder_choice import choose_backend, load_backend
 from app.errors import InvalidInputError
 from app.query_cache import QueryCache
@@ -53,6 +54,7 @@ class SearchSpec:
     min_score: float | None = None
     include: Sequence[str] = ()
     tokens: list[int] | None = None  # per text, as the encoder will see them (app/fairness.py)
+    mode: str = "dense"  # dense | lexical | hybrid, resolved against the bundle (app/retrieval_modes.py)
 
     @property
     def n(self) -> int:
@@ -191,12 +193,14 @@ class LiveBundle:
         the failing request's slot only, when it can be pinned to one request.
         """
         t0 = time.perf_counter()
-        texts = [t for s in specs if s.texts is not None for t in s.texts]
+        texts = [t for s in specs if s.texts is not None and s.mode != "lexical" for t in s.texts]
         encoded = self.encode(texts) if texts else None  # (n_texts, dim)
         queries: list[np.ndarray] = []
         offset = 0
         for s in specs:
-            if s.texts is not None:
+            if s.mode == "lexical":  # BM25 only: nothing to encode
+                queries.append(np.empty((0, self.bundle.index.dim), dtype=np.float32))
+            elif s.texts is not None:
                 assert encoded is not None
                 queries.append(encoded[offset : offset + len(s.texts)])
                 offset += len(s.texts)
@@ -205,7 +209,7 @@ class LiveBundle:
                 queries.append(s.vectors)
         t1 = time.perf_counter()
         rows: list[list[tuple[np.ndarray, np.ndarray]] | Exception] = [[] for _ in specs]
-        plain = [i for i, s in enumerate(specs) if not s.filter]
+        plain = [i for i, s in enumerate(specs) if not s.filter and s.mode == "dense"]
         if plain:
             stacked = np.concatenate([queries[i] for i in plain])  # (n_plain, dim)
             found = self.bundle.index.search(stacked, max(specs[i].k for i in plain))
@@ -215,10 +219,12 @@ class LiveBundle:
                 rows[i] = [(p[: specs[i].k], sc[: specs[i].k]) for p, sc in found[start : start + n]]
                 start += n
         for i, s in enumerate(specs):
-            if s.filter:
+            if s.filter or s.mode != "dense":
                 try:
-                    rows[i] = self.bundle.index.search(
-                        queries[i], s.k, allowed=self.allowed_positions(s.filter)
+                    rows[i] = (
+                        self.bundle.index.search(queries[i], s.k, allowed=self.allowed_positions(s.filter))
+                        if s.mode == "dense"
+                        else retrieval_modes.rows(self, s, queries[i])
                     )
                 except Exception as exc:  # one request's bad filter must not fail its batch-mates
                     rows[i] = exc

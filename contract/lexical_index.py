@@ -69,11 +69,15 @@ class LexicalIndex:
         except (OSError, json.JSONDecodeError) as exc:
             raise ValueError(f"{params_path}: unreadable ({exc})") from exc
         if params.get("analyzer") != ANALYZER:
-            raise ValueError(f"{params_path}: analyzer {params.get('analyzer')!r}, this server has {ANALYZER!r}")
+            raise ValueError(
+                f"{params_path}: analyzer {params.get('analyzer')!r}, this server has {ANALYZER!r}"
+            )
         retriever = bm25s.BM25.load(str(folder), mmap=mmap, show_progress=False, verbosity=0)
         n_docs = int(retriever.scores["num_docs"])
         if n_docs != params.get("n_docs"):
-            raise ValueError(f"{params_path}: {n_docs} documents in the index, {params.get('n_docs')} recorded")
+            raise ValueError(
+                f"{params_path}: {n_docs} documents in the index, {params.get('n_docs')} recorded"
+            )
         return cls(retriever, n_docs, params)
 
     def scores(self, text: str) -> np.ndarray:

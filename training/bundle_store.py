@@ -44,7 +44,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import AliasChoices, BaseModel, Field
 
-from training.bundle import GATE_FILE, VERSION_RE, Bundle, load_bundle, read_manifest, write_json_atomic
+from training.bundle import (
+    GATE_FILE,
+    VERSION_RE,
+    Bundle,
+    Manifest,
+    load_bundle,
+    read_manifest,
+    write_json_atomic,
+)
 from training.errors import BundleInvalid, BundleNotFound, NoLiveBundle
 
 if TYPE_CHECKING:
@@ -82,6 +90,15 @@ class GateDecision(BaseModel):
     # compares values only between bundles evaluated on the same set
     eval_fingerprint: str | None = None
     live_eval_fingerprint: str | None = None
+    # the search mode each side serves by default: metrics["test"] are that mode's (training.lexical_step)
+    candidate_mode: str = "dense"
+    live_mode: str | None = None
+
+
+def _mode(manifest: Manifest) -> str:
+    """The search mode a bundle serves by default; bundles from before hybrid search serve dense."""
+    record = manifest.extras.get("retrieval")
+    return str(record.get("default_mode", "dense")) if isinstance(record, dict) else "dense"
 
 
 def evaluation_fingerprint(data: RetrievalData) -> str:
@@ -109,6 +126,8 @@ class VersionInfo(BaseModel):
     created_at: datetime
     metrics: dict[str, dict[str, float]]
     gate: GateDecision | None = None
+    # default mode, fusion parameters and their validation scores (training.lexical_step); None: dense only
+    retrieval: dict[str, Any] | None = None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -192,6 +211,7 @@ class BundleStore:
                     created_at=manifest.created_at,
                     metrics=manifest.metrics,
                     gate=gate,
+                    retrieval=manifest.extras.get("retrieval"),
                 )
             )
         return out
@@ -262,7 +282,13 @@ class BundleStore:
             step("gate")
             fingerprint = manifest.extras.get(FINGERPRINT_KEY)
             decision = self._gate(
-                manifest.version, manifest.metrics, gate_metric, tolerance, force, fingerprint
+                manifest.version,
+                manifest.metrics,
+                gate_metric,
+                tolerance,
+                force,
+                fingerprint,
+                _mode(manifest),
             )
             write_json_atomic(staging / GATE_FILE, decision.model_dump(mode="json"))
             step("stage")
@@ -321,6 +347,7 @@ class BundleStore:
         tolerance: float,
         force: bool,
         fingerprint: str | None = None,
+        mode: str = "dense",
     ) -> GateDecision:
         now = datetime.now(UTC)
         cand = metrics.get("test", {}).get(metric)
@@ -334,6 +361,7 @@ class BundleStore:
             "decided_at": now,
             "live_version": live_version,
             "eval_fingerprint": fingerprint,
+            "candidate_mode": mode,
         }
         if live_version is None or not (self.root / live_version).is_dir():
             return GateDecision(accepted=True, reason="first bundle: nothing live to compare with", **common)
@@ -342,6 +370,7 @@ class BundleStore:
         live_fingerprint = live_manifest.extras.get(FINGERPRINT_KEY)
         common["live_value"] = live_value
         common["live_eval_fingerprint"] = live_fingerprint
+        common["live_mode"] = _mode(live_manifest)
         if live_fingerprint != fingerprint:  # different data, or one side unknown: numbers do not compare
             ok, reason = (
                 False,

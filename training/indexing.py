@@ -21,6 +21,7 @@ from training.encoder import Encoder
 from training.errors import ConfigError
 from training.evaluate import EvalResult, encode_corpus, evaluate
 from training.index_build import KINDS
+from training.lexical_step import attach_lexical, validation_split
 from training.onnx_encoder import attach_onnx
 from training.timing import PhaseTimer, phase
 
@@ -168,6 +169,11 @@ def index_model(
                 base_model=_base_model_name(training_config),
                 extras=extras,
                 show_progress=show_progress,
+            )
+        stop()
+        with phase(timer, "lexical index + fusion tuning"):
+            attach_lexical(
+                staging, encoder, data, doc_emb, query_emb, validation_split(data_dir, training_config)
             )
         if onnx:
             stop()

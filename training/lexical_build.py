@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
-from contract.lexical_index import ANALYZER, B, K1, PARAMS_FILE, analyze
+from contract.lexical_index import ANALYZER, K1, PARAMS_FILE, B, analyze
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +22,10 @@ def build_lexical_index(texts: Sequence[str], folder: str | Path) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=False)
     retriever = bm25s.BM25(k1=K1, b=B, method="lucene")
-    retriever.index([analyze(t) for t in texts], show_progress=False)
+    terms = [analyze(t) for t in texts]
+    if not any(terms):  # bm25s cannot index an empty vocabulary; a term no query can have changes no score
+        terms = [["\x00"] for _ in terms]
+    retriever.index(terms, show_progress=False)
     retriever.save(str(folder), show_progress=False)
     params = {
         "library": "bm25s",
