@@ -48,7 +48,7 @@ def validation_split(data_dir: str | Path, training_config: dict[str, Any]) -> R
     return val if val.queries else None
 
 
-def _runs(
+def mode_runs(
     data: RetrievalData,
     query_emb: np.ndarray,
     doc_emb: np.ndarray,
@@ -82,12 +82,12 @@ def attach_lexical(
     lex = LexicalIndex.load(folder / LEXICAL_DIR)
     if validation is not None and list(validation.corpus) == doc_ids:
         val_emb = encoder.encode(list(validation.queries.values()), kind="query")  # (n_val, dim)
-        dense, lexical = _runs(validation, val_emb, doc_emb, encoder, lex, depth)
+        dense, lexical = mode_runs(validation, val_emb, doc_emb, encoder, lex, depth)
         record = tune(dense, lexical, validation.qrels, doc_ids, depth=depth)
     else:  # nothing to tune on: serve dense as before, hybrid with the untuned RRF defaults
         record = {"default_mode": "dense", "fusion": FusionParams(depth=depth).record(), "validation": None}
     params = FusionParams.from_record(record["fusion"])
-    dense, lexical = _runs(test, test_query_emb, doc_emb, encoder, lex, depth)
+    dense, lexical = mode_runs(test, test_query_emb, doc_emb, encoder, lex, depth)
     by_mode = {m: metrics_of(runs_for_mode(m, dense, lexical, params), test.qrels, doc_ids) for m in MODES}
     record["lexical"] = lex.params
     manifest = read_manifest(folder).model_copy(deep=True)
