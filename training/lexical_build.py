@@ -8,25 +8,22 @@ from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
-from contract.lexical_index import ANALYZER, K1, PARAMS_FILE, B, analyze
+from contract.lexical_index import ANALYZER, K1, PARAMS_FILE, B, LexicalIndex, analyze
 
 logger = logging.getLogger(__name__)
 
 LEXICAL_DIR = "lexical"
 
 
-def build_lexical_index(texts: Sequence[str], folder: str | Path) -> Path:
-    """Analyse `texts` (document i = position i), index them with bm25s and save into `folder` (new)."""
+def lexical_index(texts: Sequence[str]) -> LexicalIndex:
+    """Analyse `texts` (document i = position i) and index them with bm25s, in memory."""
     import bm25s
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=False)
     retriever = bm25s.BM25(k1=K1, b=B, method="lucene")
     terms = [analyze(t) for t in texts]
     if not any(terms):  # bm25s cannot index an empty vocabulary; a term no query can have changes no score
         terms = [["\x00"] for _ in terms]
     retriever.index(terms, show_progress=False)
-    retriever.save(str(folder), show_progress=False)
     params = {
         "library": "bm25s",
         "library_version": metadata.version("bm25s"),
@@ -37,6 +34,15 @@ def build_lexical_index(texts: Sequence[str], folder: str | Path) -> Path:
         "n_docs": len(texts),
         "vocabulary": len(retriever.vocab_dict),
     }
-    (folder / PARAMS_FILE).write_text(json.dumps(params, indent=2) + "\n", encoding="utf-8")
     logger.info("BM25 index: %d documents, %d terms", len(texts), len(retriever.vocab_dict))
+    return LexicalIndex(retriever, len(texts), params)
+
+
+def build_lexical_index(texts: Sequence[str], folder: str | Path) -> Path:
+    """`lexical_index(texts)` saved into `folder` (new): bm25s's arrays plus lexical.json."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=False)
+    index = lexical_index(texts)
+    index.retriever.save(str(folder), show_progress=False)
+    (folder / PARAMS_FILE).write_text(json.dumps(index.params, indent=2) + "\n", encoding="utf-8")
     return folder

@@ -40,6 +40,7 @@ from training.evaluate import EvalResult, encode_corpus, evaluate
 from training.grad_cache import cached_loss_backward
 from training.losses.an_info_nce import AnInfoNCELoss
 from training.losses.info_nce import InfoNCELoss
+from training.mode_metrics import ModeScorer
 from training.negatives import mine_hard_negatives, no_duplicate_batches, random_negatives
 from training.pseudo_pairs import sentence_pairs
 from training.timing import PhaseTimer, phase
@@ -109,6 +110,8 @@ def train(
             base = evaluate(encoder, eval_data, show_progress=show_progress, cache=cache)
 
     base_val = _validate(encoder, val_data, base)  # before training changes the model in place
+    modes = ModeScorer(eval_data, val_data)  # dense / lexical / hybrid, base and tuned
+    base_modes = modes.score(encoder, base.doc_embeddings)
 
     # -- training pairs, corpus positions, negatives ---------------------------------------------------
     labelled = training_pairs(train_data)
@@ -225,6 +228,7 @@ def train(
     with phase(timer, "encode + evaluate (tuned)"):
         tuned = evaluate(tuned_encoder, eval_data, show_progress=show_progress, cache=cache)
         tuned_val = _validate(tuned_encoder, val_data, tuned)
+        tuned_modes = modes.score(tuned_encoder, tuned.doc_embeddings)
     validation = {"base": base_val, "tuned": tuned_val} if base_val and tuned_val else {}
     config_path = atomic_write_json(
         out_dir / "config.json",
@@ -250,6 +254,7 @@ def train(
             "tuned": tuned.summary(),
             "train_seconds": round(train_seconds, 3),
             **({"validation": validation} if validation else {}),
+            "by_mode": {"base": base_modes, "tuned": tuned_modes},
         },
     )
     log_path = atomic_write_text(out_dir / "train_log.jsonl", "".join(json.dumps(r) + "\n" for r in log))
