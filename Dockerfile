@@ -36,6 +36,7 @@ RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml
     && pip install -r /tmp/requirements.txt
 
 COPY app ./app
+COPY contract ./contract
 COPY training ./training
 RUN pip install --no-deps . && pip check
 
