@@ -21,8 +21,7 @@ from app.errors import InvalidInputError
 from contract.fusion import MODES, FusionParams, Ranking, fuse
 
 if TYPE_CHECKING:
-    from app.service import LiveBundle, SearchSpec
-    from training.bundle import Bundle
+    from contract.bundle import Bundle
 
 EXTRAS_KEY = "retrieval"
 
@@ -61,15 +60,15 @@ def resolve(requested: str | None, bundle: Bundle, *, has_text: bool) -> str:
     return requested
 
 
-def rows(live: LiveBundle, spec: SearchSpec, vectors: np.ndarray) -> list[Ranking]:
-    """Lexical or hybrid rankings of one request (per text), filter applied to both retrievers."""
-    bundle = live.bundle
-    assert spec.texts is not None and bundle.lexical is not None  # resolve() guarantees both
-    allowed = live.allowed_positions(spec.filter)
-    if spec.mode == "lexical":
-        return bundle.lexical.search(spec.texts, spec.k, allowed=allowed)
+def rows(
+    bundle: Bundle, mode: str, texts: list[str], vectors: np.ndarray, k: int, allowed: np.ndarray | None
+) -> list[Ranking]:
+    """Lexical or hybrid rankings of one request (per text); `allowed` (a filter) binds both retrievers."""
+    assert bundle.lexical is not None  # resolve() refuses these modes without one
+    if mode == "lexical":
+        return bundle.lexical.search(texts, k, allowed=allowed)
     params = fusion_params(bundle)
-    depth = max(spec.k, params.depth)
+    depth = max(k, params.depth)
     dense = bundle.index.search(vectors, depth, allowed=allowed)
-    lexical = bundle.lexical.search(spec.texts, depth, allowed=allowed)
-    return [fuse(d, lx, params, spec.k) for d, lx in zip(dense, lexical, strict=True)]
+    lexical = bundle.lexical.search(texts, depth, allowed=allowed)
+    return [fuse(d, lx, params, k) for d, lx in zip(dense, lexical, strict=True)]

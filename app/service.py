@@ -22,8 +22,8 @@ from app.encoder_choice import choose_backend, load_backend
 from app.errors import InvalidInputError
 from app.query_cache import QueryCache
 from app.schemas import Hit
-from training.bundle import Bundle
-from training.encoder import Encoder, TextKind
+from contract.bundle import Bundle
+from contract.encoder import Encoder, TextKind
 
 logger = logging.getLogger(__name__)
 
@@ -224,7 +224,14 @@ class LiveBundle:
                     rows[i] = (
                         self.bundle.index.search(queries[i], s.k, allowed=self.allowed_positions(s.filter))
                         if s.mode == "dense"
-                        else retrieval_modes.rows(self, s, queries[i])
+                        else retrieval_modes.rows(
+                            self.bundle,
+                            s.mode,
+                            s.texts or [],
+                            queries[i],
+                            s.k,
+                            self.allowed_positions(s.filter),
+                        )
                     )
                 except Exception as exc:  # one request's bad filter must not fail its batch-mates
                     rows[i] = exc

@@ -27,10 +27,11 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
-from training.bundle import BundleStore, build_bundle
+from contract.encoder import Encoder
+from training.bundle_build import build_bundle
+from training.bundle_store import BundleStore
 from training.data import RetrievalData, load_beir
 from training.embedding_cache import EmbeddingCache
-from training.encoder import Encoder
 from training.evaluate import encode_corpus
 from training.lexical_step import attach_lexical
 

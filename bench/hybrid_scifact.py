@@ -18,17 +18,17 @@ import logging
 import tempfile
 from pathlib import Path
 
+from contract.atomic import write_json_atomic
+from contract.encoder import Encoder, document_text
 from contract.fusion import FusionParams
 from contract.lexical_index import LexicalIndex
 from training.data import load_beir
 from training.embedding_cache import EmbeddingCache
-from training.encoder import Encoder, document_text
 from training.evaluate import encode_corpus
 from training.fusion_tuning import metrics_of, runs_for_mode, tune
-from training.indexing import resolve_run
 from training.lexical_build import build_lexical_index
 from training.lexical_step import mode_runs, validation_split
-from training.trainer import atomic_write_json
+from training.publish import resolve_run
 
 SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
 RESULTS = Path(__file__).resolve().parent / "results" / "hybrid_scifact.json"
@@ -92,7 +92,7 @@ def main() -> None:
         }
     ]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(RESULTS, out)
+    write_json_atomic(RESULTS, out, newline=True)
 
 
 if __name__ == "__main__":

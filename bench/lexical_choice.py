@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from contract.encoder import document_text
 from contract.lexical_index import TOKEN_PATTERN, LexicalIndex, _analysis
 from training.data import load_beir
-from training.encoder import document_text
 from training.evaluate import trec_metrics
 from training.lexical_build import build_lexical_index
 

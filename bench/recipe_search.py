@@ -23,12 +23,13 @@ import sys
 import time
 from pathlib import Path
 
-from training.config import TrainConfig
+from contract.atomic import write_json_atomic
+from contract.config import TrainConfig
+from contract.encoder import Encoder
 from training.data import load_beir
 from training.embedding_cache import EmbeddingCache
-from training.encoder import Encoder
 from training.evaluate import evaluate
-from training.trainer import atomic_write_json, train
+from training.trainer import train
 
 SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
 RESULTS = Path(__file__).resolve().parent / "results" / "recipe_search.json"
@@ -74,7 +75,7 @@ def main() -> None:
     rows = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
     rows = [r for r in rows if r["name"] != name] + [row]
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(RESULTS, rows)
+    write_json_atomic(RESULTS, rows, newline=True)
     print(f"{name}: options {json.dumps(overrides)}")
     print(
         f"validation nDCG@10 base {val['base']['ndcg@10']:.4f} tuned {val['tuned']['ndcg@10']:.4f} "

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from contract.encoder import Encoder, document_text
+from contract.errors import DataError
 from contract.fusion import DEFAULT_DEPTH, MODES, FusionParams, Ranking
 from contract.lexical_index import LexicalIndex
 from training.data import RetrievalData, load_split
-from training.encoder import Encoder, document_text
-from training.errors import DataError
 from training.evaluate import exact_search
 from training.fusion_tuning import metrics_of, runs_for_mode, tune
 from training.lexical_build import LEXICAL_DIR, build_lexical_index
@@ -74,7 +74,8 @@ def attach_lexical(
 ) -> dict[str, Any]:
     """Build `lexical/` in the staged bundle, tune and score the modes, rewrite its manifest; returns
     the `extras["retrieval"]` record. `doc_emb` rows follow test.corpus (= the bundle's ids.json)."""
-    from training.bundle import MANIFEST_FILE, checksums, read_manifest, write_json_atomic
+    from contract.atomic import write_json_atomic
+    from contract.bundle import MANIFEST_FILE, checksums, read_manifest
 
     folder = Path(staging)
     doc_ids = list(test.corpus)

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from contract.encoder import Encoder, document_text
 from contract.fusion import DEFAULT_DEPTH, MODES, FusionParams
 from contract.lexical_index import LexicalIndex
 from training.data import RetrievalData
-from training.encoder import Encoder, document_text
 from training.fusion_tuning import metrics_of, runs_for_mode, tune
 from training.lexical_build import lexical_index
 from training.lexical_step import mode_runs

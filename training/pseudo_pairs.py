@@ -11,8 +11,8 @@ import re
 
 import numpy as np
 
+from contract.encoder import document_text
 from training.data import Pair, RetrievalData
-from training.encoder import document_text
 
 SENTENCE_QUERY_PREFIX = "sentence:"  # pseudo-query ids: "sentence:<doc id>"
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")

@@ -11,10 +11,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
+from contract.encoder import document_text
 from contract.fusion import FusionParams, fuse
 from tests.app.conftest import doc_metadata, make_settings, publish, wait_until
 from tests.contract.test_lexical_index import brute_force
-from training.encoder import document_text
 
 pytestmark = pytest.mark.scifact
 KEY = {"X-API-Key": "test-key"}
