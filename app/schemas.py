@@ -146,6 +146,14 @@ class SearchRequest(BaseModel):
     include: list[Literal["title", "text", "metadata"]] = Field(
         default_factory=list, description="Document fields to return with each hit."
     )
+    mode: Literal["dense", "lexical", "hybrid"] | None = Field(
+        None,
+        description="dense (the encoder + vector index), lexical (BM25) or hybrid (both rankings fused). "
+        "Unset: the live bundle's default, the mode that scored best on validation queries (GET /bundles); "
+        "vector queries are always dense. Scores per mode: dense the learned similarity; lexical BM25 (> 0); "
+        "hybrid the fused score (RRF: sum of 1/(k + rank), at most 2/(k+1); convex: weighted min-max "
+        "normalised scores, in [0, 1]) — `min_score` applies to that score.",
+    )
 
     @model_validator(mode="after")
     def _exactly_one_input(self) -> SearchRequest:
@@ -216,6 +224,9 @@ class SearchResponse(BaseModel):
     metric: Literal["cosine", "aninfonce"] = Field(description="Which learned similarity the scores are.")
     results: list[QueryResult] = Field(description="One entry per query, in request order.")
     timings: Timings
+    mode: Literal["dense", "lexical", "hybrid"] = Field(
+        "dense", description="The retrieval mode that answered."
+    )
 
 
 class GapResponse(BaseModel):
@@ -232,6 +243,12 @@ class BundleEntry(BaseModel):
     metrics: dict[str, dict[str, float]] = Field(description="Evaluation metrics recorded in the manifest.")
     gate: dict[str, Any] | None = Field(
         None, description="The quality-gate decision made when it was published."
+    )
+    retrieval: dict[str, Any] | None = Field(
+        None,
+        description="Its default search mode (`default_mode`), hybrid fusion (`fusion`: rrf with k or convex "
+        "with alpha, candidates per retriever) and every candidate's nDCG@10 on the validation queries "
+        "carved from the training split. Absent: a bundle without a lexical index, dense only.",
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from app import retrieval_modes
 from app.encoder_choice import choose_backend, load_backend
 from app.errors import InvalidInputError
 from app.query_cache import QueryCache
@@ -54,6 +55,7 @@ class SearchSpec:
     include: Sequence[str] = ()
     tokens: list[int] | None = None  # per text, as the encoder will see them (app/fairness.py)
     embed: TextKind | None = None  # POST /embed: return the index-space vectors of `texts`, no search
+    mode: str = "dense"  # dense | lexical | hybrid, resolved against the bundle (app/retrieval_modes.py)
 
     @property
     def n(self) -> int:
@@ -198,7 +200,12 @@ class LiveBundle:
         the failing request's slot only, when it can be pinned to one request.
         """
         t0 = time.perf_counter()
-        texts = [t for s in specs if s.texts is not None and s.embed != "document" for t in s.texts]
+        texts = [
+            t
+            for s in specs
+            if s.texts is not None and s.embed != "document" and s.mode != "lexical"
+            for t in s.texts
+        ]
         encoded = self.encode(texts) if texts else None  # (n_texts, dim)
         queries: list[np.ndarray] = []
         offset = 0
@@ -206,6 +213,8 @@ class LiveBundle:
             if s.embed == "document":  # /embed of documents: the full model, as the corpus was encoded
                 assert s.texts is not None
                 queries.append(self.encode_documents(s.texts))
+            elif s.mode == "lexical":  # BM25 only: nothing to encode
+                queries.append(np.empty((0, self.bundle.index.dim), dtype=np.float32))
             elif s.texts is not None:
                 assert encoded is not None
                 queries.append(encoded[offset : offset + len(s.texts)])
@@ -215,7 +224,7 @@ class LiveBundle:
                 queries.append(s.vectors)
         t1 = time.perf_counter()
         rows: list[list[tuple[np.ndarray, np.ndarray]] | Exception] = [[] for _ in specs]
-        plain = [i for i, s in enumerate(specs) if not s.filter and s.embed is None]
+        plain = [i for i, s in enumerate(specs) if not s.filter and s.embed is None and s.mode == "dense"]
         if plain:
             stacked = np.concatenate([queries[i] for i in plain])  # (n_plain, dim)
             found = self.bundle.index.search(stacked, max(specs[i].k for i in plain))
@@ -225,10 +234,19 @@ class LiveBundle:
                 rows[i] = [(p[: specs[i].k], sc[: specs[i].k]) for p, sc in found[start : start + n]]
                 start += n
         for i, s in enumerate(specs):
-            if s.filter:
+            if s.embed is None and (s.filter or s.mode != "dense"):
                 try:
-                    rows[i] = self.bundle.index.search(
-                        queries[i], s.k, allowed=self.allowed_positions(s.filter)
+                    rows[i] = (
+                        self.bundle.index.search(queries[i], s.k, allowed=self.allowed_positions(s.filter))
+                        if s.mode == "dense"
+                        else retrieval_modes.rows(
+                            self.bundle,
+                            s.mode,
+                            s.texts or [],
+                            queries[i],
+                            s.k,
+                            self.allowed_positions(s.filter),
+                        )
                     )
                 except Exception as exc:  # one request's bad filter must not fail its batch-mates
                     rows[i] = exc

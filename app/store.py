@@ -289,6 +289,7 @@ class BundleHolder:
                 created_at=info.created_at.isoformat(),
                 metrics=info.metrics,
                 gate=info.gate.model_dump(mode="json") if info.gate else None,
+                retrieval=info.retrieval,
             )
             for info in self.store.list_versions(problems)
         ]

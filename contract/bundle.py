@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from contract.docstore import DocStore
 from contract.encoder import Encoder
 from contract.errors import BundleInvalid, IndexBuildError, ModelLoadError
+from contract.lexical_index import LexicalIndex
 from contract.report_schema import GapReport
 from contract.vector_index import IndexInfo, VectorIndex
 
@@ -48,6 +49,7 @@ DOCS_FILE = "docs.sqlite"
 REPORT_DIR = "report"
 GATE_FILE = "gate.json"
 CARD_FILE = "README.md"  # the bundle card (training/bundle_card.py), written at publication with gate.json
+LEXICAL_DIR = "lexical"  # BM25 index (contract.lexical_index); bundles built before hybrid search lack it
 UNCHECKED_FILES = {MANIFEST_FILE, GATE_FILE, CARD_FILE}  # written around the checksummed content
 VERSION_RE = re.compile(r"^\d{8}T\d{6}\.\d{6}Z-[0-9a-f]{6}$")
 SCHEMA_VERSION = 1
@@ -108,6 +110,7 @@ class Bundle:
     doc_ids: list[str]
     docstore: DocStore
     report: GapReport | None
+    lexical: LexicalIndex | None = None  # None: a bundle from before hybrid search, served dense only
 
     @property
     def version(self) -> str:
@@ -199,10 +202,26 @@ def load_bundle(path: str | Path, *, verify: bool = True, mmap: bool = False) ->
             f"{manifest.metric.similarity}/{manifest.metric.index}"
         )
     report = _read_report(folder / REPORT_DIR / "report.json")
+    lexical = _read_lexical(folder, manifest)
     logger.info(
         "loaded bundle %s (%d vectors, %s)", manifest.version, manifest.n_vectors, manifest.index.factory
     )
-    return Bundle(folder, manifest, encoder, index, ids, docstore, report)
+    return Bundle(folder, manifest, encoder, index, ids, docstore, report, lexical)
+
+
+def _read_lexical(folder: Path, manifest: Manifest) -> LexicalIndex | None:
+    listed = any(rel.startswith(LEXICAL_DIR + "/") for rel in manifest.files)
+    if not listed:
+        return None
+    try:
+        lexical = LexicalIndex.load(folder / LEXICAL_DIR)
+    except (OSError, ValueError) as exc:
+        raise BundleInvalid(f"{folder / LEXICAL_DIR}: lexical index does not load ({exc})") from exc
+    if lexical.n_docs != manifest.n_vectors:
+        raise BundleInvalid(
+            f"{folder / LEXICAL_DIR}: {lexical.n_docs} documents, manifest says {manifest.n_vectors}"
+        )
+    return lexical
 
 
 def _read_ids(path: Path, n: int) -> list[str]:

@@ -54,6 +54,9 @@ class GateDecision(BaseModel):
     # compares values only between bundles evaluated on the same set
     eval_fingerprint: str | None = None
     live_eval_fingerprint: str | None = None
+    # the search mode each side serves by default: metrics["test"] are that mode's (training.lexical_step)
+    candidate_mode: str = "dense"
+    live_mode: str | None = None
 
 
 class VersionInfo(BaseModel):
@@ -62,6 +65,8 @@ class VersionInfo(BaseModel):
     created_at: datetime
     metrics: dict[str, dict[str, float]]
     gate: GateDecision | None = None
+    # default mode, fusion parameters and their validation scores (training.lexical_step); None: dense only
+    retrieval: dict[str, Any] | None = None
 
 
 class BundleFolder:
@@ -128,6 +133,7 @@ class BundleFolder:
                     created_at=manifest.created_at,
                     metrics=manifest.metrics,
                     gate=gate,
+                    retrieval=manifest.extras.get("retrieval"),
                 )
             )
         return out

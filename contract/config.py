@@ -26,6 +26,11 @@ class TrainConfig(BaseModel):
     # unsupervised in-domain pairs: n corpus documents' titles as pseudo-queries for their own body text
     # (no queries, no qrels: only the corpus the service indexes anyway; GPL-style domain adaptation)
     corpus_title_pairs: int = Field(0, ge=0)
+    # n corpus documents, each as (one of its sentences → the rest): inverse-cloze pseudo-pairs
+    corpus_sentence_pairs: int = Field(0, ge=0)
+    # share of the training queries held out (seeded) as the validation split: not trained on; it picks the
+    # served retrieval mode and fusion parameters (training.validation); 0 = train on every query
+    validation_fraction: float = Field(0.2, ge=0.0, lt=1.0)
 
     # loss
     loss: Literal["infonce", "aninfonce"] = "infonce"

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from contract.atomic import fsync_dir, fsync_tree, write_json_atomic
-from contract.bundle import GATE_FILE, VERSION_RE, load_bundle, read_manifest
+from contract.bundle import GATE_FILE, VERSION_RE, Manifest, load_bundle, read_manifest
 from contract.bundle_folder import (
     GATE_LOG_MAX_BYTES,
     BundleFolder,
@@ -63,6 +63,12 @@ FINGERPRINT_KEY = "eval_fingerprint"  # manifest.extras key written by training.
 BUILD_PREFIX = ".build-"
 PUBLISH_STEPS = ("validate", "gate", "stage", "rename", "log", "current")
 StepHook = Callable[[str], None]
+
+
+def _mode(manifest: Manifest) -> str:
+    """The search mode a bundle serves by default; bundles from before hybrid search serve dense."""
+    record = manifest.extras.get("retrieval")
+    return str(record.get("default_mode", "dense")) if isinstance(record, dict) else "dense"
 
 
 def evaluation_fingerprint(data: RetrievalData) -> str:
@@ -134,7 +140,13 @@ class BundleStore(BundleFolder):
             step("gate")
             fingerprint = manifest.extras.get(FINGERPRINT_KEY)
             decision = self._gate(
-                manifest.version, manifest.metrics, gate_metric, tolerance, force, fingerprint
+                manifest.version,
+                manifest.metrics,
+                gate_metric,
+                tolerance,
+                force,
+                fingerprint,
+                _mode(manifest),
             )
             write_json_atomic(staging / GATE_FILE, decision.model_dump(mode="json"))
             write_bundle_card(staging, manifest.model_dump(mode="json"), decision.model_dump(mode="json"))
@@ -174,6 +186,7 @@ class BundleStore(BundleFolder):
         tolerance: float,
         force: bool,
         fingerprint: str | None = None,
+        mode: str = "dense",
     ) -> GateDecision:
         now = datetime.now(UTC)
         cand = metrics.get("test", {}).get(metric)
@@ -187,6 +200,7 @@ class BundleStore(BundleFolder):
             "decided_at": now,
             "live_version": live_version,
             "eval_fingerprint": fingerprint,
+            "candidate_mode": mode,
         }
         if live_version is None or not (self.root / live_version).is_dir():
             return GateDecision(accepted=True, reason="first bundle: nothing live to compare with", **common)
@@ -195,6 +209,7 @@ class BundleStore(BundleFolder):
         live_fingerprint = live_manifest.extras.get(FINGERPRINT_KEY)
         common["live_value"] = live_value
         common["live_eval_fingerprint"] = live_fingerprint
+        common["live_mode"] = _mode(live_manifest)
         if live_fingerprint != fingerprint:  # different data, or one side unknown: numbers do not compare
             ok, reason = (
                 False,

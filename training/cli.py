@@ -46,6 +46,10 @@ HELP: dict[str, str] = {
     "the base model's own limit; shorter training inputs are much cheaper on CPU.",
     "corpus_title_pairs": "Add n unsupervised pairs from the corpus itself: a document's title as a pseudo-query "
     "for its body text (title removed). Uses no queries or labels, only the corpus that gets indexed.",
+    "corpus_sentence_pairs": "Add n unsupervised pairs from the corpus: one sentence of a document as a "
+    "pseudo-query for the rest of it (inverse cloze).",
+    "validation_fraction": "Share of the training queries held out (seeded) and not trained on: it chooses the "
+    "bundle's default search mode and hybrid fusion parameters. 0 = train on all (hybrid stays untuned).",
     "loss": "infonce (cosine / τ logits) or aninfonce (learned diagonal Λ, served as L2 on √Λ-scaled vectors).",
     "temperature": "InfoNCE temperature τ (MultipleNegativesRankingLoss scale = 1/τ); AnInfoNCE starts at Λ = 1/τ.",
     "learn_temperature": "Learn τ (as log 1/τ, CLIP-style, 1/τ capped at 100) at --lambda-lr; the final τ is saved.",

@@ -22,6 +22,7 @@ from training.data import load_split
 from training.embedding_cache import EmbeddingCache
 from training.evaluate import EvalResult, encode_corpus, evaluate
 from training.index_factory import KINDS
+from training.lexical_step import attach_lexical, validation_split
 from training.onnx_export import attach_onnx
 from training.timing import PhaseTimer, phase
 
@@ -169,6 +170,11 @@ def index_model(
                 base_model=_base_model_name(training_config),
                 extras=extras,
                 show_progress=show_progress,
+            )
+        stop()
+        with phase(timer, "lexical index + fusion tuning"):
+            attach_lexical(
+                staging, encoder, data, doc_emb, query_emb, validation_split(data_dir, training_config)
             )
         if onnx:
             stop()

@@ -35,8 +35,10 @@ from training.embedding_cache import EmbeddingCache
 from training.evaluate import EvalResult, evaluate
 from training.losses.an_info_nce import AnInfoNCELoss
 from training.losses.info_nce import InfoNCELoss
+from training.mode_metrics import ModeScorer
 from training.model_card import write_run_card
 from training.negatives import no_duplicate_batches
+from training.pseudo_pairs import sentence_pairs
 from training.run_artifacts import gap_report, run_config, save_model
 from training.timing import PhaseTimer, phase
 from training.train_examples import (
@@ -53,6 +55,7 @@ from training.train_step import (
     optimizer_step,
     temperature_summary,
 )
+from training.validation import carve_validation
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +75,9 @@ class TrainResult:
     train_seconds: float
     evaluation: EvalResult | None = None  # the tuned model's evaluation (its corpus embeddings are reused)
     base_evaluation: EvalResult | None = None  # the base model's (per-query values: paired comparisons)
+    validation_metrics: dict[str, dict[str, float | int]] | None = (
+        None  # {"base", "tuned"} on the held-out queries
+    )
 
 
 def train(
@@ -123,6 +129,10 @@ class Run:
     qrels: dict[str, dict[str, int]]  # with each pseudo-query's own document
     known: dict[str, set[int]]  # query id -> positions of its known positives (never negatives)
     mined: list[list[int]]  # per pair: mined hard-negative positions
+    val_data: RetrievalData | None = None  # the validation carve: held out of training (training.validation)
+    base_val: dict[str, float | int] | None = None  # base metrics on it, measured before training
+    modes: ModeScorer | None = None  # metrics per retrieval mode (training.mode_metrics)
+    base_modes: dict[str, Any] | None = None
 
 
 @dataclass
@@ -150,6 +160,7 @@ def prepare(
     rng = np.random.default_rng(config.seed)
     with phase(timer, "load data + model"):
         train_data = load_split(data_dir, config.train_split, seed=config.seed)
+        train_data, val_data = carve_validation(train_data, config.validation_fraction, config.seed)
         eval_data = limit_queries(load_split(data_dir, config.eval_split, seed=config.seed), config)
         encoder = Encoder.load(config.base_model, device=str(device))
     if base_eval is not None and base_eval.doc_ids == list(eval_data.corpus):
@@ -157,8 +168,14 @@ def prepare(
     else:
         with phase(timer, "encode + evaluate (base)"):
             base = evaluate(encoder, eval_data, show_progress=show_progress, cache=cache)
+    base_val = _validate(encoder, val_data, base)  # before training changes the model in place
+    modes = ModeScorer(eval_data, val_data)  # dense / lexical / hybrid, base and tuned
+    base_modes = modes.score(encoder, base.doc_embeddings)
     labelled = training_pairs(train_data)
     pseudo = title_pairs(train_data, config.corpus_title_pairs, np.random.default_rng([config.seed, 1]))
+    pseudo += sentence_pairs(
+        train_data, config.corpus_sentence_pairs, np.random.default_rng([config.seed, 2])
+    )
     pairs = labelled + pseudo
     doc_ids = list(train_data.corpus)
     position = {did: i for i, did in enumerate(doc_ids)}
@@ -174,6 +191,7 @@ def prepare(
     return Run(
         device, precision, rng, train_data, eval_data, encoder, encoder.source, encoder.model.max_seq_length,
         base, pairs, len(pseudo), doc_texts, position, qrels, known, mined,
+        val_data=val_data, base_val=base_val, modes=modes, base_modes=base_modes,
     )  # fmt: skip
 
 
@@ -301,6 +319,9 @@ def finalize(
     model_dir = save_model(tuned_encoder, out_dir / "model")
     with phase(timer, "encode + evaluate (tuned)"):
         tuned = evaluate(tuned_encoder, run.eval_data, show_progress=show_progress, cache=cache)
+        tuned_val = _validate(tuned_encoder, run.val_data, tuned) if run.val_data is not None else {}
+        tuned_modes = run.modes.score(tuned_encoder, tuned.doc_embeddings) if run.modes is not None else None
+    validation = {"base": run.base_val, "tuned": tuned_val} if run.base_val and tuned_val else {}
     config_path = write_json_atomic(
         out_dir / "config.json",
         run_config(config, run.base_source, fitted.loss_fn, data_dir, (len(run.pairs), run.n_pseudo), tuned),
@@ -312,6 +333,8 @@ def finalize(
             "base": run.base.summary(),
             "tuned": tuned.summary(),
             "train_seconds": round(fitted.train_seconds, 3),
+            **({"validation": validation} if validation else {}),
+            "by_mode": {"base": run.base_modes, "tuned": tuned_modes},
         },
         newline=True,
     )
@@ -343,6 +366,7 @@ def finalize(
         train_seconds=fitted.train_seconds,
         evaluation=tuned,
         base_evaluation=run.base,
+        validation_metrics=validation or None,
     )
 
 
@@ -350,3 +374,10 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def _validate(encoder: Encoder, val: RetrievalData, evaluation: EvalResult) -> dict[str, float | int]:
+    """Metrics on the held-out training queries, from the corpus encoding `evaluation` already made."""
+    if not val.queries or evaluation.doc_ids != list(val.corpus):
+        return {}  # no validation split, or a corpus the evaluation did not encode (pairs files)
+    return evaluate(encoder, val, doc_embeddings=evaluation.doc_embeddings, show_progress=False).summary()

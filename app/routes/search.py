@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body
 
+from app import retrieval_modes
 from app.deps import HolderDep, RunnerDep, SettingsDep
 from app.errors import InvalidInputError, ResponseTooLargeError
 from app.schemas import SEARCH_EXAMPLES, Hit, QueryResult, SearchRequest, SearchResponse, Timings
@@ -79,6 +80,7 @@ async def search(
         filter=body.filter_dict(),
         min_score=body.min_score,
         include=list(dict.fromkeys(body.include)),
+        mode=retrieval_modes.resolve(body.mode, live.bundle, has_text=body.texts is not None),
     )
     answer = await runner.submit(live, spec)
     size = _estimated_bytes(answer.hits)
@@ -90,6 +92,7 @@ async def search(
     return SearchResponse(
         version=live.version,
         metric=live.encoder.metric,
+        mode=spec.mode,
         results=[QueryResult(hits=h) for h in answer.hits],
         timings=Timings(
             encode_ms=round(answer.encode_ms, 3),

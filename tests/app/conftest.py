@@ -209,3 +209,26 @@ def staged_distilled(tmp_path_factory, staged, slice_data) -> Path:
         new_version=True,
     )
     return folder
+
+
+@pytest.fixture(scope="session")
+def staged_lexical(tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> Path:
+    """Bundle L: the slice with a BM25 index, its default mode and fusion tuned on half of its queries
+    (training.lexical_step, as `index` does; the other bundles are the pre-hybrid layout, dense only)."""
+    from training.bundle_build import build_bundle
+    from training.lexical_step import attach_lexical
+    from training.validation import carve_validation
+
+    root = tmp_path_factory.mktemp("staged-lexical")
+    folder = build_bundle(
+        shared_encoder,
+        slice_data.corpus,
+        staging_dir=root / "L",
+        doc_embeddings=doc_embeddings,
+        index_kind="flat",
+        show_progress=False,
+    )
+    query_emb = shared_encoder.encode(list(slice_data.queries.values()), kind="query")
+    validation = carve_validation(slice_data, 0.5, seed=0)[1]
+    attach_lexical(folder, shared_encoder, slice_data, doc_embeddings, query_emb, validation)
+    return folder

@@ -86,7 +86,15 @@ def test_index_model_publishes_a_servable_bundle(run_dir, slice_dir, shared_enco
     fresh = shared_encoder.encode([document_text(d.title, d.text) for d in first])
     np.testing.assert_allclose(stored[:4], fresh, atol=1e-5)
     oracle = evaluate(shared_encoder, data, doc_embeddings=stored, show_progress=False).metrics
-    assert m.metrics["test"]["ndcg@10"] == pytest.approx(oracle["ndcg@10"], abs=1e-6)
+    assert m.metrics["test.dense"]["ndcg@10"] == pytest.approx(oracle["ndcg@10"], abs=1e-6)
+    # the slice has no train split to carve validation queries from: nothing to tune on, so the bundle
+    # serves dense by default (the gate's number) and hybrid keeps the untuned RRF defaults
+    retrieval = m.extras["retrieval"]
+    assert retrieval["validation"] is None and retrieval["default_mode"] == "dense"
+    assert m.metrics["test"] == m.metrics["test.dense"] and retrieval["fusion"]["method"] == "rrf"
+    assert 0 < m.metrics["test.lexical"]["ndcg@10"] <= 1 and 0 < m.metrics["test.hybrid"]["ndcg@10"] <= 1
+    assert retrieval["lexical"]["n_docs"] == m.n_vectors
+    assert bundle.lexical is not None and any(f.startswith("lexical/") for f in m.files)
     # searching the bundle itself (its encoder + index + ids) reproduces that nDCG within ANN error
     qids = list(data.queries)
     q = bundle.encoder.to_index_space(bundle.encoder.encode([data.queries[i] for i in qids], kind="query"))
@@ -119,7 +127,8 @@ def test_index_model_publishes_a_servable_bundle(run_dir, slice_dir, shared_enco
     assert again.live and store.current_version() == again.version
     m2 = store.load_current().manifest
     assert m2.training_config == m.training_config and m2.extras["reindexed_from"] == result.version
-    assert m2.metrics["test"]["ndcg@10"] == pytest.approx(m.metrics["test"]["ndcg@10"], abs=1e-6)
+    assert m2.metrics["test.dense"]["ndcg@10"] == pytest.approx(m.metrics["test.dense"]["ndcg@10"], abs=1e-6)
+    assert m2.extras["retrieval"]["default_mode"] == retrieval["default_mode"]  # same carve, same choice
 
 
 @pytest.mark.parametrize("cancel_at_call", [2, 4], ids=["while-encoding-documents", "just-before-publish"])

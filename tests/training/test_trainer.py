@@ -54,14 +54,28 @@ def test_tiny_run_writes_artifacts_and_the_model_reloads(slice_dir, tmp_path):
     out = tmp_path / "run"
     assert result.model_dir == out / "model" and not (out / "model.partial").exists()
     metrics = json.loads((out / "metrics.json").read_text())
-    assert set(metrics) == {"base", "tuned", "train_seconds"} and metrics["train_seconds"] > 0
+    assert set(metrics) == {"base", "tuned", "train_seconds", "validation", "by_mode"}
+    assert metrics["train_seconds"] > 0
+    # every retrieval mode, base and tuned; dense is the same evaluation as "base" / "tuned"
+    for side in ("base", "tuned"):
+        by_mode = metrics["by_mode"][side]
+        assert by_mode["dense"]["ndcg@10"] == pytest.approx(metrics[side]["ndcg@10"], abs=1e-6)
+        assert (
+            by_mode["default_mode"] in ("dense", "lexical", "hybrid")
+            and by_mode["validation"]["n_queries"] == 3
+        )
+    assert metrics["by_mode"]["base"]["lexical"] == metrics["by_mode"]["tuned"]["lexical"]  # BM25: no model
+    # the carved validation queries: held out of training, scored by base and tuned model alike
+    n_val = metrics["validation"]["tuned"]["n_queries"]
+    assert n_val == metrics["validation"]["base"]["n_queries"] == round(0.2 * 16)
+    assert result.validation_metrics == metrics["validation"]
     for side in ("base", "tuned"):
         assert 0.0 <= metrics[side]["ndcg@10"] <= 1.0 and metrics[side]["n_queries"] == 6
     assert metrics["tuned"]["ndcg@10"] == pytest.approx(result.tuned_metrics["ndcg@10"])
     saved = json.loads((out / "config.json").read_text())
     assert TrainConfig(**saved["config"]) == config
     assert saved["data"]["source"] == str(slice_dir) and saved["data"]["n_corpus_title_pairs"] == 5
-    assert saved["data"]["n_train_pairs"] >= 16 + 5  # the title pairs joined the labelled ones
+    assert saved["data"]["n_train_pairs"] >= 16 - n_val + 5  # the title pairs joined the labelled ones
     assert saved["versions"]["torch"] and saved["base_model"]["name"] == "all-MiniLM-L6-v2"
 
     log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]

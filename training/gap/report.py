@@ -59,6 +59,7 @@ from training.gap.sections import (
     risk_vs_k_section,
     theory_section,
 )
+from training.validation import carve_validation
 
 logger = logging.getLogger(__name__)
 
@@ -353,10 +354,12 @@ def run_report(
     if model_path is not None and (model_path / "model").is_dir() and (model_path / "config.json").exists():
         model_path = model_path / "model"  # the run folder itself was given
     config, run_dir = TrainConfig.model_validate({}), None
+    held_out = 0.0  # share of the train split the run held out as validation (runs from before: none)
     if model_path is not None and (model_path.parent / "config.json").exists():
         run_dir = model_path.parent
         saved = json.loads((run_dir / "config.json").read_text(encoding="utf-8"))
         config = TrainConfig.model_validate(saved.get("config", saved))
+        held_out = float(saved.get("config", saved).get("validation_fraction", 0.0))
     if out_dir is None:
         if run_dir is None:
             raise ConfigError("--out is required unless --model is a training run folder (or its model/)")
@@ -368,6 +371,7 @@ def run_report(
     run_k, run_rule = actual_training_k(records, config)
     encoder = Encoder.load(model_path)
     train = load_split(data_dir, config.train_split, seed=config.seed)
+    train = carve_validation(train, held_out, config.seed)[0]  # the queries the run was trained on
     test = load_split(data_dir, config.eval_split, seed=config.seed)
     report = compute_report(
         encoder,

@@ -1,0 +1,88 @@
+"""Search for the default fine-tuning recipe on scifact, selecting on a validation split only.
+
+    nice -n 5 .venv/bin/python bench/recipe_search.py WORK_DIR NAME [key=value ...]
+
+Trains one configuration (TrainConfig defaults + key=value overrides, JSON values) on scifact's
+qrels/train.tsv minus the seeded validation share (TrainConfig.validation_fraction, training.validation),
+and appends its validation nDCG@10 (base and tuned, same held-out queries) to
+bench/results/recipe_search.json. The test split is never read: the run evaluates on the train split
+(eval_split=train), whose corpus encoding also serves the validation metrics. Report the test numbers once,
+for the chosen default, with bench/train_scifact.py.
+
+WORK_DIR keeps the base model's evaluation (pickle) and the corpus embedding cache between runs, so each
+configuration costs its training steps plus one corpus encoding by its tuned model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import sys
+import time
+from pathlib import Path
+
+from contract.atomic import write_json_atomic
+from contract.config import TrainConfig
+from contract.encoder import Encoder
+from training.data import load_beir
+from training.embedding_cache import EmbeddingCache
+from training.evaluate import evaluate
+from training.trainer import train
+
+SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
+RESULTS = Path(__file__).resolve().parent / "results" / "recipe_search.json"
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    work, name = Path(sys.argv[1]), sys.argv[2]
+    overrides = {k: json.loads(v) for k, v in (arg.split("=", 1) for arg in sys.argv[3:])}
+    config = TrainConfig(**{"eval_split": "train", "report": False, **overrides})
+    if config.eval_split == "test":
+        raise SystemExit("recipe_search selects on validation only: eval_split=test is refused")
+    work.mkdir(parents=True, exist_ok=True)
+    cache = EmbeddingCache(work / "embeddings")
+    base_pickle = work / f"base_eval_{config.eval_split}.pkl"
+    if base_pickle.exists():
+        base_eval = pickle.loads(base_pickle.read_bytes())
+    else:
+        base_eval = evaluate(
+            Encoder.load(config.base_model), load_beir(SCIFACT, config.eval_split), cache=cache
+        )
+        base_pickle.write_bytes(pickle.dumps(base_eval))
+    load_before = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    result = train(
+        config, SCIFACT, work / "runs" / name, show_progress=False, base_eval=base_eval, cache=cache
+    )
+    wall = time.perf_counter() - t0
+    if result.validation_metrics is None:
+        raise SystemExit("no validation metrics: validation_fraction must be > 0")
+    val = result.validation_metrics
+    row = {
+        "name": name,
+        "options": overrides,
+        "validation_fraction": config.validation_fraction,
+        "n_validation_queries": val["tuned"]["n_queries"],
+        "validation": {side: {k: round(float(v), 4) for k, v in m.items()} for side, m in val.items()},
+        "train_seconds": round(result.train_seconds, 1),
+        "wall_seconds": round(wall, 1),
+        "load_average_before": round(load_before, 2),
+        "load_average_after": round(os.getloadavg()[0], 2),
+    }
+    rows = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
+    rows = [r for r in rows if r["name"] != name] + [row]
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(RESULTS, rows, newline=True)
+    print(f"{name}: options {json.dumps(overrides)}")
+    print(
+        f"validation nDCG@10 base {val['base']['ndcg@10']:.4f} tuned {val['tuned']['ndcg@10']:.4f} "
+        f"({row['n_validation_queries']} queries); wall {wall:.0f}s, train {result.train_seconds:.0f}s, "
+        f"load {load_before:.1f} -> {row['load_average_after']:.1f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
