@@ -30,6 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from training import errors as domain
+from training.mutation_log import MutationLogError
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ DOMAIN_STATUS: dict[type[domain.InfonceSearchError], int] = {
     domain.DatasetNotFound: 404,
     domain.JobOptionsInvalid: 422,
     domain.JobCancelled: 409,
+    MutationLogError: 503,  # the shared log cannot be written: nothing was applied, retry
 }
 
 

@@ -233,6 +233,7 @@ class BundleEntry(BaseModel):
     gate: dict[str, Any] | None = Field(
         None, description="The quality-gate decision made when it was published."
     )
+    mutation_seq: int = Field(0, description="Last mutation-log seq folded into this version's corpus.")
 
 
 class LoadFailure(BaseModel):
@@ -274,6 +275,12 @@ class BundlesResponse(BaseModel):
     )
     unreadable: list[Unreadable] = Field(
         default_factory=list, description="Versions left out or listed without a gate decision, and why."
+    )
+    mutations: dict[str, Any] | None = Field(
+        None,
+        description="The document mutation log: its head `log_seq`; this process's live state (`bundle_seq` "
+        "folded into the bundle, `applied_seq`, `delta_docs`, `tombstones`, `compaction_suggested`); and "
+        "`replicas`, each API process's last recorded state.",
     )
 
 

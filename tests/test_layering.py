@@ -20,6 +20,8 @@ APP_MAY_IMPORT = {
     "training.onnx_encoder",
     "training.query_encoders",
     "training.jobs.queue",
+    "training.mutation_log",  # the shared document mutation log (upsert / delete)
+    "training.overlay",  # those mutations applied on top of a loaded bundle
 }
 
 

@@ -46,6 +46,7 @@ from pydantic import AliasChoices, BaseModel, Field
 
 from training.bundle import GATE_FILE, VERSION_RE, Bundle, load_bundle, read_manifest, write_json_atomic
 from training.errors import BundleInvalid, BundleNotFound, NoLiveBundle
+from training.mutation_log import seq_of_manifest
 
 if TYPE_CHECKING:
     from training.data import RetrievalData
@@ -109,6 +110,7 @@ class VersionInfo(BaseModel):
     created_at: datetime
     metrics: dict[str, dict[str, float]]
     gate: GateDecision | None = None
+    mutation_seq: int = 0  # last mutation-log seq folded into it (training/mutation_log.py)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -192,6 +194,7 @@ class BundleStore:
                     created_at=manifest.created_at,
                     metrics=manifest.metrics,
                     gate=gate,
+                    mutation_seq=seq_of_manifest(manifest.extras),
                 )
             )
         return out

@@ -20,7 +20,9 @@ from training.embedding_cache import EmbeddingCache
 from training.encoder import Encoder
 from training.errors import ConfigError
 from training.evaluate import EvalResult, encode_corpus, evaluate
+from training.fold import fold_log
 from training.index_build import KINDS
+from training.mutation_log import SEQ_KEY
 from training.onnx_encoder import attach_onnx
 from training.timing import PhaseTimer, phase
 
@@ -153,11 +155,14 @@ def index_model(
     with store.build_dir() as staging:
         stop()
         with phase(timer, "index + bundle"):
+            # documents upserted / deleted through the API since: served by this bundle, replayed after it
+            folded = fold_log(store.root, data.corpus, doc_emb, encoder, show_progress=show_progress)
+            extras[SEQ_KEY] = folded.seq
             build_bundle(
                 encoder,
-                data.corpus,
+                folded.corpus,
                 staging_dir=staging,
-                doc_embeddings=doc_emb,
+                doc_embeddings=folded.embeddings,
                 index_kind=index_kind,
                 tune_queries=query_emb,
                 target_recall=target_recall,
@@ -181,7 +186,7 @@ def index_model(
             train = load_split(data_dir, distill_split)
             with phase(timer, "distill query encoders"):
                 attach_query_encoders(
-                    staging, train, data.queries, data.qrels, config=distill, doc_embeddings=doc_emb
+                    staging, train, data.queries, data.qrels, config=distill, doc_embeddings=folded.embeddings
                 )
         stop()  # the last moment a cancel is honoured: publishing is not interrupted
         with phase(timer, "publish"):
