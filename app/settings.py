@@ -22,7 +22,8 @@ class Settings(BaseSettings):
     bundles_dir: Path = Field(
         Path("bundles"),
         description="Folder of versioned bundles; its CURRENT file names the live version. "
-        "Several API processes may share it (they only read it).",
+        "Several API processes may share it (they read it, and append document writes to its "
+        "mutations.sqlite).",
     )
     api_key: str | None = Field(
         None,
