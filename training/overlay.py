@@ -32,7 +32,7 @@ import numpy as np
 
 from training.docstore import INCLUDE_FIELDS, DocStore, compile_filter
 from training.errors import ConfigError
-from training.index import VectorIndex, faiss_metric
+from training.index import SMALL_BATCH, VectorIndex, faiss_metric
 from training.mutation_log import Mutation, encoder_key, seq_of_manifest
 
 if TYPE_CHECKING:
@@ -171,7 +171,7 @@ class Overlay:
         kk = min(k, n)
         if kk == 0:
             return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(len(q))]
-        dist, ids = self._delta.search(q, kk, params=params)  # (nq, kk): slots
+        dist, ids = self._faiss_delta(q, kk, params)  # (nq, kk): slots
         out = []
         for i in range(len(q)):
             keep = ids[i] >= 0
@@ -180,6 +180,18 @@ class Overlay:
                 scores = -0.5 * scores  # the learned similarity, as VectorIndex reports it
             out.append((ids[i][keep].astype(np.int64), scores))
         return out
+
+    def _faiss_delta(self, q: np.ndarray, k: int, params: Any) -> tuple[np.ndarray, np.ndarray]:
+        if len(q) >= SMALL_BATCH:
+            return self._delta.search(q, k, params=params)
+        # like VectorIndex: small batches on one OpenMP thread. Switching the team size between the main
+        # search (1 thread) and this one cost 10 ms per query under load (bench/mutation_bench.py)
+        threads = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(1)
+        try:
+            return self._delta.search(q, k, params=params)
+        finally:
+            faiss.omp_set_num_threads(threads)
 
     # -- documents ----------------------------------------------------------------------------------
     def doc_id(self, key: int) -> str:
