@@ -12,6 +12,7 @@ import asyncio
 import logging
 from typing import Annotated, Any
 
+import numpy as np
 from fastapi import APIRouter, Body, Path
 
 from app.deps import ApiKeyDep, HolderDep, RunnerDep, SettingsDep
@@ -25,6 +26,7 @@ from training.mutation_log import NewDocument
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["documents"])
+ENCODE_SLICE = 8  # documents per encoder call in an upsert (each call holds the inference thread)
 
 
 class DocumentNotFoundError(ServiceError):
@@ -93,7 +95,13 @@ async def upsert(
         seen[d.id] = i
     live = holder.require()
     new = [NewDocument(d.id, d.title, d.text, dict(d.metadata)) for d in docs]
-    vectors = await runner.inference.call(encode_documents, live, new)  # (n, dim), the model's thread
+    # on the model's thread, in slices: searches queued meanwhile run between them instead of waiting
+    # for the whole batch (the fair-slicing idea of app/fairness.py)
+    parts = [
+        await runner.inference.call(encode_documents, live, new[i : i + ENCODE_SLICE])
+        for i in range(0, len(new), ENCODE_SLICE)
+    ]
+    vectors = np.concatenate(parts)  # (n, dim)
     first, last = await asyncio.to_thread(holder.mutations.log.append_upserts, new, vectors, live.overlay.key)
     return await _applied(holder, live, first, last, len(new))
 
