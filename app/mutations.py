@@ -19,6 +19,7 @@ overlay's own lock keeps searches consistent while a batch lands.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import socket
@@ -58,7 +59,10 @@ class MutationApplier:
     def __init__(self, settings: Settings, metrics: AppMetrics):
         self.settings = settings
         self.log = MutationLog(settings.bundles_dir)
-        self.replica = f"{socket.gethostname()}:{os.getpid()}"
+        # /bundles is public: replicas appear under an opaque id; the log line below maps it to host:pid
+        where = f"{socket.gethostname()}:{os.getpid()}"
+        self.replica = hashlib.sha256(f"{where}:{time.time_ns()}".encode()).hexdigest()[:12]
+        logger.info("this API process is replica %s (%s) in the mutation log", self.replica, where)
         self._lock = asyncio.Lock()
         self._recorded: tuple[Any, ...] | None = None
         self._recorded_at = 0.0
