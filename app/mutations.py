@@ -34,7 +34,7 @@ from app.metrics import AppMetrics
 from app.service import LiveBundle
 from app.settings import Settings
 from training.encoder import document_text
-from training.mutation_log import Mutation, MutationLog, NewDocument, ReplicaState
+from training.mutation_log import Mutation, MutationLog, MutationLogError, NewDocument, ReplicaState
 
 if TYPE_CHECKING:
     from app.store import BundleHolder
@@ -166,7 +166,14 @@ class MutationApplier:
         return o.delta_docs + o.tombstones >= self.settings.compaction_threshold
 
     def describe(self, live: LiveBundle | None) -> dict[str, Any]:
-        """The `mutations` section of GET /bundles (blocking: reads the log)."""
+        """The `mutations` section of GET /bundles (blocking: reads the log). An unreadable log is
+        reported here rather than failing the whole listing."""
+        try:
+            return self._describe(live)
+        except MutationLogError as exc:
+            return {"error": str(exc), "replica": self.replica}
+
+    def _describe(self, live: LiveBundle | None) -> dict[str, Any]:
         head = self.log.head()
         out: dict[str, Any] = {
             "log_seq": head,

@@ -240,7 +240,10 @@ class MutationLog:
         sql += (
             " WHERE doc_id = ?" + (" AND seq <= ?" if upto is not None else "") + " ORDER BY seq DESC LIMIT 1"
         )
-        row = self._con().execute(sql, [doc_id] + ([upto] if upto is not None else [])).fetchone()
+        try:
+            row = self._con().execute(sql, [doc_id] + ([upto] if upto is not None else [])).fetchone()
+        except sqlite3.Error as exc:
+            raise MutationLogError(f"{self.path.name}: unreadable ({exc})") from exc
         return _mutation(row) if row else None
 
     # -- replicas -----------------------------------------------------------------------------------
@@ -266,12 +269,15 @@ class MutationLog:
     def replicas(self, seen_within_s: float) -> list[ReplicaState]:
         if not self.exists():
             return []
-        rows = self._con().execute(
-            "SELECT replica, version, applied_seq, delta_docs, tombstones, updated_at FROM replicas"
-            " WHERE updated_at >= ? ORDER BY replica",
-            (time.time() - seen_within_s,),
-        )
-        return [ReplicaState(*r) for r in rows]
+        try:
+            rows = self._con().execute(
+                "SELECT replica, version, applied_seq, delta_docs, tombstones, updated_at FROM replicas"
+                " WHERE updated_at >= ? ORDER BY replica",
+                (time.time() - seen_within_s,),
+            )
+            return [ReplicaState(*r) for r in rows]
+        except sqlite3.Error as exc:
+            raise MutationLogError(f"{self.path.name}: unreadable ({exc})") from exc
 
 
 def _mutation(row: Iterable[Any]) -> Mutation:

@@ -228,3 +228,17 @@ def test_compaction_is_suggested_past_the_threshold(tmp_path, staged):
         assert mutations["compaction_suggested"] is True
         assert "reindex" in mutations["compaction_reason"]
         assert "search_compaction_suggested 1.0" in c.get("/metrics").text
+
+
+def test_an_unwritable_log_refuses_writes_and_keeps_serving(client, tmp_path):
+    bundles = client.app.state.holder.settings.bundles_dir
+    log = bundles / "mutations.sqlite"
+    log.write_bytes(b"this is not a database" * 100)  # a corrupt file where the log should be
+    client.app.state.holder.mutations.log.close()  # this thread's connection would cache the old file
+    r = client.post("/documents", json={"documents": [{"id": "x", "text": "refused"}]}, headers=KEY)
+    assert r.status_code == 503 and r.json()["error"]["code"] == "mutation_log", r.text
+    assert "mutations.sqlite" in r.json()["error"]["message"]
+    listing = client.get("/bundles")
+    assert listing.status_code == 200 and "mutations.sqlite" in listing.json()["mutations"]["error"]
+    assert len(search(client, query="vitamin d", top_k=3)) == 3  # search goes on from the bundle
+    assert client.get("/documents/x").status_code == 404
