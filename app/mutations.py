@@ -1,7 +1,7 @@
 """Documents changed through the API: write to the shared mutation log, apply it to the live bundle.
 
-The log (training/mutation_log.py, `<bundles>/mutations.sqlite`) is the source of truth; every replica
-applies it to the bundle it serves (training/overlay.py):
+The log (contract/mutation_log.py, `<bundles>/mutations.sqlite`) is the source of truth; every replica
+applies it to the bundle it serves (contract/overlay.py):
 
 - the replica that took a write commits it to the log, then applies the log up to it before answering
   (read-your-writes);
@@ -25,7 +25,7 @@ import os
 import socket
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 from prometheus_client import Gauge
@@ -33,11 +33,15 @@ from prometheus_client import Gauge
 from app.metrics import AppMetrics
 from app.service import LiveBundle
 from app.settings import Settings
-from training.encoder import document_text
-from training.mutation_log import Mutation, MutationLog, MutationLogError, NewDocument, ReplicaState
+from contract.encoder import document_text
+from contract.mutation_log import Mutation, MutationLog, MutationLogError, NewDocument, ReplicaState
 
-if TYPE_CHECKING:
-    from app.store import BundleHolder
+
+class BundleHolder(Protocol):
+    """What this module needs of app.store.BundleHolder (which imports this module)."""
+
+    live: LiveBundle | None
+
 
 logger = logging.getLogger(__name__)
 

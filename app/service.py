@@ -21,9 +21,9 @@ from app.encoder_choice import choose_backend, load_backend
 from app.errors import InvalidInputError
 from app.query_cache import QueryCache
 from app.schemas import Hit
-from training.bundle import Bundle
-from training.encoder import Encoder, TextKind
-from training.overlay import Overlay
+from contract.bundle import Bundle
+from contract.encoder import Encoder, TextKind
+from contract.overlay import Overlay
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class LiveBundle:
     loaded_at: float = field(default_factory=time.time)
     choice: dict[str, Any] | None = None  # how `auto` picked the backend (app/encoder_choice.py)
     cache: QueryCache | None = None  # query embeddings (app/query_cache.py); shared across bundles
-    # documents upserted / deleted since the bundle was built (training/overlay.py, app/mutations.py)
+    # documents upserted / deleted since the bundle was built (contract/overlay.py, app/mutations.py)
     overlay: Overlay = field(init=False)
 
     def __post_init__(self) -> None:

@@ -42,9 +42,10 @@ KEY = {"X-API-Key": "bench"}
 
 
 def template(n_docs: int) -> Path:
-    from training.bundle import BundleStore, build_bundle
+    from contract.encoder import Encoder
+    from training.bundle_build import build_bundle
+    from training.bundle_store import BundleStore
     from training.data import load_corpus
-    from training.encoder import Encoder
 
     bundles = CACHE / f"mutation-bundles-{n_docs}"
     store = BundleStore(bundles)

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
+from contract.encoder import Encoder, document_text
+from contract.mutation_log import MutationLog, latest_per_document
 from training.data import Document
-from training.encoder import Encoder, document_text
-from training.mutation_log import MutationLog, latest_per_document
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from app.mutations import encode_documents
 from app.service import LiveBundle
 from app.settings import Settings
 from app.store import BundleHolder
-from training.mutation_log import NewDocument
+from contract.mutation_log import NewDocument
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["documents"])

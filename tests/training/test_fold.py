@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from contract.encoder import document_text
+from contract.mutation_log import MutationLog, NewDocument
 from training.data import Document
-from training.encoder import document_text
 from training.fold import fold_log
-from training.mutation_log import MutationLog, NewDocument
 
 
 def test_fold_applies_the_log_up_to_its_head(tmp_path, shared_encoder):

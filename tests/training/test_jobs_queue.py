@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from contract.errors import DatasetNotFound, DatasetRefused, JobCancelled, JobConflict, JobOptionsInvalid
+from contract.jobs.queue import JobQueue, resolve_dataset
+from contract.jobs.records import JobRecord, update
 from tests.servers import redis_server
-from training.errors import DatasetNotFound, DatasetRefused, JobCancelled, JobConflict, JobOptionsInvalid
-from training.jobs.queue import JobQueue, resolve_dataset
-from training.jobs.records import JobRecord, update
 from training.jobs.tasks import Reporter, bundle_lock, execute
 from training.jobs.worker import fail_dead_jobs
 

@@ -8,8 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.conftest import REPO
-from training.mutation_log import (
+from contract.mutation_log import (
     Mutation,
     MutationLog,
     MutationLogError,
@@ -19,6 +18,7 @@ from training.mutation_log import (
     latest_per_document,
     seq_of_manifest,
 )
+from tests.conftest import REPO
 
 
 def test_batches_get_consecutive_seqs_and_read_back(tmp_path):
@@ -66,7 +66,7 @@ def test_a_failed_batch_writes_nothing(tmp_path):
 
 def test_a_commit_is_visible_to_another_process_and_survives_kill(tmp_path):
     code = (
-        "import os, sys; from training.mutation_log import MutationLog; "
+        "import os, sys; from contract.mutation_log import MutationLog; "
         "log = MutationLog(sys.argv[1]); print(log.append_deletes(['gone'])[1], flush=True); os._exit(9)"
     )
     out = subprocess.run(

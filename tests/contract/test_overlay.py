@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from contract.docstore import DocStore, write_docstore
+from contract.mutation_log import Mutation
+from contract.overlay import Overlay
 from training.data import Document
-from training.docstore import DocStore, write_docstore
-from training.index_build import build_index
-from training.mutation_log import Mutation
-from training.overlay import Overlay
+from training.index_factory import build_index
 
 N, D = 600, 16
 

@@ -9,7 +9,7 @@ checksums, hot swap and rollback stay valid; what the log changed lives here:
 - the delta: new and replaced documents in a small exact FAISS index (IDMap2 over Flat, same metric as
   the bundle) searched alongside the main one; the two result lists are merged by score.
 - delta documents: an in-memory SQLite table with the bundle docstore's schema, so metadata filters
-  compile to the very same SQL (`training.docstore.compile_filter`) and `include` sees the new fields.
+  compile to the very same SQL (`contract.docstore.compile_filter`) and `include` sees the new fields.
 
 A search result key is a main-index position (>= 0) or a delta slot s encoded as -(s + 1). Slots are
 never reused and a delta row is kept (marked dead) when its document changes again, so a key resolved
@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any
 import faiss
 import numpy as np
 
-from training.docstore import INCLUDE_FIELDS, DocStore, compile_filter
-from training.errors import ConfigError
-from training.index import SMALL_BATCH, VectorIndex, faiss_metric
-from training.mutation_log import Mutation, encoder_key, seq_of_manifest
+from contract.docstore import INCLUDE_FIELDS, DocStore, compile_filter
+from contract.errors import ConfigError
+from contract.mutation_log import Mutation, encoder_key, seq_of_manifest
+from contract.vector_index import SMALL_BATCH, VectorIndex, faiss_metric
 
 if TYPE_CHECKING:
-    from training.bundle import Bundle
+    from contract.bundle import Bundle
 
 Rows = list[tuple[np.ndarray, np.ndarray]]
 

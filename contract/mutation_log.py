@@ -1,7 +1,7 @@
 """The mutation log: single-document upserts and deletes, durable and shared by every API replica.
 
 Contract module: the API appends to it and replays it; the build side folds it into a new bundle
-(training/fold.py). It imports nothing from training except `training.errors`.
+(training/fold.py). It imports only `contract.errors`.
 
     <bundles>/mutations.sqlite   (+ -wal, -shm)   SQLite in WAL mode: one writer at a time, many readers
 
@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from training.errors import BundleError
+from contract.errors import BundleError
 
 logger = logging.getLogger(__name__)
 
