@@ -31,6 +31,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from contract import errors as domain
+from contract.mutation_log import MutationLogError
 
 logger = logging.getLogger(__name__)
 
@@ -111,6 +112,7 @@ DOMAIN_STATUS: dict[type[domain.InfonceSearchError], int] = {
     domain.DatasetNotFound: 404,
     domain.JobOptionsInvalid: 422,
     domain.JobCancelled: 409,
+    MutationLogError: 503,  # the shared log cannot be written: nothing was applied, retry
 }
 
 

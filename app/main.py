@@ -19,7 +19,7 @@ from app.errors import install_error_handlers
 from app.metrics import AppMetrics, MetricsMiddleware
 from app.middleware import BodyLimitMiddleware
 from app.openapi import install_openapi
-from app.routes import bundles, embed, gap, health, jobs, metrics, search, ui
+from app.routes import bundles, documents, embed, gap, health, jobs, metrics, search, ui
 from app.settings import Settings
 from app.store import BundleHolder
 from contract.log_setup import configure_logging
@@ -88,7 +88,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_openapi(app)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app_metrics)
-    for module in (search, gap, health, bundles, metrics):
+    for module in (search, documents, gap, health, bundles, metrics):
         app.include_router(module.router)
     app.include_router(embed.router)  # POST /embed, POST /v1/embeddings: vectors in the index's space
     app.include_router(jobs.router)  # POST /jobs …: records and enqueues; a worker process runs them

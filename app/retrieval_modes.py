@@ -13,6 +13,7 @@ of scores min-max normalised within each list (in [0, 1]). contract/fusion.py ha
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -61,14 +62,33 @@ def resolve(requested: str | None, bundle: Bundle, *, has_text: bool) -> str:
 
 
 def rows(
-    bundle: Bundle, mode: str, texts: list[str], vectors: np.ndarray, k: int, allowed: np.ndarray | None
+    bundle: Bundle,
+    mode: str,
+    texts: list[str],
+    vectors: np.ndarray,
+    k: int,
+    allowed: np.ndarray | None,
+    *,
+    dense: Callable[[np.ndarray, int], list[Ranking]] | None = None,
+    excluded: np.ndarray | None = None,
 ) -> list[Ranking]:
-    """Lexical or hybrid rankings of one request (per text); `allowed` (a filter) binds both retrievers."""
+    """Lexical or hybrid rankings of one request (per text); `allowed` (a filter) binds both retrievers.
+
+    With document upserts/deletes (contract/overlay.py): `dense` searches bundle + overlay, and `excluded`
+    (deleted or replaced bundle positions) is kept out of the BM25 list. BM25 covers the bundle's own
+    documents only: an upserted document is found by the dense side of hybrid, not by lexical mode, until
+    a reindex folds the log in.
+    """
     assert bundle.lexical is not None  # resolve() refuses these modes without one
+    if excluded is not None and len(excluded):
+        base = np.arange(bundle.lexical.n_docs, dtype=np.int64) if allowed is None else allowed
+        allowed = np.setdiff1d(base, excluded, assume_unique=True)
     if mode == "lexical":
         return bundle.lexical.search(texts, k, allowed=allowed)
     params = fusion_params(bundle)
     depth = max(k, params.depth)
-    dense = bundle.index.search(vectors, depth, allowed=allowed)
+    dense_rows = (
+        dense(vectors, depth) if dense is not None else bundle.index.search(vectors, depth, allowed=allowed)
+    )
     lexical = bundle.lexical.search(texts, depth, allowed=allowed)
-    return [fuse(d, lx, params, k) for d, lx in zip(dense, lexical, strict=True)]
+    return [fuse(d, lx, params, k) for d, lx in zip(dense_rows, lexical, strict=True)]

@@ -250,6 +250,7 @@ class BundleEntry(BaseModel):
         "with alpha, candidates per retriever) and every candidate's nDCG@10 on the validation queries "
         "carved from the training split. Absent: a bundle without a lexical index, dense only.",
     )
+    mutation_seq: int = Field(0, description="Last mutation-log seq folded into this version's corpus.")
 
 
 class LoadFailure(BaseModel):
@@ -291,6 +292,12 @@ class BundlesResponse(BaseModel):
     )
     unreadable: list[Unreadable] = Field(
         default_factory=list, description="Versions left out or listed without a gate decision, and why."
+    )
+    mutations: dict[str, Any] | None = Field(
+        None,
+        description="The document mutation log: its head `log_seq`; this process's live state (`bundle_seq` "
+        "folded into the bundle, `applied_seq`, `delta_docs`, `tombstones`, `compaction_suggested`); and "
+        "`replicas`, each API process's last recorded state.",
     )
 
 

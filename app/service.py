@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,6 +25,7 @@ from app.query_cache import QueryCache
 from app.schemas import Hit
 from contract.bundle import Bundle
 from contract.encoder import Encoder, TextKind
+from contract.overlay import Overlay
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +83,11 @@ class LiveBundle:
     loaded_at: float = field(default_factory=time.time)
     choice: dict[str, Any] | None = None  # how `auto` picked the backend (app/encoder_choice.py)
     cache: QueryCache | None = None  # query embeddings (app/query_cache.py); shared across bundles
+    # documents upserted / deleted since the bundle was built (contract/overlay.py, app/mutations.py)
+    overlay: Overlay = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.overlay = Overlay.for_bundle(self.bundle)
 
     @property
     def version(self) -> str:
@@ -227,7 +234,7 @@ class LiveBundle:
         plain = [i for i, s in enumerate(specs) if not s.filter and s.embed is None and s.mode == "dense"]
         if plain:
             stacked = np.concatenate([queries[i] for i in plain])  # (n_plain, dim)
-            found = self.bundle.index.search(stacked, max(specs[i].k for i in plain))
+            found = self.overlay.search(stacked, max(specs[i].k for i in plain))
             start = 0
             for i in plain:
                 n = len(queries[i])
@@ -237,7 +244,7 @@ class LiveBundle:
             if s.embed is None and (s.filter or s.mode != "dense"):
                 try:
                     rows[i] = (
-                        self.bundle.index.search(queries[i], s.k, allowed=self.allowed_positions(s.filter))
+                        self.overlay.search(queries[i], s.k, filter_=s.filter)
                         if s.mode == "dense"
                         else retrieval_modes.rows(
                             self.bundle,
@@ -246,6 +253,8 @@ class LiveBundle:
                             queries[i],
                             s.k,
                             self.allowed_positions(s.filter),
+                            dense=partial(self.overlay.search, filter_=s.filter),
+                            excluded=self.overlay.dead_positions(),
                         )
                     )
                 except Exception as exc:  # one request's bad filter must not fail its batch-mates
@@ -272,18 +281,18 @@ class LiveBundle:
         self, rows: list[tuple[np.ndarray, np.ndarray]], *, min_score: float | None, include: Sequence[str]
     ) -> list[list[Hit]]:
         """Positions -> documents; `min_score` cut; only the requested fields."""
-        ids = self.bundle.doc_ids
+        doc_id = self.overlay.doc_id  # bundle positions and delta keys alike
         if min_score is not None:
             rows = [(pos[sc >= min_score], sc[sc >= min_score]) for pos, sc in rows]
         docs: dict[int, Any] = {}
         if include:
             wanted = sorted({int(p) for pos, _ in rows for p in pos})
-            docs = dict(zip(wanted, self.bundle.docstore.get(wanted, include), strict=True))
+            docs = dict(zip(wanted, self.overlay.documents(wanted, include), strict=True))
         out = []
         for pos, sc in rows:
             hits = []
             for p, s in zip(pos.tolist(), sc.tolist(), strict=True):
-                hit = Hit(id=ids[p], score=s)
+                hit = Hit(id=doc_id(p), score=s)
                 if include:
                     doc = docs[p]
                     hit.title = doc.get("title")

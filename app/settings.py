@@ -22,7 +22,8 @@ class Settings(BaseSettings):
     bundles_dir: Path = Field(
         Path("bundles"),
         description="Folder of versioned bundles; its CURRENT file names the live version. "
-        "Several API processes may share it (they only read it).",
+        "Several API processes may share it (they read it, and append document writes to its "
+        "mutations.sqlite).",
     )
     api_key: str | None = Field(
         None,
@@ -61,6 +62,21 @@ class Settings(BaseSettings):
         ge=10_000,
         description="Largest POST /search answer, estimated from the hits and included fields; larger is "
         "422 response_too_large (ask for fewer hits, queries or fields).",
+    )
+    max_documents_batch: int = Field(
+        256, ge=1, le=4096, description="Most documents (or ids) in one POST /documents or batch delete."
+    )
+    max_document_chars: int = Field(
+        20_000,
+        ge=1,
+        le=1_000_000,
+        description="Longest document `text` (and `title`) accepted by POST /documents.",
+    )
+    compaction_threshold: int = Field(
+        10_000,
+        ge=1,
+        description="When delta documents + tombstones on the live bundle reach this many, GET /bundles and "
+        "/metrics (search_compaction_suggested) suggest a reindex job, which folds the log into a new bundle.",
     )
     encoder_backend: EncoderBackend = Field(
         "auto",

@@ -28,6 +28,7 @@ from typing import Any
 
 from app.errors import NoLiveBundleError
 from app.metrics import AppMetrics
+from app.mutations import MutationApplier
 from app.query_cache import QueryCache
 from app.schemas import BundleEntry, BundlesResponse, LoadFailure, Unreadable
 from app.service import LiveBundle, SearchSpec, open_live_bundle
@@ -55,6 +56,7 @@ class BundleHolder:
         self.fallback_from: str | None = None  # CURRENT's version that failed at startup, while serving older
         self._lock = asyncio.Lock()  # one load at a time
         self._poller: asyncio.Task[None] | None = None
+        self.mutations = MutationApplier(settings, metrics)  # documents changed since a bundle was built
         self.cache = (
             QueryCache(settings.query_cache_size, hits=metrics.cache_hits, misses=metrics.cache_misses)
             if settings.query_cache_size
@@ -115,6 +117,7 @@ class BundleHolder:
             cache=self.cache,
             canary_query=self.settings.canary_query,
         )
+        self.mutations.replay(live)  # documents upserted / deleted after the bundle was built
         problems = live.consistency_problems()
         if problems:
             raise BundleInvalid(f"{bundle.path}: " + "; ".join(problems))
@@ -151,7 +154,7 @@ class BundleHolder:
             if current != version:
                 logger.info("CURRENT moved to %s while %s was loading: not swapping it in", current, version)
                 return self.live
-        previous, self.live = self.live, live  # the swap: one reference
+        previous = await self.mutations.swap_in(self, live)  # the swap: one reference, log applied
         self._failed.discard(version)
         if follow_current or version == await asyncio.to_thread(self.current_on_disk):
             # serving what CURRENT names again: the system recovered, an old failure is history
@@ -269,6 +272,7 @@ class BundleHolder:
             await asyncio.sleep(self.settings.reload_poll_seconds)
             try:
                 await self.sync()
+                await self.mutations.catch_up(self)  # what other replicas wrote to the log
             except Exception:  # the poller must survive anything; the next tick tries again
                 logger.exception("bundle poll failed")
 
@@ -290,6 +294,7 @@ class BundleHolder:
                 metrics=info.metrics,
                 gate=info.gate.model_dump(mode="json") if info.gate else None,
                 retrieval=info.retrieval,
+                mutation_seq=info.mutation_seq,
             )
             for info in self.store.list_versions(problems)
         ]
@@ -304,6 +309,7 @@ class BundleHolder:
             last_failed_load=self.last_failure,
             fallback_from=self.fallback_from,
             unreadable=[Unreadable(version=v, error=self._relative(e)) for v, e in problems],
+            mutations=self.mutations.describe(live),
         )
 
     def gate_log(self) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ from pydantic import AliasChoices, BaseModel, Field
 from contract.atomic import fsync_dir, write_text_atomic
 from contract.bundle import GATE_FILE, VERSION_RE, Bundle, load_bundle, read_manifest
 from contract.errors import BundleInvalid, BundleNotFound, NoLiveBundle
+from contract.mutation_log import seq_of_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class VersionInfo(BaseModel):
     gate: GateDecision | None = None
     # default mode, fusion parameters and their validation scores (training.lexical_step); None: dense only
     retrieval: dict[str, Any] | None = None
+    mutation_seq: int = 0  # last mutation-log seq folded into it (contract/mutation_log.py)
 
 
 class BundleFolder:
@@ -134,6 +136,7 @@ class BundleFolder:
                     metrics=manifest.metrics,
                     gate=gate,
                     retrieval=manifest.extras.get("retrieval"),
+                    mutation_seq=seq_of_manifest(manifest.extras),
                 )
             )
         return out

@@ -102,12 +102,24 @@ class VectorIndex:
 
     # -- search -------------------------------------------------------------------------------------
     def search(
-        self, queries: np.ndarray, k: int, *, allowed: np.ndarray | None = None
+        self,
+        queries: np.ndarray,
+        k: int,
+        *,
+        allowed: np.ndarray | None = None,
+        excluded: np.ndarray | None = None,
     ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Top-k per query: (positions int64, scores float32), best first, never a −1 position."""
+        """Top-k per query: (positions int64, scores float32), best first, never a −1 position.
+
+        `excluded`: positions never returned (deleted documents, contract/overlay.py); k stays full."""
         q = as_matrix(queries, "queries", self.dim)  # (nq, d)
         if k < 1:
             raise IndexBuildError(f"k must be >= 1, got {k}")
+        if excluded is not None and len(excluded):
+            if allowed is not None:
+                allowed = np.setdiff1d(np.asarray(allowed, dtype=np.int64), excluded)
+            else:
+                return self._search_excluding(q, k, np.unique(np.asarray(excluded, dtype=np.int64)))
         if allowed is not None:
             return self._search_allowed(q, k, np.asarray(allowed, dtype=np.int64))
         kk = min(k, self.ntotal)
@@ -153,6 +165,28 @@ class VectorIndex:
             exact = self._exact_subset(q[short], kk, allowed)
             for i, res in zip(short, exact, strict=True):
                 out[i] = res
+        return out
+
+    def _search_excluding(
+        self, q: np.ndarray, k: int, excluded: np.ndarray
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """FAISS's own id selector skips the excluded rows, so a query still gets k results."""
+        kk = min(k, self.ntotal - len(excluded))
+        if kk <= 0:
+            return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(len(q))]
+        inner = faiss.IDSelectorBatch(excluded)
+        sel = faiss.IDSelectorNot(inner)
+        dist, pos = self._faiss_search(q, kk, params=self._search_params(sel))  # (nq, kk) each
+        out = [self._row(dist[i], pos[i]) for i in range(len(q))]
+        short = [i for i, (p, _) in enumerate(out) if len(p) < kk]
+        if short:  # an ANN walk can starve under the selector: over-fetch without it and drop the excluded
+            kf = min(self.ntotal, kk + len(excluded))
+            dist, pos = self._faiss_search(q[short], kf)
+            for j, i in enumerate(short):
+                p, s = self._row(dist[j], pos[j])
+                keep = ~np.isin(p, excluded)
+                out[i] = (p[keep][:kk], s[keep][:kk])
+        del inner  # referenced by `sel` on the C++ side until the searches above are done
         return out
 
     def _exact_subset(

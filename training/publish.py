@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Any
 from contract.bundle import MANIFEST_FILE, read_manifest
 from contract.encoder import Encoder
 from contract.errors import ConfigError
+from contract.mutation_log import SEQ_KEY
 from training.bundle_build import build_bundle
 from training.bundle_store import FINGERPRINT_KEY, BundleStore, PublishResult, evaluation_fingerprint
 from training.data import load_split
 from training.embedding_cache import EmbeddingCache
 from training.evaluate import EvalResult, encode_corpus, evaluate
+from training.fold import fold_log
 from training.index_factory import KINDS
 from training.lexical_step import attach_lexical, validation_split
 from training.onnx_export import attach_onnx
@@ -155,11 +157,14 @@ def index_model(
     with store.build_dir() as staging:
         stop()
         with phase(timer, "index + bundle"):
+            # documents upserted / deleted through the API since: served by this bundle, replayed after it
+            folded = fold_log(store.root, data.corpus, doc_emb, encoder, show_progress=show_progress)
+            extras[SEQ_KEY] = folded.seq
             build_bundle(
                 encoder,
-                data.corpus,
+                folded.corpus,
                 staging_dir=staging,
-                doc_embeddings=doc_emb,
+                doc_embeddings=folded.embeddings,
                 index_kind=index_kind,
                 tune_queries=query_emb,
                 target_recall=target_recall,
@@ -188,7 +193,7 @@ def index_model(
             train = load_split(data_dir, distill_split)
             with phase(timer, "distill query encoders"):
                 attach_query_encoders(
-                    staging, train, data.queries, data.qrels, config=distill, doc_embeddings=doc_emb
+                    staging, train, data.queries, data.qrels, config=distill, doc_embeddings=folded.embeddings
                 )
         stop()  # the last moment a cancel is honoured: publishing is not interrupted
         with phase(timer, "publish"):

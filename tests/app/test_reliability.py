@@ -24,7 +24,7 @@ from schemathesis.specs.openapi.checks import (
 
 from app.main import create_app
 from app.settings import Settings
-from tests.app.conftest import make_settings
+from tests.app.conftest import make_settings, publish
 
 pytestmark = pytest.mark.scifact
 KEY = {"X-API-Key": "test-key"}
@@ -42,9 +42,10 @@ schema.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.N
 
 
 @pytest.fixture(scope="module")
-def api(live_bundles, tmp_path_factory):
-    bundles, _ = live_bundles
+def api(staged, tmp_path_factory):
     root = tmp_path_factory.mktemp("reliability")
+    bundles = root / "bundles"  # its own folder: generated POST /documents must not reach other tests
+    publish(staged["A"], bundles)
     data = root / "data" / "mini"
     (data / "qrels").mkdir(parents=True)
     (data / "corpus.jsonl").write_text('{"_id": "d1", "title": "t", "text": "x"}\n')
@@ -53,6 +54,8 @@ def api(live_bundles, tmp_path_factory):
         reload_poll_seconds=0,
         encoder_backend="auto",  # the bundle's ONNX int8 encoder: the cheapest per generated query
         max_request_tokens=512,
+        max_documents_batch=4,  # generated upserts are encoded: keep each one to a few short documents
+        max_document_chars=200,
         data_root=root / "data",
         models_root=root / "models",
         queue_url=f"sqlite:///{root / 'jobs.db'}",
