@@ -21,6 +21,7 @@ from app.encoder_choice import choose_backend, load_backend
 from app.errors import InvalidInputError
 from app.query_cache import QueryCache
 from app.schemas import Hit
+from contract.index_backend import search_with_filter
 from training.bundle import Bundle
 from training.encoder import Encoder, TextKind
 
@@ -217,8 +218,8 @@ class LiveBundle:
         for i, s in enumerate(specs):
             if s.filter:
                 try:
-                    rows[i] = self.bundle.index.search(
-                        queries[i], s.k, allowed=self.allowed_positions(s.filter)
+                    rows[i] = search_with_filter(
+                        self.bundle.index, self.bundle.docstore, queries[i], s.k, s.filter
                     )
                 except Exception as exc:  # one request's bad filter must not fail its batch-mates
                     rows[i] = exc

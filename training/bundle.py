@@ -26,6 +26,7 @@ import re
 import secrets
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata as importlib_metadata
@@ -35,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from contract.index_backend import IndexOpener, is_milvus
 from training.docstore import DocStore, write_docstore
 from training.encoder import Encoder, document_text
 from training.errors import BundleInvalid, IndexBuildError, ModelLoadError
@@ -44,6 +46,9 @@ from training.report_schema import GapReport
 
 if TYPE_CHECKING:
     from training.data import Document
+
+# (version, index-space vectors, tune queries or None) -> (IndexInfo, manifest extras)
+IndexBuilder = Callable[[str, np.ndarray, np.ndarray | None], tuple[IndexInfo, dict[str, Any]]]
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +117,7 @@ class Bundle:
     path: Path
     manifest: Manifest
     encoder: Encoder
-    index: VectorIndex
+    index: VectorIndex  # or a contract.index_backend.SearchIndex (MilvusIndex) for external indexes
     doc_ids: list[str]
     docstore: DocStore
     report: GapReport | None
@@ -187,11 +192,14 @@ def build_bundle(
     extras: dict[str, Any] | None = None,
     batch_size: int = 32,
     show_progress: bool = True,
+    index_builder: IndexBuilder | None = None,
 ) -> Path:
     """Write a complete bundle into `staging_dir` (new or empty); publish it with BundleStore.publish.
 
     `doc_embeddings` are Encoder.encode rows in corpus order (skips re-encoding); `tune_queries` are
     Encoder.encode rows of real held-out queries, used to tune the ANN index to `target_recall`.
+    `index_builder`: builds the index somewhere else than index.faiss (training.milvus_publish); it gets
+    the version id, the index-space vectors and tune queries, and returns the IndexInfo and manifest extras.
     """
     staging = Path(staging_dir)
     if staging.exists() and any(staging.iterdir()):
@@ -211,38 +219,43 @@ def build_bundle(
         )
     vectors = encoder.to_index_space(doc_embeddings)  # (n, dim)
     queries = encoder.to_index_space(tune_queries) if tune_queries is not None and len(tune_queries) else None
-    index = build_index(
-        vectors,
-        metric=encoder.index_metric,
-        kind=index_kind,
-        tune_queries=queries,
-        target_recall=target_recall,
-        memory_budget_bytes=memory_budget_bytes,
-    )
+    version = new_version_id()
+    extras = dict(extras or {})
+    if index_builder is not None:
+        info, index_extras = index_builder(version, vectors, queries)
+        extras.update(index_extras)
+    else:
+        index = build_index(
+            vectors,
+            metric=encoder.index_metric,
+            kind=index_kind,
+            tune_queries=queries,
+            target_recall=target_recall,
+            memory_budget_bytes=memory_budget_bytes,
+        )
+        index.save(staging / INDEX_FILE)
+        info = index.info
     encoder.save(staging / MODEL_DIR)
-    index.save(staging / INDEX_FILE)
     write_json_atomic(staging / IDS_FILE, ids)
     write_docstore(staging / DOCS_FILE, (corpus[i] for i in ids))
     if report_dir is not None:
         shutil.copytree(report_dir, staging / REPORT_DIR)
     manifest = Manifest(
-        version=new_version_id(),
+        version=version,
         created_at=datetime.now(UTC),
         base_model=base_model or encoder.source or "all-MiniLM-L6-v2",
         training_config=training_config or {},
         dim=encoder.dim,
         metric=MetricInfo(index=encoder.index_metric, similarity=encoder.metric),
         n_vectors=len(ids),
-        index=index.info,
+        index=info,
         metrics=metrics or {},
         files=checksums(staging),
         code_version=code_version(),
-        extras=extras or {},
+        extras=extras,
     )
     write_json_atomic(staging / MANIFEST_FILE, manifest.model_dump(mode="json"))
-    logger.info(
-        "built bundle %s in %s (%d docs, %s)", manifest.version, staging, len(ids), index.info.factory
-    )
+    logger.info("built bundle %s in %s (%d docs, %s)", manifest.version, staging, len(ids), info.factory)
     return staging
 
 
@@ -262,13 +275,20 @@ def read_manifest(folder: str | Path) -> Manifest:
         raise BundleInvalid(f"{path}: invalid manifest ({problems})") from exc
 
 
-def load_bundle(path: str | Path, *, verify: bool = True, mmap: bool = False) -> Bundle:
-    """Load and validate a bundle folder; `verify=False` skips only the sha256 checksums."""
+def load_bundle(
+    path: str | Path, *, verify: bool = True, mmap: bool = False, index_opener: IndexOpener | None = None
+) -> Bundle:
+    """Load and validate a bundle folder; `verify=False` skips only the sha256 checksums.
+
+    `index_opener` opens an index kept outside the folder (a Milvus collection, contract.milvus_index);
+    a bundle whose manifest says its index is elsewhere cannot load without one.
+    """
     folder = Path(path)
     if not folder.is_dir():
         raise BundleInvalid(f"{folder}: bundle folder does not exist")
     manifest = read_manifest(folder)
-    for required in (INDEX_FILE, IDS_FILE, DOCS_FILE):
+    external = is_milvus(manifest.index)
+    for required in (IDS_FILE, DOCS_FILE) if external else (INDEX_FILE, IDS_FILE, DOCS_FILE):
         if required not in manifest.files:
             raise BundleInvalid(f"{folder / MANIFEST_FILE}: files does not list {required}")
         if not (folder / required).is_file():
@@ -281,20 +301,15 @@ def load_bundle(path: str | Path, *, verify: bool = True, mmap: bool = False) ->
             if sha256_file(file) != digest:
                 raise BundleInvalid(f"{file}: checksum mismatch (corrupt or modified after publication)")
     ids = _read_ids(folder / IDS_FILE, manifest.n_vectors)
-    try:
-        index = VectorIndex.load(folder / INDEX_FILE, manifest.index, mmap=mmap)
-    except IndexBuildError as exc:
-        raise BundleInvalid(str(exc)) from exc
+    if external:
+        index = _open_external(folder, manifest, index_opener)
+    else:
+        index = _load_faiss(folder, manifest, mmap)
     if index.dim != manifest.dim:
         raise BundleInvalid(f"{folder / INDEX_FILE}: index dim {index.dim} != manifest dim {manifest.dim}")
     if index.ntotal != manifest.n_vectors:
         raise BundleInvalid(
             f"{folder / INDEX_FILE}: {index.ntotal} vectors, manifest says {manifest.n_vectors}"
-        )
-    index_metric = "l2" if index.index.metric_type == 1 else "ip"  # faiss.METRIC_L2 == 1
-    if index_metric != manifest.metric.index or manifest.index.metric != manifest.metric.index:
-        raise BundleInvalid(
-            f"{folder / INDEX_FILE}: metric {index_metric} != manifest {manifest.metric.index}"
         )
     docstore = DocStore(folder / DOCS_FILE)
     if len(docstore) != manifest.n_vectors:
@@ -317,6 +332,32 @@ def load_bundle(path: str | Path, *, verify: bool = True, mmap: bool = False) ->
         "loaded bundle %s (%d vectors, %s)", manifest.version, manifest.n_vectors, manifest.index.factory
     )
     return Bundle(folder, manifest, encoder, index, ids, docstore, report)
+
+
+def _load_faiss(folder: Path, manifest: Manifest, mmap: bool) -> VectorIndex:
+    try:
+        index = VectorIndex.load(folder / INDEX_FILE, manifest.index, mmap=mmap)
+    except IndexBuildError as exc:
+        raise BundleInvalid(str(exc)) from exc
+    index_metric = "l2" if index.index.metric_type == 1 else "ip"  # faiss.METRIC_L2 == 1
+    if index_metric != manifest.metric.index or manifest.index.metric != manifest.metric.index:
+        raise BundleInvalid(
+            f"{folder / INDEX_FILE}: metric {index_metric} != manifest {manifest.metric.index}"
+        )
+    return index
+
+
+def _open_external(folder: Path, manifest: Manifest, opener: IndexOpener | None) -> Any:
+    if opener is None:
+        raise BundleInvalid(
+            f"{folder / MANIFEST_FILE}: its index is a Milvus collection ({manifest.index.factory}); "
+            "serve it with SEARCH_INDEX_BACKEND=milvus and SEARCH_MILVUS_URI"
+        )
+    if manifest.index.metric != manifest.metric.index:
+        raise BundleInvalid(
+            f"{folder / MANIFEST_FILE}: index metric {manifest.index.metric} != {manifest.metric.index}"
+        )
+    return opener(manifest)
 
 
 def _read_ids(path: Path, n: int) -> list[str]:

@@ -48,6 +48,7 @@ from training.bundle import GATE_FILE, VERSION_RE, Bundle, load_bundle, read_man
 from training.errors import BundleInvalid, BundleNotFound, NoLiveBundle
 
 if TYPE_CHECKING:
+    from contract.index_backend import IndexOpener, IndexPointer
     from training.data import RetrievalData
 
 logger = logging.getLogger(__name__)
@@ -130,8 +131,17 @@ def _fsync_tree(root: Path) -> None:
 class BundleStore:
     """A folder of published bundle versions with one live version."""
 
-    def __init__(self, root: str | Path, keep: int = 5, gate_log_max_bytes: int = GATE_LOG_MAX_BYTES):
+    def __init__(
+        self,
+        root: str | Path,
+        keep: int = 5,
+        gate_log_max_bytes: int = GATE_LOG_MAX_BYTES,
+        pointer: IndexPointer | None = None,
+    ):
         self.root = Path(root)
+        # told after CURRENT moves (Milvus flips its live alias) and before a version is pruned (drops
+        # its collection); a crash before it leaves the backend's pointer on the old version
+        self.pointer = pointer
         self.keep = keep
         self.gate_log_max_bytes = gate_log_max_bytes
         self.root.mkdir(parents=True, exist_ok=True)
@@ -207,7 +217,10 @@ class BundleStore:
         version = self.current_version()
         if version is None:
             raise NoLiveBundle(f"no live bundle in {self.root} (nothing published yet)")
-        return load_bundle(self.version_path(version), verify=verify)
+        return load_bundle(self.version_path(version), verify=verify, index_opener=self._opener())
+
+    def _opener(self) -> IndexOpener | None:
+        return self.pointer.open_index if self.pointer is not None else None
 
     # -- writing ------------------------------------------------------------------------------------
     @contextmanager
@@ -254,7 +267,7 @@ class BundleStore:
         with self._locked():
             self._clean_stale()
             step("validate")
-            bundle = load_bundle(staging, verify=True)
+            bundle = load_bundle(staging, verify=True, index_opener=self._opener())
             manifest = bundle.manifest
             bundle.docstore.close()
             if (self.root / manifest.version).exists():
@@ -290,7 +303,7 @@ class BundleStore:
     def activate(self, version: str) -> None:
         """Point CURRENT at an already published version (roll back or forward) after validating it."""
         with self._locked():
-            bundle = load_bundle(self.version_path(version), verify=True)
+            bundle = load_bundle(self.version_path(version), verify=True, index_opener=self._opener())
             bundle.docstore.close()
             try:
                 previous = self.current_version()
@@ -372,6 +385,8 @@ class BundleStore:
             os.fsync(f.fileno())
         os.replace(tmp, self.root / CURRENT_FILE)
         _fsync_dir(self.root)
+        if self.pointer is not None:
+            self.pointer.on_current(read_manifest(self.root / version))
 
     def _log(self, record: dict[str, Any]) -> None:
         path = self.root / GATE_LOG
@@ -443,6 +458,9 @@ class BundleStore:
         for version in versions:
             if version in keep_set:
                 continue
+            if self.pointer is not None:
+                with contextlib.suppress(BundleInvalid):  # an unreadable manifest has no collection to name
+                    self.pointer.on_delete(read_manifest(self.root / version))
             trash = self.root / f".trash-{version}"
             os.rename(self.root / version, trash)  # disappears atomically from list_versions
             shutil.rmtree(trash, ignore_errors=True)

@@ -287,11 +287,41 @@ def index_cmd(
     distill: Annotated[bool, typer.Option("--distill", help=DISTILL_HELP)] = False,
     log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars.")] = False,
+    index_backend: Annotated[
+        str,
+        typer.Option(
+            "--index-backend", envvar="SEARCH_INDEX_BACKEND", help="faiss (in the bundle) or milvus."
+        ),
+    ] = "faiss",
+    milvus_uri: Annotated[
+        str | None,
+        typer.Option(
+            "--milvus-uri", envvar="SEARCH_MILVUS_URI", help="http://host:19530 or a milvus-lite .db path."
+        ),
+    ] = None,
+    milvus_token: Annotated[
+        str | None, typer.Option("--milvus-token", envvar="SEARCH_MILVUS_TOKEN", help="Milvus credentials.")
+    ] = None,
+    milvus_name: Annotated[
+        str,
+        typer.Option(
+            "--milvus-name",
+            envvar="SEARCH_MILVUS_NAME",
+            help="Collections <name>_v<version>, alias <name>_live.",
+        ),
+    ] = "infonce",
 ) -> None:
     configure_logging(log_level)
+    from contract.index_backend import BackendConfig
     from training.indexing import index_model  # heavy imports only when the command runs
 
     try:
+        backend = BackendConfig(
+            backend=index_backend,  # type: ignore[arg-type]  # checked by BackendConfig
+            milvus_uri=milvus_uri,
+            milvus_token=milvus_token,
+            milvus_name=milvus_name,
+        )
         result = index_model(
             model,
             data,
@@ -303,6 +333,7 @@ def index_cmd(
             keep=keep,
             distill=_distill_config(distill),
             show_progress=not quiet,
+            backend=backend,
         )
     except InfonceSearchError as exc:
         fail(str(exc))

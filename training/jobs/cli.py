@@ -137,9 +137,28 @@ def worker(
             help="auto, cpu or cuda: where retrain jobs train unless a job sets its own `device` option.",
         ),
     ] = "auto",
+    milvus_uri: Annotated[
+        str | None,
+        typer.Option(
+            "--milvus-uri",
+            envvar="SEARCH_MILVUS_URI",
+            help="Milvus for jobs with index_backend=milvus: http://host:19530 or a milvus-lite .db path.",
+        ),
+    ] = None,
+    milvus_token: Annotated[
+        str | None, typer.Option("--milvus-token", envvar="SEARCH_MILVUS_TOKEN", help="Milvus credentials.")
+    ] = None,
+    milvus_name: Annotated[
+        str, typer.Option("--milvus-name", envvar="SEARCH_MILVUS_NAME", help="Collection/alias prefix.")
+    ] = "infonce",
 ) -> None:
     """Run the job worker (huey consumer) until interrupted."""
+    from contract.index_backend import BackendConfig
+    from training.jobs import tasks
     from training.jobs.worker import run_worker
+
+    if milvus_uri:  # jobs may then ask for index_backend=milvus
+        tasks.MILVUS = BackendConfig("milvus", milvus_uri, milvus_token, milvus_name)
 
     if device not in ("auto", "cpu", "cuda"):
         typer.echo(f"error: --device: unknown device {device!r} (expected auto, cpu or cuda)", err=True)
