@@ -51,7 +51,9 @@ def milvus_server(folder: Path) -> Iterator[str]:
     import sys
 
     if importlib.util.find_spec("milvus_lite") is None or importlib.util.find_spec("pymilvus") is None:
-        pytest.skip("milvus-lite / pymilvus not installed (pip install .[milvus]); Milvus backend tests not run")
+        pytest.skip(
+            "milvus-lite / pymilvus not installed (pip install .[milvus]); Milvus backend tests not run"
+        )
     port = free_port()
     cmd = [sys.executable, "-m", "milvus_lite", "server", "--data-dir", str(folder / "data")]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--max-workers", "4"]
@@ -64,7 +66,9 @@ def milvus_server(folder: Path) -> Iterator[str]:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     break
             if proc.poll() is not None or time.monotonic() > end:
-                raise AssertionError(f"milvus-lite server did not start: {(folder / 'milvus.log').read_text()[-2000:]}")
+                raise AssertionError(
+                    f"milvus-lite server did not start: {(folder / 'milvus.log').read_text()[-2000:]}"
+                )
             time.sleep(0.1)
         yield f"http://127.0.0.1:{port}"
     finally:

@@ -131,7 +131,10 @@ def test_filters_eq_in_range(client, shared_encoder, slice_data, oracle):
     cases = [
         ({"group": "b"}, {d for d, doc in docs.items() if doc.metadata["group"] == "b"}),
         ({"group": ["a", "c"]}, {d for d, doc in docs.items() if doc.metadata["group"] in ("a", "c")}),
-        ({"year": {"gte": 2005, "lt": 2010}}, {d for d, x in docs.items() if 2005 <= x.metadata["year"] < 2010}),
+        (
+            {"year": {"gte": 2005, "lt": 2010}},
+            {d for d, x in docs.items() if 2005 <= x.metadata["year"] < 2010},
+        ),
         (
             {"even": True, "group": {"in": ["a"]}},
             {d for d, x in docs.items() if x.metadata["even"] and x.metadata["group"] == "a"},
@@ -160,10 +163,14 @@ def test_injection_through_filter_values_and_names(client, slice_data):
 def test_hot_swap_then_rollback(client, env):
     a = _current_version(env)
     b = env.publish("B")
-    wait_until(lambda: client.post("/search", json={"query": "x", "top_k": 1}).json()["version"] == b, what="swap")
+    wait_until(
+        lambda: client.post("/search", json={"query": "x", "top_k": 1}).json()["version"] == b, what="swap"
+    )
     if env.milvus is not None:
         c = connect(env.milvus)
-        assert c.describe_alias(alias_name("apitest"))["collection_name"].endswith(b.replace(".", "_").replace("-", "_"))
+        assert c.describe_alias(alias_name("apitest"))["collection_name"].endswith(
+            b.replace(".", "_").replace("-", "_")
+        )
     r = client.post(f"/bundles/{a}/activate", headers={"X-API-Key": "test-key"})
     assert r.status_code == 200, r.text
     assert client.post("/search", json={"query": "x", "top_k": 1}).json()["version"] == a
@@ -187,7 +194,9 @@ def test_readiness_checks_the_alias(client, env):
     try:
         r = client.get("/readyz")
         assert r.status_code == 503 and f"points at {others[0]}" in r.json()["error"]["message"]
-        assert client.post("/search", json={"query": "x", "top_k": 1}).status_code == 200  # its own collection
+        assert (
+            client.post("/search", json={"query": "x", "top_k": 1}).status_code == 200
+        )  # its own collection
         c.drop_alias(alias_name("apitest"))
         r = client.get("/readyz")
         assert r.status_code == 503 and "missing" in r.json()["error"]["message"], r.text
@@ -199,7 +208,9 @@ def test_readiness_checks_the_alias(client, env):
 def test_unreachable_milvus_is_a_clear_503_not_a_500(env, tmp_path):
     if env.milvus is None:
         pytest.skip("Milvus configuration")
-    settings = env.settings(milvus_uri=f"http://127.0.0.1:{free_port()}", milvus_timeout_s=2, reload_poll_seconds=0)
+    settings = env.settings(
+        milvus_uri=f"http://127.0.0.1:{free_port()}", milvus_timeout_s=2, reload_poll_seconds=0
+    )
     with TestClient(create_app(settings)) as c:
         r = c.get("/readyz")
         assert r.status_code == 503 and "unreachable" in r.json()["error"]["message"], r.text
