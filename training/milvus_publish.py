@@ -30,7 +30,6 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-import faiss
 import numpy as np
 
 from contract.index_backend import MILVUS_EXTRAS, MILVUS_KIND, BackendConfig
@@ -47,8 +46,9 @@ from contract.milvus_index import (
     drop_collection,
 )
 from training.errors import IndexBuildError
-from training.index import IndexInfo, IndexMetric, as_matrix, faiss_metric
-from training.index_build import AUTO_FLAT_MAX, KINDS, RECALL_K, TUNE_SAMPLE, recall_at
+from training.index import IndexInfo, IndexMetric, as_matrix
+from training.index_build import AUTO_FLAT_MAX, KINDS, RECALL_K, TUNE_SAMPLE, drop_self, recall_at
+from training.shards import check_finite, exact_top_k
 
 if TYPE_CHECKING:
     from training.bundle import IndexBuilder
@@ -61,7 +61,8 @@ MAX_VARCHAR = 65_535
 KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,60}$")
 HNSW_BUILD = {"M": 32, "efConstruction": 200}  # M as training.index_build.HNSW_M
 INDEX_TYPES = {"flat": "FLAT", "hnsw": "HNSW", "ivf": "IVF_FLAT", "ivfpq": "IVF_PQ"}
-CHUNK_ROWS = 4096
+# rows per insert: with the chunk's protobuf message, the only copy of vectors the builder holds
+CHUNK_ROWS = 1024
 
 
 def typed_fields(metadatas: Iterable[Mapping[str, Any] | None]) -> dict[str, dict[str, str]]:
@@ -133,7 +134,7 @@ def _rows(
         row: dict[str, Any] = {
             ID_FIELD: ids[pos],
             POS_FIELD: pos,
-            VECTOR_FIELD: vectors[pos].tolist(),
+            VECTOR_FIELD: np.asarray(vectors[pos], dtype=np.float32),  # pymilvus packs arrays as bytes
             META_FIELD: meta,
         }
         for key, spec in fields.items():
@@ -194,7 +195,10 @@ def milvus_builder(
         client: Any, name: str, vectors: np.ndarray, queries: np.ndarray | None
     ) -> tuple[IndexInfo, dict[str, Any]]:
         t0 = time.perf_counter()
-        x = as_matrix(vectors, "vectors")  # (n, d)
+        x = vectors  # (n, d); a memory-mapped matrix stays on disk, read chunk by chunk
+        if x.ndim != 2 or x.dtype != np.float32:
+            raise IndexBuildError(f"vectors must be a float32 (n, dim) matrix, got {x.dtype} {x.shape}")
+        check_finite(x)
         n, dim = x.shape
         ids = list(corpus)
         if len(ids) != n:
@@ -278,10 +282,8 @@ def _tune(
             q = q[np.sort(rng.choice(len(q), TUNE_SAMPLE, replace=False))]
     extra = 1 if self_ids is not None else 0
     k = min(RECALL_K, len(x) - extra)
-    exact = faiss.IndexFlat(x.shape[1], faiss_metric(metric))
-    exact.add(x)
-    _, truth_pos = exact.search(q, k + extra)  # (nq, k+extra)
-    truth = [_drop_self(row, self_ids, i, k) for i, row in enumerate(truth_pos)]
+    truth_pos = exact_top_k(x, q, k + extra, metric)  # (nq, k+extra), scanning x chunk by chunk
+    truth = [drop_self(row, self_ids, i, k) for i, row in enumerate(truth_pos)]
     best: tuple[float, dict[str, int]] | None = None
     for params in grid:
         found = client.search(
@@ -293,7 +295,7 @@ def _tune(
             anns_field=VECTOR_FIELD,
         )
         rows = [np.array([h["entity"][POS_FIELD] for h in hits], dtype=np.int64) for hits in found]
-        rec = recall_at(truth, [_drop_self(row, self_ids, i, k) for i, row in enumerate(rows)])
+        rec = recall_at(truth, [drop_self(row, self_ids, i, k) for i, row in enumerate(rows)])
         if best is None or rec > best[0]:
             best = (rec, params)
         if rec >= target:
@@ -302,10 +304,3 @@ def _tune(
     if best[0] < target:
         logger.warning("Milvus %s reached recall@10 %.3f < target %.3f (%s)", name, best[0], target, best[1])
     return dict(best[1]), round(best[0], 4), len(q)
-
-
-def _drop_self(row: np.ndarray, self_ids: np.ndarray | None, i: int, k: int) -> np.ndarray:
-    row = row[row >= 0]
-    if self_ids is not None:
-        row = row[row != self_ids[i]]
-    return row[:k]
