@@ -272,6 +272,34 @@ def _distill_config(distill: bool) -> Any:
     return DistillConfig() if distill else None
 
 
+IndexBackendOpt = Annotated[
+    str,
+    typer.Option("--index-backend", envvar="SEARCH_INDEX_BACKEND", help="faiss (in the bundle) or milvus."),
+]
+MilvusUriOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--milvus-uri", envvar="SEARCH_MILVUS_URI", help="http://host:19530 or a milvus-lite .db path."
+    ),
+]
+MilvusTokenOpt = Annotated[
+    str | None, typer.Option("--milvus-token", envvar="SEARCH_MILVUS_TOKEN", help="Milvus credentials.")
+]
+MilvusNameOpt = Annotated[
+    str,
+    typer.Option(
+        "--milvus-name", envvar="SEARCH_MILVUS_NAME", help="Collections <name>_v<version>, alias <name>_live."
+    ),
+]
+
+
+def _backend(backend: str, uri: str | None, token: str | None, name: str) -> Any:
+    """The index backend options as a contract.index_backend.BackendConfig (ConfigError when inconsistent)."""
+    from contract.index_backend import BackendConfig
+
+    return BackendConfig(backend=backend, milvus_uri=uri, milvus_token=token, milvus_name=name)  # type: ignore[arg-type]
+
+
 @app.command("index", help="Encode a corpus with a trained model, build a FAISS bundle and publish it.")
 def index_cmd(
     model: Annotated[Path, typer.Option("--model", help="Training run folder (or its model/).")],
@@ -287,41 +315,16 @@ def index_cmd(
     distill: Annotated[bool, typer.Option("--distill", help=DISTILL_HELP)] = False,
     log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
     quiet: Annotated[bool, typer.Option("--quiet", help="No progress bars.")] = False,
-    index_backend: Annotated[
-        str,
-        typer.Option(
-            "--index-backend", envvar="SEARCH_INDEX_BACKEND", help="faiss (in the bundle) or milvus."
-        ),
-    ] = "faiss",
-    milvus_uri: Annotated[
-        str | None,
-        typer.Option(
-            "--milvus-uri", envvar="SEARCH_MILVUS_URI", help="http://host:19530 or a milvus-lite .db path."
-        ),
-    ] = None,
-    milvus_token: Annotated[
-        str | None, typer.Option("--milvus-token", envvar="SEARCH_MILVUS_TOKEN", help="Milvus credentials.")
-    ] = None,
-    milvus_name: Annotated[
-        str,
-        typer.Option(
-            "--milvus-name",
-            envvar="SEARCH_MILVUS_NAME",
-            help="Collections <name>_v<version>, alias <name>_live.",
-        ),
-    ] = "infonce",
+    index_backend: IndexBackendOpt = "faiss",
+    milvus_uri: MilvusUriOpt = None,
+    milvus_token: MilvusTokenOpt = None,
+    milvus_name: MilvusNameOpt = "infonce",
 ) -> None:
     configure_logging(log_level)
-    from contract.index_backend import BackendConfig
     from training.indexing import index_model  # heavy imports only when the command runs
 
     try:
-        backend = BackendConfig(
-            backend=index_backend,  # type: ignore[arg-type]  # checked by BackendConfig
-            milvus_uri=milvus_uri,
-            milvus_token=milvus_token,
-            milvus_name=milvus_name,
-        )
+        backend = _backend(index_backend, milvus_uri, milvus_token, milvus_name)
         result = index_model(
             model,
             data,
@@ -414,12 +417,17 @@ def _pipeline(
     config_file: Path | None,
     log_level: str,
     quiet: bool,
+    index_backend: str = "faiss",
+    milvus_uri: str | None = None,
+    milvus_token: str | None = None,
+    milvus_name: str = "infonce",
     **overrides: Any,
 ) -> None:
     config = _prepare_run(data, config_file, log_level, overrides)
     from training.pipeline import run_pipeline  # torch and friends load only when a run starts
 
     with _one_line_errors():
+        backend = _backend(index_backend, milvus_uri, milvus_token, milvus_name)
         result = run_pipeline(
             data,
             bundles,
@@ -432,6 +440,7 @@ def _pipeline(
             onnx=onnx,
             distill=_distill_config(distill),
             show_progress=not quiet,
+            backend=backend,
         )
     typer.echo(metrics_table(result.train.base_metrics, result.train.tuned_metrics))
     published = result.publish
@@ -500,6 +509,10 @@ _pipeline.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
             "INFO",
         ),
         _option("quiet", Annotated[bool, typer.Option("--quiet", help="No progress bars.")], False),
+        _option("index_backend", IndexBackendOpt, "faiss"),
+        _option("milvus_uri", MilvusUriOpt, None),
+        _option("milvus_token", MilvusTokenOpt, None),
+        _option("milvus_name", MilvusNameOpt, "infonce"),
         *_config_parameters(),
     ]
 )

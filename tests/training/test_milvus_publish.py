@@ -187,3 +187,39 @@ def test_typed_fields_only_for_keys_with_one_scalar_type():
     assert fields["score"]["type"] == "DOUBLE" and fields["flag"]["type"] == "BOOL"
     assert fields["tag"] == {"field": "m_tag", "type": "VARCHAR", "max_length": "2"}
     assert not {"mixed", "nested", "bad-key"} & set(fields)
+
+
+@pytest.mark.scifact
+def test_index_model_publishes_to_milvus_and_a_failed_publish_drops_its_collection(
+    scifact, milvus, tmp_path, monkeypatch
+):
+    from tests.training.test_indexing import write_slice
+    from training.indexing import index_model
+
+    data = write_slice(scifact, tmp_path / "slice", n_queries=10, n_distractors=30)
+    bundles = tmp_path / "bundles"
+    # onnx=False keeps this under the suite's budget (the export costs ~1 min on 2 shared cores); the ONNX
+    # scoring step opens the staged bundle through the same index_opener as publishing does
+    result = index_model(
+        None, data, bundles, backend=milvus, index_kind="flat", onnx=False, show_progress=False
+    )
+    assert result.live
+    store = BundleStore(bundles, pointer=MilvusPointer(milvus))
+    bundle = store.load_current()
+    assert (
+        bundle.manifest.index.kind == "milvus" and "onnx" in bundle.manifest.extras
+    )  # ONNX scored through Milvus
+    assert _alias_target(milvus) == bundle.index.collection
+    assert not (bundles / result.version / "index.faiss").exists()
+    pos, _ = bundle.index.search(bundle.encoder.encode(["vitamin d"], kind="query"), 3)[0]
+    assert len(pos) == 3
+    before = set(connect(milvus).list_collections())
+
+    def refuse(self, *args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(BundleStore, "publish", refuse)
+    with pytest.raises(RuntimeError, match="disk full"):
+        index_model(None, data, bundles, backend=milvus, index_kind="flat", onnx=False, show_progress=False)
+    assert set(connect(milvus).list_collections()) == before  # the new version's collection was dropped
+    assert _alias_target(milvus) == bundle.index.collection
