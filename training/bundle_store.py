@@ -217,9 +217,10 @@ class BundleStore:
         version = self.current_version()
         if version is None:
             raise NoLiveBundle(f"no live bundle in {self.root} (nothing published yet)")
-        return load_bundle(self.version_path(version), verify=verify, index_opener=self._opener())
+        return load_bundle(self.version_path(version), verify=verify, index_opener=self.index_opener())
 
-    def _opener(self) -> IndexOpener | None:
+    def index_opener(self) -> IndexOpener | None:
+        """How load_bundle opens an index kept outside the folder (the pointer's backend), or None."""
         return self.pointer.open_index if self.pointer is not None else None
 
     # -- writing ------------------------------------------------------------------------------------
@@ -267,7 +268,7 @@ class BundleStore:
         with self._locked():
             self._clean_stale()
             step("validate")
-            bundle = load_bundle(staging, verify=True, index_opener=self._opener())
+            bundle = load_bundle(staging, verify=True, index_opener=self.index_opener())
             manifest = bundle.manifest
             bundle.docstore.close()
             if (self.root / manifest.version).exists():
@@ -303,7 +304,7 @@ class BundleStore:
     def activate(self, version: str) -> None:
         """Point CURRENT at an already published version (roll back or forward) after validating it."""
         with self._locked():
-            bundle = load_bundle(self.version_path(version), verify=True, index_opener=self._opener())
+            bundle = load_bundle(self.version_path(version), verify=True, index_opener=self.index_opener())
             bundle.docstore.close()
             try:
                 previous = self.current_version()
