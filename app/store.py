@@ -119,7 +119,7 @@ class BundleHolder:
     def _open(self, version: str) -> LiveBundle:
         """Blocking: load + validate + pick the query encoder + canary. Raises on any problem."""
         started = time.perf_counter()
-        bundle = load_bundle(self.store.version_path(version), index_opener=self.store._opener())
+        bundle = load_bundle(self.store.version_path(version), index_opener=self.store.index_opener())
         if bundle.version != version:
             raise BundleInvalid(f"{bundle.path}: manifest says version {bundle.version}, folder is {version}")
         live = open_live_bundle(
