@@ -2,7 +2,7 @@
 
 All model and FAISS work runs on one inference thread (`Inference.executor`): on a 2-core box the
 encoder's own intra-op threads already use both cores, and more request threads only thrash
-(performance.md B7: torch throughput fell 10-17% from 8 to 32 concurrent requests).
+(bench/load_bench.py: torch throughput fell 10-17% from 8 to 32 concurrent requests).
 
 `MicroBatcher`: requests wait in a bounded asyncio queue; one worker takes whatever is pending (up to
 `max_size` queries), encodes every text in one call and searches the batch as one FAISS call
@@ -17,7 +17,7 @@ the next batch takes just those 2, and the 30 answered clients' new requests, st
 the event loop, miss it (measured: 32 clients, torch, 19 of 39 batches held 2 queries, each costing
 nearly a whole single-query encode per query). Waiting ends the moment the target is met, and the
 target follows the load down within one batch.
-Exact search only gains from batches with FAISS's BLAS threshold lowered; `training.index` does that.
+Exact search only gains from batches with FAISS's BLAS threshold lowered; `contract.vector_index` does that.
 
 `DirectRunner`: the per-request path (micro-batching off), same executor and the same bound.
 A full queue is refused at once with `QueueFullError` (429) instead of growing latency without limit.

@@ -19,13 +19,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from training.bundle import Bundle
-from training.errors import ModelLoadError
-from training.onnx_encoder import EXTRAS_KEY as ONNX_KEY
-from training.onnx_encoder import FILES, ONNX_SUBDIR, OnnxQueryEncoder, Variant
-from training.query_encoders import EXTRAS_KEY as QE_KEY
-from training.query_encoders import load_variant, recorded_losses, timing_queries
-from training.report_schema import Estimate, GapReport, ServedQueryEncoder
+from contract.bundle import Bundle
+from contract.errors import ModelLoadError
+from contract.onnx_encoder import EXTRAS_KEY as ONNX_KEY
+from contract.onnx_encoder import FILES, ONNX_SUBDIR, OnnxQueryEncoder, Variant
+from contract.query_encoders import EXTRAS_KEY as QE_KEY
+from contract.query_encoders import load_variant, recorded_losses, timing_queries
+from contract.report_schema import Estimate, GapReport, ServedQueryEncoder
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ ServiceError                 base (500 internal)
     │                            token budget)
     └── ResponseTooLargeError 422 response_too_large: the answer would exceed max_response_bytes
 
-Domain errors from `training.errors` map through `DOMAIN_STATUS` (most specific class wins). Request
+Domain errors from `contract.errors` map through `DOMAIN_STATUS` (most specific class wins). Request
 shape errors come from pydantic and are reshaped to the same body, naming the field:
 `{"error": {"code": "invalid_request", "message": "body.top_k: …", "details": [...]}}`.
 Anything else is a 500 with a generic message; its stack trace goes to the log, never to the client.
@@ -29,7 +29,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
-from training import errors as domain
+from contract import errors as domain
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ class ResponseTooLargeError(InvalidInputError):
     code = "response_too_large"
 
 
-# training.errors class -> HTTP status; looked up along the exception's MRO
+# contract.errors class -> HTTP status; looked up along the exception's MRO
 DOMAIN_STATUS: dict[type[domain.InfonceSearchError], int] = {
     domain.NoLiveBundle: 503,
     domain.IndexUnavailable: 503,  # Milvus unreachable: the search may succeed once it is back

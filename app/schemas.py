@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 from fastapi.openapi.models import Example
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from training.report_schema import GapReport
+from contract.report_schema import GapReport
 
 MAX_QUERY_CHARS = 2048
 SCORE_DOC = (

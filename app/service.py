@@ -21,9 +21,9 @@ from app.encoder_choice import choose_backend, load_backend
 from app.errors import InvalidInputError
 from app.query_cache import QueryCache
 from app.schemas import Hit
+from contract.bundle import Bundle
+from contract.encoder import Encoder, TextKind
 from contract.index_backend import search_with_filter
-from training.bundle import Bundle
-from training.encoder import Encoder, TextKind
 
 logger = logging.getLogger(__name__)
 

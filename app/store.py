@@ -11,7 +11,7 @@ serving, is logged, and shows in GET /bundles as `last_failed_load`. A version t
 retried on every poll, only when CURRENT changes again or someone activates it explicitly.
 
 Several API processes may share one bundles folder: they only read it and follow CURRENT by polling
-(`reload_poll_seconds`); POST /bundles/{v}/activate rewrites CURRENT (atomically, via BundleStore).
+(`reload_poll_seconds`); POST /bundles/{v}/activate rewrites CURRENT (atomically, via BundleFolder).
 """
 
 from __future__ import annotations
@@ -32,14 +32,15 @@ from app.query_cache import QueryCache
 from app.schemas import BundleEntry, BundlesResponse, LoadFailure, Unreadable
 from app.service import LiveBundle, SearchSpec, open_live_bundle
 from app.settings import Settings
+from contract.bundle import load_bundle
+from contract.bundle_folder import BundleFolder
+from contract.errors import BundleInvalid, InfonceSearchError
 from contract.index_backend import BackendConfig
 from contract.milvus_index import MilvusPointer
-from training.bundle import BundleStore, load_bundle
-from training.errors import BundleInvalid, InfonceSearchError
 
 logger = logging.getLogger(__name__)
 
-GATE_LOG = "gate.jsonl"  # BundleStore's append-only decision log (docs/architecture.md)
+GATE_LOG = "gate.jsonl"  # the append-only decision log (contract.bundle_folder) (docs/architecture.md)
 
 
 def index_pointer(settings: Settings) -> MilvusPointer | None:
@@ -61,7 +62,7 @@ class BundleHolder:
     def __init__(self, settings: Settings, metrics: AppMetrics):
         self.settings = settings
         self.metrics = metrics
-        self.store = BundleStore(settings.bundles_dir, pointer=index_pointer(settings))
+        self.store = BundleFolder(settings.bundles_dir, pointer=index_pointer(settings))
         self.live: LiveBundle | None = None
         self.last_failure: LoadFailure | None = None
         self._failed: set[str] = set()

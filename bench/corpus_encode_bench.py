@@ -21,10 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
+from contract.encoder import Encoder, default_model_path, document_text
+from contract.onnx_encoder import OnnxQueryEncoder
 from training.data import load_corpus
 from training.demo_data import build_demo_dataset
-from training.encoder import Encoder, default_model_path, document_text
-from training.onnx_encoder import OnnxQueryEncoder, export_onnx
+from training.onnx_export import export_onnx
 
 SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
 

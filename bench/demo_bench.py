@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from training.config import TrainConfig
+from contract.config import TrainConfig
 from training.demo_data import DEFAULT_DOCS, build_demo_dataset
 from training.pipeline import run_pipeline
 

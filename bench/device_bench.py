@@ -19,12 +19,14 @@ import time
 import numpy as np
 import torch
 
-from training.config import TrainConfig
+from contract.config import TrainConfig
+from contract.encoder import Encoder
 from training.data import load_beir, training_pairs
 from training.demo_data import build_demo_dataset
 from training.device import precision_for
-from training.encoder import Encoder
-from training.trainer import _step, build_loss, build_optimizer, seed_everything
+from training.train_step import build_loss, build_optimizer
+from training.train_step import optimizer_step as _step
+from training.trainer import seed_everything
 
 
 def main() -> None:

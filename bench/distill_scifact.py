@@ -41,7 +41,7 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
-    from training.bundle import BundleStore
+    from training.bundle_store import BundleStore
     from training.data import load_beir
     from training.distill import DistillConfig
     from training.distill_step import attach_query_encoders

@@ -30,9 +30,10 @@ CACHE = REPO / "var" / "bench"
 
 
 def bundle(n_docs: int) -> Path:
-    from training.bundle import BundleStore, build_bundle
+    from contract.encoder import Encoder
+    from training.bundle_build import build_bundle
+    from training.bundle_store import BundleStore
     from training.data import load_corpus
-    from training.encoder import Encoder
 
     bundles = CACHE / f"fairness-bundles-{n_docs}"
     store = BundleStore(bundles)

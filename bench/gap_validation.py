@@ -22,12 +22,12 @@ import time
 
 import numpy as np
 
+from contract.report_schema import Estimate
 from training.gap import estimators as est
 from training.gap.mutual_info import MAX_FIRST_ORDER, mi_section
 from training.gap.report import Anchors
 from training.gap.sections import K_POOL_FRACTION, risk_vs_k_section
 from training.gap.simulate import SphereWorld, sample_uniform_cosine, true_risk
-from training.report_schema import Estimate
 
 WORLDS = [
     SphereWorld(dim=8, kappa=10.0, tau=0.5),

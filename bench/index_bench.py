@@ -7,7 +7,8 @@ Two datasets:
   scifact queries: half tune the index (build_index's target recall), the other half measure it.
 - synthetic: N vectors drawn from a Gaussian mixture fitted to the real embeddings (k-means centres,
   per-cluster diagonal spread), renormalised; queries are fresh draws from the same mixture. Isotropic
-  random vectors are unrealistically hard for ANN (performance.md B4), this keeps the real geometry.
+  random vectors are unrealistically hard for ANN (no cluster structure to exploit); this keeps the real
+  geometry.
 
 recall@10 is |index top-10 ∩ exact top-10| / 10 on the measuring queries. QPS: "b1" = one query per
 search() call (the /search path), "b64" = 64 queries per call. Bytes/vector: the serialised index /
@@ -32,9 +33,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import training.index_build as build_mod  # noqa: E402
-from training.index import VectorIndex, set_flat_batch_threshold  # noqa: E402
-from training.index_build import build_index  # noqa: E402
+import training.index_factory as build_mod  # noqa: E402
+from contract.vector_index import VectorIndex, set_flat_batch_threshold  # noqa: E402
+from training.index_factory import build_index  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 SCIFACT = REPO.parent / "shared" / "data" / "scifact"
@@ -47,8 +48,8 @@ def real_embeddings() -> tuple[np.ndarray, np.ndarray]:
     if cache.exists():
         z = np.load(cache)
         return z["docs"], z["queries"]
+    from contract.encoder import Encoder, document_text
     from training.data import load_corpus
-    from training.encoder import Encoder, document_text
 
     corpus = load_corpus(SCIFACT / "corpus.jsonl")
     queries = [json.loads(line)["text"] for line in (SCIFACT / "queries.jsonl").open() if line.strip()]

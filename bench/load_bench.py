@@ -49,15 +49,16 @@ CACHE = REPO / "var" / "bench"
 
 
 def build_bundle_if_needed(bundles: Path, distractors: int = 0) -> str:
-    from training.bundle import BundleStore
+    from training.bundle_store import BundleStore
 
     store = BundleStore(bundles)
     if store.current_version():
         return store.current_version()  # type: ignore[return-value]
-    from training.bundle import build_bundle
+    from contract.encoder import Encoder, default_model_path, document_text
+    from contract.onnx_encoder import OnnxQueryEncoder
+    from training.bundle_build import build_bundle
     from training.data import Document, load_beir
-    from training.encoder import Encoder, default_model_path, document_text
-    from training.onnx_encoder import OnnxQueryEncoder, attach_onnx, export_onnx
+    from training.onnx_export import attach_onnx, export_onnx
 
     print(f"building the scifact bench bundle in {bundles} (once)", flush=True)
     test = load_beir(SCIFACT, "test")
@@ -221,7 +222,7 @@ def encoder_ceiling(bundles: Path, version: str, backend: str, queries: list[str
     per request either way.
     """
     from app.service import SearchSpec, open_live_bundle
-    from training.bundle import load_bundle
+    from contract.bundle import load_bundle
 
     live = open_live_bundle(load_bundle(bundles / version), backend)
 
@@ -251,7 +252,7 @@ def encoder_ceiling(bundles: Path, version: str, backend: str, queries: list[str
 def encode_costs(bundles: Path, version: str, backends: list[str], max_loss: float) -> dict[str, dict]:
     """Per query encoder: ms per query (one per call, in process) and its recorded nDCG@10 on scifact test."""
     from app.encoder_choice import load_backend, recorded_ndcg_losses, time_encoder
-    from training.bundle import load_bundle
+    from contract.bundle import load_bundle
     from training.data import load_beir
 
     bundle = load_bundle(bundles / version)

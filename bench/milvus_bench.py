@@ -6,7 +6,7 @@ the shared 2 cores), embedded with the packaged all-MiniLM-L6-v2.
 
 Part 1, synthetic: N vectors (default 100k) from the Gaussian mixture fitted to those embeddings
 (bench/index_bench.py's sampler), queries fresh draws: half tune each ANN index to the recall
-target (FAISS through training.index_build, Milvus through training.milvus_publish), the other half
+target (FAISS through training.index_factory, Milvus through training.milvus_publish), the other half
 measure recall@10 against exact search. Per backend and index type it prints build time (for Milvus:
 insert + index + load + tuning), recall@10, QPS with 1 and 8 client threads issuing one query per call,
 and resident memory: FAISS = this process's anonymous memory growth while building; Milvus = the server
@@ -42,7 +42,7 @@ from contract.index_backend import MILVUS_EXTRAS, BackendConfig  # noqa: E402
 from contract.milvus_index import connect  # noqa: E402
 from tests.servers import milvus_server  # noqa: E402
 from training.data import Document  # noqa: E402
-from training.index_build import build_index, recall_at  # noqa: E402
+from training.index_factory import build_index, recall_at  # noqa: E402
 from training.milvus_publish import milvus_builder  # noqa: E402
 from training.shards import exact_top_k  # noqa: E402
 
@@ -58,8 +58,8 @@ def scifact_slice() -> tuple[np.ndarray, np.ndarray]:
     if cache.exists():
         z = np.load(cache)
         return z["docs"], z["queries"]
+    from contract.encoder import Encoder, document_text
     from training.data import load_beir, subset
-    from training.encoder import Encoder, document_text
 
     data = subset(load_beir(SCIFACT, "test"), n_queries=10_000, n_distractors=DISTRACTORS, seed=0)
     enc = Encoder.load()

@@ -33,11 +33,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from training.config import TrainConfig
+from contract.config import TrainConfig
+from contract.encoder import Encoder
+from contract.report_schema import Estimate, GapReport
 from training.data import RetrievalData, load_beir
-from training.encoder import Encoder
 from training.gap.report import compute_report
-from training.report_schema import Estimate, GapReport
 from training.trainer import train
 
 SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"

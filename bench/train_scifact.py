@@ -18,11 +18,12 @@ import sys
 import time
 from pathlib import Path
 
-from training.config import TrainConfig
+from contract.config import TrainConfig
+from contract.encoder import Encoder
 from training.data import load_beir
-from training.encoder import Encoder
 from training.evaluate import evaluate
-from training.trainer import limit_queries, train
+from training.train_examples import limit_queries
+from training.trainer import train
 
 SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
 

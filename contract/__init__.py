@@ -1,1 +1,2 @@
-"""The serving contract: what the API imports (read side of bundles, indexes, documents)."""
+"""The serving contract: what the API imports (encoder, vector index, bundle, docstore, ONNX/distilled query
+encoders, report schema, errors, job submission, atomic files). Nothing here imports `training` or `app`."""

@@ -24,12 +24,11 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-from training.errors import ConfigError
+from contract.errors import ConfigError
 
 if TYPE_CHECKING:
-    from training.bundle import Manifest
-    from training.docstore import DocStore
-    from training.index import IndexInfo
+    from contract.docstore import DocStore
+    from contract.vector_index import IndexInfo
 
 IndexBackend = Literal["faiss", "milvus"]
 BACKENDS = ("faiss", "milvus")
@@ -87,14 +86,16 @@ class IndexPointer(Protocol):
     """BundleStore's hook into a backend whose index lives outside the bundle folder: opens it (to
     validate and load), is told when CURRENT moves and when a version is deleted (keep-N)."""
 
-    def open_index(self, manifest: Manifest) -> Any: ...
+    def open_index(self, manifest: Any) -> Any: ...
 
-    def on_current(self, manifest: Manifest) -> None: ...
+    def on_current(self, manifest: Any) -> None: ...
 
-    def on_delete(self, manifest: Manifest) -> None: ...
+    def on_delete(self, manifest: Any) -> None: ...
 
 
-IndexOpener = Callable[["Manifest"], Any]  # manifest -> SearchIndex, for indexes outside the folder
+# manifest -> SearchIndex, for indexes outside the folder. Manifests are typed Any in this module:
+# contract.bundle imports it, so naming contract.bundle here would make an import circle
+IndexOpener = Callable[[Any], Any]
 
 
 def search_with_filter(

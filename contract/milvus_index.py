@@ -32,15 +32,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from contract.docstore import FIELD_RE, RANGE_OPS, FilterError, compile_filter
+from contract.errors import BundleInvalid, ConfigError, IndexUnavailable
 from contract.index_backend import MILVUS_EXTRAS, BackendConfig, Rows, is_milvus
-from training.docstore import FIELD_RE, RANGE_OPS, FilterError, compile_filter
-from training.errors import BundleInvalid, ConfigError, IndexUnavailable
-from training.index import IndexInfo, as_matrix
+from contract.vector_index import IndexInfo, as_matrix
 
 if TYPE_CHECKING:
     from pymilvus import MilvusClient
 
-    from training.bundle import Manifest
+    from contract.bundle import Manifest
 
 logger = logging.getLogger(__name__)
 

@@ -288,14 +288,14 @@ def test_deploy_doc_lists_every_setting_and_variable() -> None:
 
 
 def test_packages_hold_only_python_files() -> None:
-    """The image installs app/ and training/ as a wheel; setuptools drops non-.py files unless declared."""
+    """The image installs app/, contract/ and training/ as a wheel; setuptools drops non-.py files unless declared."""
     import tomllib
 
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     declared = pyproject.get("tool", {}).get("setuptools", {}).get("package-data")
     others = [
         str(p.relative_to(REPO))
-        for package in ("app", "training")
+        for package in ("app", "contract", "training")
         for p in (REPO / package).rglob("*")
         if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts
     ]

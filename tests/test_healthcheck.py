@@ -138,7 +138,8 @@ def _wait_for_port(port: int, proc: subprocess.Popen[str], deadline_s: float = 1
 
 def _publish_tiny_bundle(encoder: object, bundles: Path, staging: Path) -> str:
     """Five documents, the real encoder, a flat index: enough for /readyz's canary query."""
-    from training.bundle import BundleStore, build_bundle
+    from training.bundle_build import build_bundle
+    from training.bundle_store import BundleStore
     from training.data import Document
 
     texts = [

@@ -23,9 +23,9 @@ from safetensors.numpy import load_file
 
 from app.main import create_app
 from app.settings import Settings
+from contract.jobs.queue import JobQueue
 from tests.app.conftest import wait_until
 from tests.training.scifact_slice import scifact_slice
-from training.jobs.queue import JobQueue
 
 pytestmark = [pytest.mark.slow, pytest.mark.scifact]
 
@@ -89,8 +89,8 @@ class Worker:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, scifact) -> Iterator[dict[str, Any]]:
-    from training.encoder import Encoder
-    from training.indexing import index_model
+    from contract.encoder import Encoder
+    from training.publish import index_model
 
     root = tmp_path_factory.mktemp("jobs-e2e")
     data_root = root / "data"

@@ -1,5 +1,6 @@
-"""Import direction (docs/architecture.md): training never imports app; app imports only the contract
-modules of training. Imports are read with `ast`, so nothing is executed."""
+"""Import direction (docs/architecture.md): training never imports app; contract imports neither;
+the whole import closure of app (every import, at any depth, module level or inside a function) stays
+inside app and contract; no import circles. Imports are read with `ast`, so nothing is executed."""
 
 from __future__ import annotations
 
@@ -9,18 +10,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-# what the API may import from training: the contract modules (plus the ONNX query encoder, which is
-# itself import-light, and the job queue for job submission)
-APP_MAY_IMPORT = {
-    "training.encoder",
-    "training.index",
-    "training.bundle",
-    "training.errors",
-    "training.report_schema",
-    "training.onnx_encoder",
-    "training.query_encoders",
-    "training.jobs.queue",
-}
+PACKAGES = ("app", "contract", "training")
 
 
 def imports_of(path: Path) -> set[str]:
@@ -42,6 +32,74 @@ def _files(package: str) -> list[Path]:
     return files
 
 
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the repo modules it imports (a name that is not a module, `from m import f`, counts as m)."""
+    modules = {module_name(f): f for package in PACKAGES for f in _files(package)}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = set()
+        for imported in imports_of(path):
+            while imported and imported not in modules:
+                imported = imported.rpartition(".")[0]
+            if imported and imported != name:
+                targets.add(imported)
+        graph[name] = targets
+    return graph
+
+
+def closure(graph: dict[str, set[str]], roots: set[str]) -> set[str]:
+    """Every module reachable from roots, with the parent packages Python runs on the way."""
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        parents = [name.rsplit(".", i)[0] for i in range(1, name.count(".") + 1)]
+        todo.extend(graph.get(name, set()) | {p for p in parents if p in graph})
+    return seen
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
 def test_training_never_imports_app():
     offenders = {
         str(f.relative_to(REPO)): sorted(m for m in imports_of(f) if m == "app" or m.startswith("app."))
@@ -50,18 +108,31 @@ def test_training_never_imports_app():
     assert {k: v for k, v in offenders.items() if v} == {}
 
 
-def test_app_imports_only_the_training_contract_modules():
-    offenders = {}
-    for f in _files("app"):
-        # `from training import errors` yields both "training" and "training.errors": judge the longest names
-        names = {m for m in imports_of(f) if m == "training" or m.startswith("training.")}
-        modules = {m for m in names if not any(other.startswith(m + ".") for other in names)}
-        bad = sorted(
-            m for m in modules if not any(m == ok or m.startswith(ok + ".") for ok in APP_MAY_IMPORT)
-        )
-        if bad:
-            offenders[str(f.relative_to(REPO))] = bad
-    assert offenders == {}
+def test_contract_imports_neither_training_nor_app():
+    offenders = {
+        str(f.relative_to(REPO)): sorted(m for m in imports_of(f) if m.split(".")[0] in ("training", "app"))
+        for f in _files("contract")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+
+
+def test_the_import_closure_of_app_holds_no_training_module():
+    graph = import_graph()
+    reached = closure(graph, {m for m in graph if m.split(".")[0] == "app"})
+    assert sorted(m for m in reached if m.split(".")[0] == "training") == []
+
+
+def test_no_import_circles():
+    assert cycles(import_graph()) == []
+
+
+def test_closure_and_cycles_see_function_level_imports(tmp_path):
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "d.e": set()}
+    assert cycles(graph) == [["a", "b", "c"]]
+    assert closure(graph, {"d.e"}) == {"d.e", "d", "a", "b", "c"}
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n    from training import trainer\n")
+    assert imports_of(probe) == {"training", "training.trainer"}
 
 
 def test_imports_of_reads_both_import_forms(tmp_path):

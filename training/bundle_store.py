@@ -40,49 +40,30 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from pydantic import AliasChoices, BaseModel, Field
+from pydantic import BaseModel
 
-from training.bundle import GATE_FILE, VERSION_RE, Bundle, load_bundle, read_manifest, write_json_atomic
-from training.errors import BundleInvalid, BundleNotFound, NoLiveBundle
+from contract.atomic import fsync_dir, fsync_tree, write_json_atomic
+from contract.bundle import GATE_FILE, VERSION_RE, load_bundle, read_manifest
+from contract.bundle_folder import (
+    GATE_LOG_MAX_BYTES,
+    BundleFolder,
+    GateDecision,
+)
+from contract.errors import BundleInvalid
 
 if TYPE_CHECKING:
-    from contract.index_backend import IndexOpener, IndexPointer
+    from contract.index_backend import IndexPointer
     from training.data import RetrievalData
 
 logger = logging.getLogger(__name__)
 
-CURRENT_FILE = "CURRENT"
-GATE_LOG = "gate.jsonl"
-GATE_LOG_MAX_BYTES = 1 << 20  # gate.jsonl is rotated to gate.jsonl.1 beyond this (thousands of decisions)
 ORPHAN_LOCK_AGE_S = 60.0
-FINGERPRINT_KEY = "eval_fingerprint"  # manifest.extras key written by training.indexing
-LOCK_FILE = ".lock"
+FINGERPRINT_KEY = "eval_fingerprint"  # manifest.extras key written by training.publish
 BUILD_PREFIX = ".build-"
 PUBLISH_STEPS = ("validate", "gate", "stage", "rename", "log", "current")
 StepHook = Callable[[str], None]
-
-
-class GateDecision(BaseModel):
-    """The gate's verdict on one candidate. Whether a version *is* live is never stored: CURRENT says it
-    (a crash between logging the decision and writing CURRENT leaves an accepted version not live)."""
-
-    version: str
-    # records written before this field was renamed say "live"
-    accepted: bool = Field(validation_alias=AliasChoices("accepted", "live"))
-    reason: str
-    metric: str
-    candidate_value: float | None = None
-    live_version: str | None = None
-    live_value: float | None = None
-    tolerance: float
-    forced: bool = False
-    decided_at: datetime
-    # sha256 of the evaluation set (corpus, queries, qrels) the candidate's metrics come from; the gate
-    # compares values only between bundles evaluated on the same set
-    eval_fingerprint: str | None = None
-    live_eval_fingerprint: str | None = None
 
 
 def evaluation_fingerprint(data: RetrievalData) -> str:
@@ -104,32 +85,8 @@ class PublishResult(BaseModel):
     reason: str
 
 
-class VersionInfo(BaseModel):
-    version: str
-    live: bool
-    created_at: datetime
-    metrics: dict[str, dict[str, float]]
-    gate: GateDecision | None = None
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_tree(root: Path) -> None:
-    for dirpath, _, filenames in os.walk(root):
-        for name in filenames:
-            with open(Path(dirpath) / name, "rb") as f:
-                os.fsync(f.fileno())
-        _fsync_dir(Path(dirpath))
-
-
-class BundleStore:
-    """A folder of published bundle versions with one live version."""
+class BundleStore(BundleFolder):
+    """A BundleFolder that also publishes: build folders, the quality gate, pruning."""
 
     def __init__(
         self,
@@ -138,100 +95,8 @@ class BundleStore:
         gate_log_max_bytes: int = GATE_LOG_MAX_BYTES,
         pointer: IndexPointer | None = None,
     ):
-        self.root = Path(root)
-        # told after CURRENT moves (Milvus flips its live alias) and before a version is pruned (drops
-        # its collection); a crash before it leaves the backend's pointer on the old version
-        self.pointer = pointer
+        super().__init__(root, gate_log_max_bytes, pointer=pointer)
         self.keep = keep
-        self.gate_log_max_bytes = gate_log_max_bytes
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._reported: set[tuple[str, str]] = set()
-
-    # -- reading ------------------------------------------------------------------------------------
-    def current_version(self) -> str | None:
-        """The version CURRENT names; None when there is no CURRENT; BundleInvalid when it is unreadable."""
-        path = self.root / CURRENT_FILE
-        try:
-            version = path.read_bytes().decode("utf-8").strip()
-        except FileNotFoundError:
-            return None
-        except UnicodeDecodeError:
-            raise BundleInvalid(f"{CURRENT_FILE} is not UTF-8 text") from None
-        except OSError as exc:  # a folder named CURRENT, no permission, I/O error
-            raise BundleInvalid(f"{CURRENT_FILE} is unreadable ({exc.strerror or exc})") from None
-        return version or None
-
-    def version_path(self, version: str) -> Path:
-        if not VERSION_RE.match(version):
-            raise BundleNotFound(f"{version!r} is not a bundle version id")
-        path = self.root / version
-        if not path.is_dir():
-            raise BundleNotFound(f"no bundle version {version} in {self.root}")
-        return path
-
-    def list_versions(self, problems: list[tuple[str, str]] | None = None) -> list[VersionInfo]:
-        """Published versions, oldest first (hidden staging folders are never listed).
-
-        A version whose manifest is unreadable is left out, and one whose gate.json is unreadable is
-        listed without its decision; both are appended to `problems` as (version, reason) when given.
-        """
-        try:
-            live = self.current_version()
-        except BundleInvalid:
-            live = None
-        out = []
-        for path in sorted(self.root.iterdir()):
-            if not path.is_dir() or not VERSION_RE.match(path.name):
-                continue
-            try:
-                manifest = read_manifest(path)
-            except BundleInvalid as exc:
-                self._problem(problems, path.name, f"skipped: {exc}")
-                continue
-            gate = None
-            if (path / GATE_FILE).exists():
-                try:
-                    gate = GateDecision.model_validate_json((path / GATE_FILE).read_bytes())
-                except (OSError, ValueError) as exc:  # pydantic's ValidationError is a ValueError
-                    first = str(exc).splitlines()[0]
-                    self._problem(problems, path.name, f"{GATE_FILE} is unreadable ({first})")
-            out.append(
-                VersionInfo(
-                    version=path.name,
-                    live=path.name == live,
-                    created_at=manifest.created_at,
-                    metrics=manifest.metrics,
-                    gate=gate,
-                )
-            )
-        return out
-
-    def _problem(self, problems: list[tuple[str, str]] | None, version: str, reason: str) -> None:
-        if problems is not None:
-            problems.append((version, reason))
-        if (version, reason) not in self._reported:  # once per distinct problem, not on every listing
-            self._reported.add((version, reason))
-            logger.warning("bundle %s: %s", version, reason)
-
-    def load_current(self, *, verify: bool = True) -> Bundle:
-        version = self.current_version()
-        if version is None:
-            raise NoLiveBundle(f"no live bundle in {self.root} (nothing published yet)")
-        return load_bundle(self.version_path(version), verify=verify, index_opener=self.index_opener())
-
-    def index_opener(self) -> IndexOpener | None:
-        """How load_bundle opens an index kept outside the folder (the pointer's backend), or None."""
-        return self.pointer.open_index if self.pointer is not None else None
-
-    # -- writing ------------------------------------------------------------------------------------
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        with open(self.root / LOCK_FILE, "a+") as f:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
     @contextmanager
     def build_dir(self) -> Iterator[Path]:
@@ -285,11 +150,11 @@ class BundleStore:
                 shutil.copytree(staging, private)
             else:
                 private = staging
-            _fsync_tree(private)
+            fsync_tree(private)
             step("rename")
             final = self.root / manifest.version
             os.rename(private, final)
-            _fsync_dir(self.root)
+            fsync_dir(self.root)
             step("log")
             self._log({"event": "publish", **decision.model_dump(mode="json")})
             step("current")
@@ -300,26 +165,6 @@ class BundleStore:
             self._prune(self.keep)
         logger.info("published %s: live=%s (%s)", manifest.version, decision.accepted, decision.reason)
         return PublishResult(version=manifest.version, live=decision.accepted, reason=decision.reason)
-
-    def activate(self, version: str) -> None:
-        """Point CURRENT at an already published version (roll back or forward) after validating it."""
-        with self._locked():
-            bundle = load_bundle(self.version_path(version), verify=True, index_opener=self.index_opener())
-            bundle.docstore.close()
-            try:
-                previous = self.current_version()
-            except BundleInvalid:  # activating is how an operator repairs an unreadable CURRENT
-                previous = None
-            self._set_current(version)
-            self._log(
-                {
-                    "event": "activate",
-                    "version": version,
-                    "previous": previous,
-                    "decided_at": datetime.now(UTC).isoformat(),
-                }
-            )
-        logger.info("activated %s (was %s)", version, previous)
 
     def prune(self, keep: int | None = None) -> list[str]:
         """Delete all but the newest `keep` versions; the live one is always kept. Returns deleted ids."""
@@ -377,28 +222,6 @@ class BundleStore:
         if force and not ok:
             return GateDecision(accepted=True, reason=f"forced: {reason}", **common)
         return GateDecision(accepted=ok, reason=reason if ok else f"kept as candidate: {reason}", **common)
-
-    def _set_current(self, version: str) -> None:
-        tmp = self.root / f".{CURRENT_FILE}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(version + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.root / CURRENT_FILE)
-        _fsync_dir(self.root)
-        if self.pointer is not None:
-            self.pointer.on_current(read_manifest(self.root / version))
-
-    def _log(self, record: dict[str, Any]) -> None:
-        path = self.root / GATE_LOG
-        with contextlib.suppress(FileNotFoundError):
-            if path.stat().st_size >= self.gate_log_max_bytes:
-                # one older generation is kept; readers (GET /bundles) page through the current file only
-                os.replace(path, path.with_name(GATE_LOG + ".1"))
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record, default=str) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
 
     def _clean_stale(self) -> None:
         # under the lock no other writer exists, so any hidden staging/trash folder is left from a crash

@@ -23,8 +23,9 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from training.config import TrainConfig
-from training.errors import InfonceSearchError
+from contract.config import TrainConfig
+from contract.errors import InfonceSearchError
+from training.cli_support import configure_logging, fail, validation_message
 
 logger = logging.getLogger(__name__)
 
@@ -71,34 +72,6 @@ HELP: dict[str, str] = {
     "eval_max_queries": "Evaluate on a seeded subsample of this many held-out queries (quick runs).",
     "report": "Compute the generalization-gap report into OUT/report/ after training.",
 }
-
-
-def fail(message: str) -> typing.NoReturn:
-    """One line on stderr and exit code 2: what a user sees instead of a traceback."""
-    typer.echo(f"error: {message}", err=True)
-    raise typer.Exit(code=2)
-
-
-def validation_message(error: ValidationError) -> str:
-    """`--lr: Input should be greater than 0` rather than pydantic's multi-line dump."""
-    parts = []
-    for item in error.errors():
-        name = ".".join(str(x) for x in item["loc"])
-        message = item["msg"].removeprefix("Value error, ")
-        if not name:  # a check across fields (TrainConfig's model validator)
-            parts.append(message)
-        else:
-            flag = f"--{name.replace('_', '-')}" if name in TrainConfig.model_fields else name
-            parts.append(f"{flag}: {message}")
-    return "invalid option " + "; ".join(parts)
-
-
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        datefmt="%H:%M:%S",
-    )
 
 
 def load_config(config_file: Path | None, overrides: dict[str, Any]) -> TrainConfig:
@@ -321,7 +294,7 @@ def index_cmd(
     milvus_name: MilvusNameOpt = "infonce",
 ) -> None:
     configure_logging(log_level)
-    from training.indexing import index_model  # heavy imports only when the command runs
+    from training.publish import index_model  # heavy imports only when the command runs
 
     try:
         backend = _backend(index_backend, milvus_uri, milvus_token, milvus_name)

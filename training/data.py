@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from training.config import SPLIT_PATTERN
-from training.encoder import document_text
-from training.errors import DataError
+from contract.config import SPLIT_PATTERN
+from contract.encoder import document_text
+from contract.errors import DataError
 
 logger = logging.getLogger(__name__)
 

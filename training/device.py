@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 import torch
 
-from training.errors import ConfigError
+from contract.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

@@ -34,12 +34,12 @@ import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field
 
+from contract.encoder import Encoder
+from contract.errors import ConfigError
+from contract.query_encoders import SUBDIR, StaticQueryEncoder, variant_folder
 from training.data import RetrievalData
-from training.encoder import Encoder
-from training.errors import ConfigError
 from training.losses.info_nce import info_nce_loss
 from training.negatives import mine_hard_negatives, no_duplicate_batches
-from training.query_encoders import SUBDIR, StaticQueryEncoder, variant_folder
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ def _fit(
     rng: np.random.Generator,
 ) -> dict[str, Any]:
     """The readable loop: batches without repeated queries or positives, one InfoNCE step each."""
-    from training.trainer import embed, linear_schedule
+    from training.train_step import embed, linear_schedule
 
     batches_per_epoch = [
         no_duplicate_batches(pairs.keys, pairs.positives, config.batch_size, rng, positives=pairs.known)
@@ -315,7 +315,7 @@ def train_variant(
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save(str(out_dir), safe_serialization=True)
     if variant == "distilled":
-        from training.onnx_encoder import export_onnx
+        from training.onnx_export import export_onnx
 
         export_onnx(out_dir, quantize=False)
     logger.info("trained the %s query encoder in %s s (%d steps)", variant, info["seconds"], info["steps"])
@@ -352,7 +352,7 @@ def distill_query_encoders(
             margin=config.hard_negative_margin,
             rng=rng,
         )
-    from training.encoder import document_text
+    from contract.encoder import document_text
 
     corpus_texts = [document_text(d.title, d.text) for d in train.corpus.values()]
     temperature = float(encoder.similarity.temperature or 0.05)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from training.errors import InfonceSearchError
+from contract.errors import InfonceSearchError
 
 
 def distill_cmd(
@@ -40,7 +40,7 @@ def distill_cmd(
     ] = False,
     log_level: Annotated[str, typer.Option("--log-level")] = "INFO",
 ) -> None:
-    from training.cli import configure_logging, fail
+    from training.cli_support import configure_logging, fail
 
     configure_logging(log_level)
     from pydantic import ValidationError

@@ -19,20 +19,20 @@ from typing import Any
 
 import numpy as np
 
-from training.bundle import (
+from contract.atomic import write_json_atomic
+from contract.bundle import (
     MANIFEST_FILE,
     MODEL_DIR,
     checksums,
     load_bundle,
     new_version_id,
-    write_json_atomic,
 )
+from contract.errors import ConfigError
+from contract.query_encoders import EXTRAS_KEY, SUBDIR, load_variant
 from training.bundle_store import BundleStore, PublishResult
 from training.data import RetrievalData
 from training.distill import DistillConfig, distill_query_encoders
-from training.errors import ConfigError
 from training.evaluate import trec_metrics
-from training.query_encoders import EXTRAS_KEY, SUBDIR, load_variant
 from training.served_risk import served_risks
 
 logger = logging.getLogger(__name__)
@@ -63,7 +63,7 @@ def bundle_doc_embeddings(bundle: Any) -> np.ndarray:
     index = bundle.index
     if bundle.encoder.metric == "cosine" and index.info.factory.startswith("Flat"):
         return np.ascontiguousarray(index.index.reconstruct_n(0, index.ntotal), dtype=np.float32)  # (n, D)
-    from training.encoder import document_text
+    from contract.encoder import document_text
 
     logger.info("re-encoding %d documents (the index cannot give its vectors back)", len(bundle.doc_ids))
     docs = bundle.docstore.get(range(len(bundle.doc_ids)), ("title", "text"))

@@ -22,15 +22,16 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from contract.atomic import atomic_path, write_json_atomic
+
 if TYPE_CHECKING:
-    from training.encoder import Encoder
+    from contract.encoder import Encoder
 
 logger = logging.getLogger(__name__)
 
@@ -132,15 +133,11 @@ class EmbeddingCache:
         """Store (n, dim) float32 rows under `key`; returns them memory-mapped from the file."""
         self.folder.mkdir(parents=True, exist_ok=True)
         data = self.folder / f"{key}.npy"
-        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{key}.", suffix=".npy")
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, np.ascontiguousarray(emb, dtype=np.float32))
-        info = {"format": FORMAT, "key": key, "shape": list(emb.shape), "sha256": _sha256_file(Path(tmp))}
-        os.replace(tmp, data)
-        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=f".{key}.", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(info, f)
-        os.replace(tmp, self.folder / f"{key}.json")
+        with atomic_path(data) as tmp:
+            with open(tmp, "xb") as f:
+                np.save(f, np.ascontiguousarray(emb, dtype=np.float32))
+            info = {"format": FORMAT, "key": key, "shape": list(emb.shape), "sha256": _sha256_file(tmp)}
+        write_json_atomic(self.folder / f"{key}.json", info, indent=None)
         self.prune()
         return np.load(data, mmap_mode="r")
 

@@ -25,10 +25,10 @@ import numpy as np
 import pytrec_eval
 from tqdm.auto import tqdm
 
+from contract.encoder import Encoder, document_text
+from contract.errors import DataError
 from training.data import Document, RetrievalData
 from training.embedding_cache import EmbeddingCache
-from training.encoder import Encoder, document_text
-from training.errors import DataError
 
 logger = logging.getLogger(__name__)
 

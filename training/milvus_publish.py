@@ -6,13 +6,13 @@ index-space vectors it
 1. creates `<name>_v<version>` (schema: contract/milvus_index.py) with the metadata keys that have one
    scalar type across the corpus as typed fields (`m_<key>`; at most MAX_TYPED_FIELDS, most common first);
 2. inserts the rows in chunks of `chunk_rows` (a chunk's rows are the only Python copy at a time);
-3. builds the vector index: `auto` = FLAT (exact) up to training.index_build.AUTO_FLAT_MAX vectors, HNSW
+3. builds the vector index: `auto` = FLAT (exact) up to training.index_factory.AUTO_FLAT_MAX vectors, HNSW
    above, as for FAISS; `flat`, `hnsw`, `ivf` (IVF_FLAT) and `ivfpq` (IVF_PQ) on request. milvus-lite 3.2
    builds FLAT, HNSW, HNSW_SQ, IVF_FLAT and IVF_SQ8 (its index factory), not IVF_PQ: asking it for ivfpq
    is an IndexBuildError naming the server's answer;
 4. tunes the search knob (HNSW ef, IVF nprobe) from cheapest up until recall@10 against exact search
    (FAISS Flat over the same vectors) on the tuning queries reaches the target — real held-out queries
-   when given, else corpus rows with each row's own hit excluded, as training.index_build does;
+   when given, else corpus rows with each row's own hit excluded, as training.index_factory does;
 5. returns the IndexInfo (kind "milvus", reached recall, the knob) and `extras["milvus"]` (collection,
    alias, index type, build and search parameters, typed fields) for the manifest.
 
@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from contract.errors import IndexBuildError
 from contract.index_backend import MILVUS_EXTRAS, MILVUS_KIND, BackendConfig
 from contract.milvus_index import (
     ID_FIELD,
@@ -45,13 +46,12 @@ from contract.milvus_index import (
     connect,
     drop_collection,
 )
-from training.errors import IndexBuildError
-from training.index import IndexInfo, IndexMetric, as_matrix
-from training.index_build import AUTO_FLAT_MAX, KINDS, RECALL_K, TUNE_SAMPLE, drop_self, recall_at
+from contract.vector_index import IndexInfo, IndexMetric, as_matrix
+from training.index_factory import AUTO_FLAT_MAX, KINDS, RECALL_K, TUNE_SAMPLE, drop_self, recall_at
 from training.shards import check_finite, exact_top_k
 
 if TYPE_CHECKING:
-    from training.bundle import IndexBuilder
+    from training.bundle_build import IndexBuilder
     from training.data import Document
 
 logger = logging.getLogger(__name__)
@@ -59,7 +59,7 @@ logger = logging.getLogger(__name__)
 MAX_TYPED_FIELDS = 32  # Milvus caps a collection at 64 fields; the rest stay reachable through the JSON field
 MAX_VARCHAR = 65_535
 KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,60}$")
-HNSW_BUILD = {"M": 32, "efConstruction": 200}  # M as training.index_build.HNSW_M
+HNSW_BUILD = {"M": 32, "efConstruction": 200}  # M as training.index_factory.HNSW_M
 INDEX_TYPES = {"flat": "FLAT", "hnsw": "HNSW", "ivf": "IVF_FLAT", "ivfpq": "IVF_PQ"}
 # rows per insert: with the chunk's protobuf message, the only copy of vectors the builder holds
 CHUNK_ROWS = 1024
@@ -145,7 +145,7 @@ def _rows(
 
 
 def _nlist(n: int) -> int:
-    return max(1, min(int(4 * math.sqrt(n)), n // 39))  # as training.index_build (FAISS wiki rule)
+    return max(1, min(int(4 * math.sqrt(n)), n // 39))  # as training.index_factory (FAISS wiki rule)
 
 
 def index_plan(kind: str, n: int, dim: int) -> tuple[str, dict[str, int], list[dict[str, int]]]:

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from contract.config import TrainConfig
 from contract.index_backend import BackendConfig
 from training.bundle_store import PublishResult
-from training.config import TrainConfig
 from training.distill import DistillConfig
 from training.embedding_cache import EmbeddingCache
-from training.indexing import index_model
+from training.publish import index_model
 from training.timing import PhaseTimer
 from training.trainer import ProgressFn, TrainResult, train
 

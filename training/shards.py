@@ -4,7 +4,7 @@ The offline path must work for corpora whose embeddings do not fit in RAM next t
 encoding appends each encoded chunk to the current shard (`.npy` files written through
 `numpy.lib.format.open_memmap`, so the OS pages them out) and `Shards.array()` memory-maps them back as
 one read-only matrix when there is a single shard, or `Shards.chunks()` yields them piece by piece.
-Index builders (training.index_build for FAISS, training.milvus_publish for Milvus) read `chunks` of a
+Index builders (training.index_factory for FAISS, training.milvus_publish for Milvus) read `chunks` of a
 memory-mapped matrix and compute exact top-k for recall tuning with `exact_top_k`, chunk by chunk, so
 no step holds a second full copy of the corpus embeddings.
 """
@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 import faiss
 import numpy as np
 
-from training.errors import IndexBuildError
-from training.index import faiss_metric
+from contract.errors import IndexBuildError
+from contract.vector_index import faiss_metric
 
 if TYPE_CHECKING:
-    from training.encoder import Encoder
+    from contract.encoder import Encoder
 
 logger = logging.getLogger(__name__)
 

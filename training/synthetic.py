@@ -1,4 +1,4 @@
-"""AnInfoNCE controlled experiment at CPU scale (Rusak et al. 2024/25, arXiv 2407.00143, theory.md §2.2).
+"""AnInfoNCE controlled experiment at CPU scale (Rusak et al. 2024/25, arXiv 2407.00143, §2).
 
 Ground truth: latents z uniform on S^{n-1}; a positive z⁺ from the anisotropic kernel
 p(z⁺|z) ∝ exp(-½ (z⁺ - z)ᵀ Λ (z⁺ - z)), drawn like the official `rejected_projected_normal` sampler
@@ -28,7 +28,7 @@ from scipy.stats import spearmanr
 from torch import Tensor, nn
 from tqdm import tqdm
 
-from training.errors import ConfigError
+from contract.errors import ConfigError
 from training.losses.an_info_nce import AnInfoNCELoss
 from training.losses.info_nce import InfoNCELoss
 

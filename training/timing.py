@@ -7,12 +7,12 @@ the end and the run folder keeps `timings.json`, so the README's time claims com
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
+
+from contract.atomic import write_json_atomic
 
 TIMINGS_FILE = "timings.json"
 
@@ -58,11 +58,7 @@ class PhaseTimer:
 
     def write(self, folder: str | Path) -> Path:
         """timings.json in `folder`, written atomically."""
-        path = Path(folder) / TIMINGS_FILE
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(self.to_json(), indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-        return path
+        return write_json_atomic(Path(folder) / TIMINGS_FILE, self.to_json(), newline=True)
 
 
 def phase(timer: PhaseTimer | None, name: str) -> AbstractContextManager[None]:

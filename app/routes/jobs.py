@@ -1,6 +1,6 @@
 """POST /jobs, GET /jobs, GET /jobs/{id}, POST /jobs/{id}/cancel: retrain and reindex as queued jobs.
 
-The API only records and enqueues (training.jobs.queue); a separate worker process runs the job
+The API only records and enqueues (contract.jobs.queue); a separate worker process runs the job
 (`python -m training worker`). When a job publishes a new live bundle, the holder's CURRENT poll swaps it in.
 """
 
@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.deps import ApiKeyDep, SettingsDep, has_api_key
 from app.settings import Settings
-from training.jobs.queue import (
+from contract.jobs.queue import (
     JobQueue,
     JobRecord,
     JobState,
@@ -37,7 +37,7 @@ DatasetName = Annotated[
 
 
 class JobSubmission(BaseModel):
-    """What the server reads. Options are validated per job type by training.jobs.queue (after the
+    """What the server reads. Options are validated per job type by contract.jobs.queue (after the
     path-like ones are confined: 400), so a bad option names its field as `options.<name>`; the spec
     documents the same closed option sets as `JobSubmissionSpec` (one schema per type)."""
 

@@ -1,7 +1,7 @@
 """A small real bundle for the API tests, built once per session from a slice of scifact.
 
 30 scifact test queries with their relevant documents plus 200 distractors (~230 documents, abstracts
-cut to their first 48 words to keep encoding cheap), encoded with the real all-MiniLM-L6-v2 and written with training.bundle into a flat (exact) FAISS index. Every
+cut to their first 48 words to keep encoding cheap), encoded with the real all-MiniLM-L6-v2 and written with contract.bundle into a flat (exact) FAISS index. Every
 document gets metadata (`year`, `group`, `even`) so filters can be tested. Bundle A also carries the
 ONNX query encoders (fp32 + int8, with their measured nDCG@10 loss) and a generalization-gap report;
 bundle B is the same corpus without them (a second version for swaps).
@@ -51,7 +51,7 @@ def doc_embeddings(shared_encoder, slice_data) -> np.ndarray:
 
 def _gap_report(encoder):
     """A schema-valid report (test input: the endpoint must serve whatever report the bundle holds)."""
-    from training.report_schema import (
+    from contract.report_schema import (
         Bound,
         Estimate,
         GapReport,
@@ -109,8 +109,8 @@ def _gap_report(encoder):
 @pytest.fixture(scope="session")
 def staged(tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> dict[str, Path]:
     """Two staged (unpublished) bundles: {"A": with ONNX + report, "B": plain}."""
-    from training.bundle import build_bundle
-    from training.onnx_encoder import attach_onnx
+    from training.bundle_build import build_bundle
+    from training.onnx_export import attach_onnx
 
     root = tmp_path_factory.mktemp("staged")
     report_dir = root / "report"
@@ -139,7 +139,7 @@ def staged(tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> dict
 
 def publish(staged_dir: Path, bundles: Path, *, force: bool = True) -> str:
     """Publish a hard-linked copy of a staged bundle into `bundles`; returns its version."""
-    from training.bundle import BundleStore
+    from training.bundle_store import BundleStore
 
     bundles.mkdir(parents=True, exist_ok=True)
     copy = (

@@ -29,7 +29,7 @@ def milvus(tmp_path_factory) -> BackendConfig:
 
 
 def stage(encoder, corpus, doc_emb, folder: Path, ndcg: float, milvus: BackendConfig | None) -> Path:
-    from training.bundle import build_bundle
+    from training.bundle_build import build_bundle
     from training.milvus_publish import milvus_builder
 
     builder = None
@@ -185,7 +185,7 @@ def test_hot_swap_then_rollback(client, env):
 def test_readiness_checks_the_alias(client, env):
     if env.milvus is None:
         pytest.skip("the live alias is Milvus's")
-    from training.bundle import read_manifest
+    from contract.bundle import read_manifest
 
     c = connect(env.milvus)
     live = read_manifest(env.bundles / _current_version(env)).extras[MILVUS_EXTRAS]["collection"]
@@ -223,7 +223,7 @@ def test_dimension_mismatch_and_missing_backend_are_clear(env, tmp_path):
         pytest.skip("Milvus configuration")
     from pymilvus import DataType
 
-    from training.bundle import MANIFEST_FILE, read_manifest
+    from contract.bundle import MANIFEST_FILE, read_manifest
 
     c = connect(env.milvus)
     schema = c.create_schema(auto_id=False)

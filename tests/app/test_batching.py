@@ -11,7 +11,7 @@ import pytest
 from app.batching import Inference, MicroBatcher, _Pending
 from app.metrics import AppMetrics
 from app.service import LiveBundle, SearchSpec, open_live_bundle
-from training.bundle import load_bundle
+from contract.bundle import load_bundle
 
 pytestmark = pytest.mark.scifact
 

@@ -18,8 +18,8 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
-from training.jobs.queue import JobQueue, ReindexOptions
-from training.jobs.records import update
+from contract.jobs.queue import JobQueue, ReindexOptions
+from contract.jobs.records import update
 from training.jobs.tasks import execute
 
 KEY = {"X-API-Key": "k3y"}

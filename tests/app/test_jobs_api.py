@@ -13,8 +13,8 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
-from training.jobs.queue import JobQueue
-from training.jobs.records import update
+from contract.jobs.queue import JobQueue
+from contract.jobs.records import update
 
 KEY = {"X-API-Key": "k3y"}
 

@@ -12,9 +12,10 @@ from fastapi.testclient import TestClient
 
 from app.encoder_choice import recorded_ndcg_losses
 from app.main import create_app
+from contract.errors import ModelLoadError
+from contract.onnx_encoder import EXTRAS_KEY, OnnxQueryEncoder
 from tests.app.conftest import make_settings
-from training.errors import ModelLoadError
-from training.onnx_encoder import EXTRAS_KEY, OnnxQueryEncoder, export_onnx
+from training.onnx_export import export_onnx
 
 pytestmark = pytest.mark.scifact
 

@@ -13,7 +13,7 @@ import pytest
 from app.metrics import AppMetrics
 from app.store import BundleHolder
 from tests.app.conftest import make_settings, publish
-from training.bundle import BundleStore
+from training.bundle_store import BundleStore
 
 pytestmark = pytest.mark.scifact
 

@@ -50,7 +50,7 @@ def main() -> None:
     from contract.index_backend import BackendConfig
     from contract.milvus_index import connect
     from training.data import Document
-    from training.index_build import build_index
+    from training.index_factory import build_index
     from training.milvus_publish import milvus_builder
     from training.shards import Shards, ShardWriter
 

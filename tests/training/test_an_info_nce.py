@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from training.errors import ConfigError
+from contract.errors import ConfigError
 from training.losses.an_info_nce import AnInfoNCELoss, an_info_nce_loss, pair_scores
 from training.losses.info_nce import info_nce_loss
 

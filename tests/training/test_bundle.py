@@ -13,20 +13,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from training.bundle import (
+from contract.bundle import (
     IDS_FILE,
     INDEX_FILE,
     MANIFEST_FILE,
     Manifest,
-    build_bundle,
     load_bundle,
     new_version_id,
     read_manifest,
     sha256_file,
 )
+from contract.errors import BundleInvalid, BundleNotFound, NoLiveBundle
+from training.bundle_build import build_bundle
 from training.bundle_store import PUBLISH_STEPS, BundleStore
 from training.data import Document
-from training.errors import BundleInvalid, BundleNotFound, NoLiveBundle
 
 REPO = Path(__file__).resolve().parents[2]
 TOPICS = ["protein folding", "black holes", "sourdough bread", "volcanoes", "chess openings", "tax law"]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from contract.bundle import MANIFEST_FILE, read_manifest
 from tests.training.test_bundle import staged, variant  # noqa: F401 - `staged` is a fixture
-from training.bundle import MANIFEST_FILE, read_manifest
 from training.bundle_store import BundleStore, evaluation_fingerprint
 from training.data import Document, RetrievalData
 

@@ -6,8 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from contract.config import TrainConfig
 from training.cli import HELP
-from training.config import TrainConfig
 
 REPO = Path(__file__).resolve().parents[2]
 

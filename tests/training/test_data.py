@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from contract.encoder import document_text
+from contract.errors import DataError
 from training.data import (
     Pair,
     load_beir,
@@ -20,8 +22,6 @@ from training.data import (
     subset,
     training_pairs,
 )
-from training.encoder import document_text
-from training.errors import DataError
 
 CORPUS = [
     {"_id": "d1", "title": "Alpha", "text": "first doc", "metadata": {"year": 2001}},

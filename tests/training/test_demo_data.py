@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from contract.encoder import document_text
 from training.data import load_beir
 from training.demo_data import build_demo_dataset, harvest
-from training.encoder import document_text
 
 FILES = ("corpus.jsonl", "queries.jsonl", "qrels/train.tsv", "qrels/test.tsv", "README.md")
 

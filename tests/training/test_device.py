@@ -9,10 +9,10 @@ import sys
 import pytest
 import torch
 
-from training.config import TrainConfig
+from contract.config import TrainConfig
+from contract.errors import ConfigError
 from training.demo_data import build_demo_dataset
 from training.device import precision_for, resolve_device
-from training.errors import ConfigError
 from training.trainer import train
 
 NO_GPU = not torch.cuda.is_available()

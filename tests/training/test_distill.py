@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
+from contract.encoder import default_model_path
+from contract.query_encoders import StaticQueryEncoder
 from training.data import Document, RetrievalData
 from training.distill import DistillConfig, _student_loss, distill_pairs
-from training.encoder import default_model_path
-from training.query_encoders import StaticQueryEncoder
 
 
 def _corpus() -> dict[str, Document]:

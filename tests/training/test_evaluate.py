@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import training.evaluate as evaluate_module
+from contract.encoder import Similarity, document_text
+from contract.errors import DataError
 from training.data import Document, RetrievalData, load_beir, subset
-from training.encoder import Similarity, document_text
-from training.errors import DataError
 from training.evaluate import encode_corpus, evaluate, exact_search, trec_metrics
 
 

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
+from contract.report_schema import Estimate, NotComputable
 from training.gap import estimators as est
+from training.gap.anchors import Anchors
 from training.gap.mutual_info import MAX_FIRST_ORDER, marginal_infonce, marginal_terms, mi_section
-from training.gap.report import Anchors
-from training.report_schema import Estimate, NotComputable
 
 N_CLASSES, DOCS_PER_CLASS, TAU, K = 50, 2, 0.05, 63
 TRUE_MI = math.log(N_CLASSES)

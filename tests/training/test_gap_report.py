@@ -11,10 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from training.config import TrainConfig
+from contract.config import TrainConfig
+from contract.encoder import Similarity
+from contract.errors import ConfigError
+from contract.report_schema import REPORT_FILE, Bound, Estimate, GapReport, NotComputable, Term
 from training.data import Document, RetrievalData, load_beir, subset
-from training.encoder import Similarity
-from training.errors import ConfigError
 from training.gap import estimators as est
 from training.gap.report import (
     K_RULE,
@@ -25,7 +26,6 @@ from training.gap.report import (
     write_report,
 )
 from training.gap.sections import K_POOL_FRACTION
-from training.report_schema import REPORT_FILE, Bound, Estimate, GapReport, NotComputable, Term
 
 TOPICS = [
     (

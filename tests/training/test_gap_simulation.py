@@ -40,7 +40,7 @@ def test_plugin_and_inverse_k_fit_land_within_5_percent_of_true_ce_inf():
     fit = est.fit_inverse_k(ks, per_anchor.mean(0), var)
     assert fit.accepted
     assert abs(fit.a - truth) < 0.05 * abs(truth)
-    # the fitted slope agrees with the first-order coefficient d1 − c1 (theory.md §3b)
+    # the fitted slope agrees with the first-order coefficient d1 − c1 (Whiteley 2026, arXiv 2607.09405, second order)
     assert fit.b == pytest.approx(WORLD.first_order_b(), rel=0.25)
 
 
@@ -77,7 +77,7 @@ def test_bootstrap_ci_of_the_gap_covers_the_true_gap():
 
 def _sphere_anchors(world: SphereWorld, n: int, n_pool: int, seed: int):
     """Anchors of the report's sections from the sphere world (every anchor its own query)."""
-    from training.gap.report import Anchors
+    from training.gap.anchors import Anchors
 
     anchors, positives, pool = world.sample_vectors(n, n_pool, np.random.default_rng(seed))
     return Anchors(
@@ -98,8 +98,8 @@ def _sphere_anchors(world: SphereWorld, n: int, n_pool: int, seed: int):
     ],
 )
 def test_a_rejected_fit_is_not_served_as_an_estimate_of_ce_inf(world):
+    from contract.report_schema import Estimate, NotComputable
     from training.gap.sections import risk_vs_k_section
-    from training.report_schema import Estimate, NotComputable
 
     a = _sphere_anchors(world, 600, 4000, 0)
     curve = risk_vs_k_section(a, world.tau, 8192, 300, 0.95, 0.01, np.random.default_rng(1))
@@ -112,8 +112,8 @@ def test_a_rejected_fit_is_not_served_as_an_estimate_of_ce_inf(world):
 
 
 def test_accepted_fit_is_an_estimate_near_the_truth():
+    from contract.report_schema import Estimate
     from training.gap.sections import risk_vs_k_section
-    from training.report_schema import Estimate
 
     a = _sphere_anchors(WORLD, 600, 4000, 2)
     curve = risk_vs_k_section(a, WORLD.tau, 8192, 300, 0.95, 0.01, np.random.default_rng(3))
@@ -123,8 +123,8 @@ def test_accepted_fit_is_an_estimate_near_the_truth():
 
 
 def test_finite_pool_correction_restores_coverage_of_the_population_ce_inf():
+    from contract.report_schema import Estimate, NotComputable
     from training.gap.sections import risk_vs_k_section
-    from training.report_schema import Estimate, NotComputable
 
     # a small pool: log μ̂ over N = 200 documents is biased by ≈ −c1/N = −14.1/200 ≈ −0.07 nats
     world = SphereWorld(dim=8, kappa=10.0, tau=0.1)

@@ -8,7 +8,7 @@ import torch
 from training.grad_cache import cached_loss_backward
 from training.losses.an_info_nce import AnInfoNCELoss
 from training.losses.info_nce import InfoNCELoss
-from training.trainer import embed
+from training.train_step import embed
 
 QUERIES = [
     "Aspirin lowers the risk of colorectal cancer.",

@@ -11,7 +11,7 @@ from sentence_transformers.sentence_transformer.losses.multiple_negatives_rankin
     MultipleNegativesRankingLoss,
 )
 
-from training.errors import ConfigError
+from contract.errors import ConfigError
 from training.losses.info_nce import InfoNCELoss, info_nce_loss
 
 

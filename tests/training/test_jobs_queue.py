@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
+from contract.errors import DatasetNotFound, DatasetRefused, JobCancelled, JobConflict, JobOptionsInvalid
+from contract.jobs.queue import JobQueue, resolve_dataset
+from contract.jobs.records import JobRecord, update
 from tests.servers import redis_server
-from training.errors import DatasetNotFound, DatasetRefused, JobCancelled, JobConflict, JobOptionsInvalid
-from training.jobs.queue import JobQueue, resolve_dataset
-from training.jobs.records import JobRecord, update
 from training.jobs.tasks import Reporter, bundle_lock, execute
 from training.jobs.worker import fail_dead_jobs
 
@@ -269,9 +269,10 @@ def test_cli_submit_status_cancel_with_the_api_environment_variables(tmp_path, d
 
 
 def test_jobs_choose_the_index_backend_and_the_worker_says_where_milvus_is():
-    from training.errors import JobOptionsInvalid
-    from training.jobs import tasks
     from training.jobs.queue import ReindexOptions, RetrainOptions, validate_options
+
+    from contract.errors import JobOptionsInvalid
+    from training.jobs import tasks
 
     assert validate_options("reindex", {"index_backend": "milvus"}) == {"index_backend": "milvus"}
     assert RetrainOptions(index_backend="milvus").index_backend == "milvus"

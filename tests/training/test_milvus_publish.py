@@ -6,15 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from contract.bundle import load_bundle
+from contract.encoder import Encoder, Similarity
+from contract.errors import IndexBuildError
 from contract.index_backend import MILVUS_EXTRAS, BackendConfig
 from contract.milvus_index import MilvusPointer, alias_name, connect
 from tests.servers import milvus_server
-from training.bundle import build_bundle, load_bundle
+from training.bundle_build import build_bundle
 from training.bundle_store import PUBLISH_STEPS, BundleStore
 from training.data import Document
-from training.encoder import Encoder, Similarity
-from training.errors import IndexBuildError
-from training.index_build import recall_at
+from training.index_factory import recall_at
 from training.milvus_publish import milvus_builder, typed_fields
 
 N, DIM = 60, 384
@@ -196,7 +197,7 @@ def test_index_model_publishes_to_milvus_and_a_failed_publish_drops_its_collecti
 ):
     from tests.training.test_indexing import write_slice
     from training.embedding_cache import EmbeddingCache
-    from training.indexing import index_model
+    from training.publish import index_model
 
     data = write_slice(scifact, tmp_path / "slice", n_queries=10, n_distractors=30)
     bundles = tmp_path / "bundles"

@@ -8,8 +8,9 @@ import sys
 
 import pytest
 
+from contract.bundle import load_bundle
 from tests.training.scifact_slice import scifact_slice
-from training.bundle import BundleStore, load_bundle
+from training.bundle_store import BundleStore
 
 pytestmark = pytest.mark.scifact
 

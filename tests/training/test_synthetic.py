@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from training.errors import ConfigError
+from contract.errors import ConfigError
 from training.synthetic import linear_r2, match_features, run_experiment, sample_positives, sample_sphere
 
 

@@ -1,4 +1,4 @@
-"""Estimators of the InfoNCE generalization gap: pure, vectorised numpy functions (theory.md §3).
+"""Estimators of the InfoNCE generalization gap: pure, vectorised numpy functions (Whiteley 2026, arXiv 2607.09405).
 
 Conventions. `sim` is an (n, N) similarity matrix between n anchors and a pool of N documents, `pos`
 (n,) the similarity of each anchor to its positive, and `exclude` an (n, P) int array of pool columns an
@@ -134,7 +134,7 @@ def pool_log_mu(sim: np.ndarray, exclude: np.ndarray, tau: float, scale: float =
 
 
 def plugin_ce_inf_terms(sim: np.ndarray, pos: np.ndarray, exclude: np.ndarray, tau: float) -> np.ndarray:
-    """Per-anchor CE∞ terms −s⁺/τ + log μ(a) (theory.md §3b, derived from P1 eq 7); their mean is CE∞."""
+    """Per-anchor CE∞ terms −s⁺/τ + log μ(a) (from Whiteley 2026, arXiv 2607.09405, eq 7); their mean is CE∞."""
     return -np.asarray(pos, dtype=np.float64) / tau + pool_log_mu(sim, exclude, tau)
 
 
@@ -143,7 +143,7 @@ def first_order_terms(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per-anchor d1 = e^{s⁺/τ}/μ(a) and c1 = ½ Var(e^{s/τ})/μ(a)², so R(k) ≈ CE∞ + (E d1 − E c1)/k.
 
-    Derived in theory.md §3b by a second-order expansion of P1's proofs; the 1/k regime needs k ≫ E d1.
+    A second-order expansion of the proofs of Whiteley 2026, arXiv 2607.09405; the 1/k regime needs k ≫ E d1.
     """
     log_mu = pool_log_mu(sim, exclude, tau)
     log_m2 = pool_log_mu(sim, exclude, tau, scale=2.0)

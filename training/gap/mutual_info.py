@@ -23,15 +23,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from contract.report_schema import Estimate, NotComputable
 from training.gap import estimators as est
-from training.report_schema import Estimate, NotComputable
-
-if TYPE_CHECKING:
-    from training.gap.report import Anchors
+from training.gap.anchors import Anchors
+from training.gap.intervals import estimate_from_boot, widen
 
 MI_SAMPLER = (
     "positives of other held-out queries (one relevant document per query): I_NCE(k) uses k distinct other "
@@ -110,8 +108,6 @@ def mi_section(
     a: Anchors, k: int, tau: float, n_boot: int, level: float, rng: np.random.Generator
 ) -> MISection:
     """(d): I_NCE(k) and −CE∞ on held-out anchors under the positives' marginal, bootstrap CIs over queries."""
-    from training.gap.sections import estimate_from_boot, widen
-
     n_q = int(np.unique(a.groups).size)
     method = f"bootstrap percentile over held-out queries ({n_boot} resamples); negatives: {MI_SAMPLER}"
     mi_k: Estimate | NotComputable

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from pathlib import Path
 
 import matplotlib
@@ -14,7 +12,8 @@ matplotlib.use("Agg")  # files only: never needs a display
 import matplotlib.pyplot as plt
 import numpy as np
 
-from training.report_schema import GapReport
+from contract.atomic import atomic_path
+from contract.report_schema import GapReport
 
 logger = logging.getLogger(__name__)
 
@@ -23,11 +22,11 @@ TRAIN_VS_TEST_PNG = "train_vs_test.png"
 
 
 def _save(fig: plt.Figure, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".plot-", suffix=".png")
-    os.close(fd)
-    fig.savefig(tmp, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    os.replace(tmp, path)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, dpi=120, bbox_inches="tight", format="png")
+    finally:
+        plt.close(fig)
 
 
 def plot_risk_vs_k(report: GapReport, path: Path) -> None:

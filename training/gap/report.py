@@ -1,4 +1,4 @@
-"""Compute, write and regenerate the generalization-gap report (theory.md §3 (a)–(d)).
+"""Compute, write and regenerate the generalization-gap report (Whiteley 2026, arXiv 2607.09405).
 
 What the numbers refer to:
 
@@ -32,32 +32,32 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import random
-import tempfile
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from training.config import TrainConfig
+from contract.atomic import write_text_atomic
+from contract.config import TrainConfig
+from contract.encoder import Encoder
+from contract.errors import ConfigError
+from contract.report_schema import REPORT_FILE, Bound, GapReport
 from training.data import Document, RetrievalData, load_split
-from training.encoder import Encoder
-from training.errors import ConfigError
 from training.evaluate import encode_corpus
 from training.gap import estimators as est
+from training.gap.anchors import Anchors
+from training.gap.intervals import estimate_from_boot
 from training.gap.mutual_info import MI_SAMPLER, mi_section
 from training.gap.sections import (
     K_POOL_FRACTION,
     NEGATIVE_SAMPLER,
-    estimate_from_boot,
     model_identity,
     retrieval_section,
     risk_vs_k_section,
     theory_section,
 )
-from training.report_schema import REPORT_FILE, Bound, GapReport
 
 logger = logging.getLogger(__name__)
 
@@ -66,18 +66,6 @@ K_RULE = (
     "k = batch_size − 1 (in-batch) + batch_size × hard_negatives (mined negatives are shared by the whole "
     "batch) + random_negatives: the negatives one training row was scored against"
 )
-
-
-@dataclass
-class Anchors:
-    """(query, positive) pairs of one split as rows into a similarity matrix over the pool."""
-
-    sim: np.ndarray  # (n_anchors, n_pool) learned similarity to every pool document
-    pos: np.ndarray  # (n_anchors,) similarity to the positive
-    exclude: np.ndarray  # (n_anchors, P) pool columns never drawn as negatives (the query's positives)
-    groups: np.ndarray  # (n_anchors,) query index, the bootstrap unit; anchors are stored query by query
-    n_queries: int
-    pos_col: np.ndarray  # (n_anchors,) pool column of each anchor's positive
 
 
 def training_k(config: TrainConfig) -> int:
@@ -187,7 +175,7 @@ def compute_report(
     k_rule: str = "given by the caller",
     level: float = 0.95,
 ) -> GapReport:
-    """The full report for `encoder` (theory.md §3); see the module docstring for what it assumes."""
+    """The full report for `encoder` (Whiteley 2026, arXiv 2607.09405); see the module docstring for what it assumes."""
     if k < 1:
         raise ConfigError(f"k must be >= 1, got {k}")
     identity = model_identity(encoder, temperature)
@@ -305,10 +293,7 @@ def write_report(report: GapReport, folder: str | Path) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     report.plots = write_plots(report, folder)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".report-", suffix=".json")
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(report.model_dump_json(indent=2))
-    os.replace(tmp, folder / REPORT_FILE)
+    write_text_atomic(folder / REPORT_FILE, report.model_dump_json(indent=2))
     logger.info("gap report written to %s", folder / REPORT_FILE)
     return folder / REPORT_FILE
 

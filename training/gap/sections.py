@@ -10,12 +10,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm.auto import tqdm
 
-from training.encoder import DEFAULT_MODEL_NAME, Encoder, default_model_path
-from training.errors import ConfigError
-from training.evaluate import EvalResult, evaluate
-from training.gap import estimators as est
-from training.gap.mutual_info import MAX_FIRST_ORDER
-from training.report_schema import (
+from contract.encoder import DEFAULT_MODEL_NAME, Encoder, default_model_path
+from contract.errors import ConfigError
+from contract.report_schema import (
     Bound,
     Estimate,
     InverseKFit,
@@ -29,10 +26,14 @@ from training.report_schema import (
     Term,
     TheoryTerms,
 )
+from training.evaluate import EvalResult, evaluate
+from training.gap import estimators as est
+from training.gap.anchors import Anchors
+from training.gap.intervals import estimate_from_boot, widen
+from training.gap.mutual_info import MAX_FIRST_ORDER
 
 if TYPE_CHECKING:
     from training.data import Document, RetrievalData
-    from training.gap.report import Anchors
 
 NEGATIVE_SAMPLER = (
     "uniform i.i.d. (with replacement) from the corpus, the anchor query's relevant documents excluded; "
@@ -68,15 +69,6 @@ def model_identity(encoder: Encoder, temperature: float | None) -> ModelIdentity
     )
 
 
-def estimate_from_boot(value: float, boot: np.ndarray, level: float, method: str) -> Estimate:
-    """An Estimate with the percentile CI of `boot`; widened (and said so) if it misses the point value,
-    which a biased statistic such as a fit intercept can do."""
-    lo, hi = est.percentile_ci(boot, level)
-    if not lo <= value <= hi:
-        method += "; interval widened to include the point estimate"
-    return Estimate(value=value, ci_low=min(lo, value), ci_high=max(hi, value), level=level, method=method)
-
-
 # The grid of R̂(k) stops at k = pool/K_POOL_FRACTION: P1's negatives are fresh draws from an unbounded
 # population, and k draws with replacement from a pool of N documents repeat one with probability ≈ k/N per
 # draw; past a small fraction of the pool R̂(k) describes this corpus's finite law, not the population's
@@ -93,20 +85,6 @@ def k_grid(k_max: int, min_pool: int) -> tuple[list[int], str]:
         "fraction of the pool R̂(k) only describes this corpus"
     )
     return est.power_of_two_grid(cap), rule
-
-
-def widen(e: Estimate, *, low: float = 0.0, high: float = 0.0) -> Estimate:
-    """`e` with its interval widened for a first-order correction's own error, which can go either way:
-    with heavy-tailed e^{s/τ} the true c1/N overstates the finite-pool bias by up to about half of it
-    while c1/N ≤ MAX_FIRST_ORDER, and c1 estimated from the pool itself understates c1 (bench/gap_validation.py,
-    tables 4 and 5)."""
-    return e.model_copy(
-        update={
-            "ci_low": e.ci_low - low,
-            "ci_high": e.ci_high + high,
-            "method": e.method + f"; widened by {max(low, high):.3g} nats for the correction's own error",
-        }
-    )
 
 
 @dataclass

@@ -8,7 +8,7 @@ exact inner products and every population quantity has a closed form through Bes
     M(t)  = E_{z~unif} e^{t⟨a,z⟩} = Γ(d/2) (2/t)^ν I_ν(t),  ν = d/2 − 1      (so log μ(a) = log M(1/τ))
     E⟨a, z⁺⟩ = A_d(κ) = I_{d/2}(κ) / I_ν(κ)
     CE∞ = −A_d(κ)/τ + log M(1/τ)                                              (P1 eq 7)
-    d1  = E_vMF e^{s⁺/τ} / M(1/τ),   c1 = ½ (M(2/τ)/M(1/τ)² − 1)              (theory.md §3b)
+    d1  = E_vMF e^{s⁺/τ} / M(1/τ),   c1 = ½ (M(2/τ)/M(1/τ)² − 1)              (second-order expansion of Whiteley 2026, arXiv 2607.09405)
 
 The finite-k risk R(k) has no closed form; `true_risk` estimates it from a huge sample. Because the
 negatives are i.i.d. and independent of the anchor, a similarity ⟨a, z⁻⟩ has the exact law

@@ -13,9 +13,9 @@ from typing import Annotated, Any
 
 import typer
 
-from training.errors import InfonceSearchError
-from training.jobs.queue import DEFAULT_HEARTBEAT_TIMEOUT_S, JobQueue, default_queue_url
-from training.jobs.records import JobRecord
+from contract.errors import InfonceSearchError
+from contract.jobs.queue import DEFAULT_HEARTBEAT_TIMEOUT_S, JobQueue, default_queue_url
+from contract.jobs.records import JobRecord
 
 jobs_app = typer.Typer(help="Submit, follow and cancel retrain/reindex jobs.", no_args_is_help=True)
 

@@ -29,9 +29,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from contract.errors import InfonceSearchError, JobCancelled, JobOptionsInvalid, NoLiveBundle
 from contract.index_backend import BackendConfig
-from training.errors import InfonceSearchError, JobCancelled, JobOptionsInvalid, NoLiveBundle
-from training.jobs.records import (
+from contract.jobs.records import (
     HEARTBEAT_INTERVAL_S,
     LOG_TAIL_LINES,
     JobRecord,
@@ -228,7 +228,7 @@ def _publish_outcome(published: PublishResult) -> dict[str, Any]:
 def _confine(record: JobRecord, options: dict[str, Any]) -> tuple[list[str], Path | None]:
     """Re-check, right before reading, that every file the job opens is under its root (a link planted
     after submission is refused here); records from before roots were stored are confined to their folder."""
-    from training.jobs.confine import confine_dataset, confine_options
+    from contract.jobs.confine import confine_dataset, confine_options
 
     splits, model = confine_options(options, models_root=record.models_root)
     data_root = record.data_root
@@ -246,8 +246,8 @@ def _distill_config(distill: bool) -> Any:
 
 
 def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
-    from training.config import TrainConfig
-    from training.jobs.queue import RetrainOptions
+    from contract.config import TrainConfig
+    from contract.jobs.queue import RetrainOptions
     from training.pipeline import run_pipeline
 
     options = RetrainOptions.model_validate(record.options)
@@ -278,10 +278,10 @@ def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
 
 
 def _reindex(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
-    from training.bundle import BundleStore
+    from contract.jobs.queue import ReindexOptions
+    from training.bundle_store import BundleStore
     from training.embedding_cache import EmbeddingCache
-    from training.indexing import index_model
-    from training.jobs.queue import ReindexOptions
+    from training.publish import index_model
 
     options = ReindexOptions.model_validate(record.options)
     _confine(record, {"train_split": "test", "eval_split": "test"})

@@ -23,8 +23,8 @@ import socket
 import threading
 import time
 
-from training.jobs.queue import DEFAULT_HEARTBEAT_TIMEOUT_S, open_huey
-from training.jobs.records import JobRecord, RecordStore, WorkerBeat, open_records, update
+from contract.jobs.queue import DEFAULT_HEARTBEAT_TIMEOUT_S, open_huey
+from contract.jobs.records import JobRecord, RecordStore, WorkerBeat, open_records, update
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def run_worker(
     from training.jobs import tasks
 
     tasks.DEFAULT_DEVICE = device
-    huey, _ = open_huey(url)
+    huey, _ = open_huey(url, tasks.execute)
     records = open_records(url)
     fail_dead_jobs(records, timeout_s=heartbeat_timeout_s, at_start=True)
     stop = threading.Event()

@@ -5,10 +5,10 @@ The pair score of normalised embeddings u, v is
     s(u, v) = -½ (u - v)ᵀ diag(Λ) (u - v) = -½ Σ_c Λ_c (u_c - v_c)²,     Λ = softplus(w) > 0,
 
 and the loss is the cross-entropy of row i of s(q_i, candidates) against column i, exactly like InfoNCE
-(theory.md §2; the ½ follows the official code, whose positives are drawn from p(z⁺|z) ∝ e^{-½ dᵀΛd}).
+(Rusak et al. 2024/25, arXiv 2407.00143; the ½ follows the official code, whose positives are drawn from p(z⁺|z) ∝ e^{-½ dᵀΛd}).
 Λ is a per-dimension inverse temperature: on the sphere -½ λ ‖u - v‖² = λ⟨u, v⟩ - λ, and the constant
 cancels in the softmax, so Λ = λ·1 is plain InfoNCE at τ = 1/λ. Serving searches L2 on √Λ ⊙ e
-(training.encoder.Encoder.to_index_space).
+(contract.encoder.Encoder.to_index_space).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from training.encoder import Similarity
-from training.errors import ConfigError
+from contract.encoder import Similarity
+from contract.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

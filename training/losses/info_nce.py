@@ -8,7 +8,7 @@ which is sentence-transformers' MultipleNegativesRankingLoss with scale = 1/τ (
 arXiv 1705.00652). Candidates are the B positives of the batch plus `extra_docs` (M random corpus documents
 and/or mined hard negatives) shared by every row, so each row has N = B + M - 1 negatives.
 
-Variants (theory.md §4):
+Variants:
 - symmetric: mean of the query→doc and doc→query cross-entropies (CLIP, Radford et al. 2021,
   arXiv 2103.00020); doc→query uses only the B queries as candidates.
 - decoupled (DCL, Yeh et al. 2022, arXiv 2110.06848): the positive leaves the denominator,
@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from training.encoder import Similarity
-from training.errors import ConfigError
+from contract.encoder import Similarity
+from contract.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 

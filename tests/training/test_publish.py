@@ -10,12 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from contract.encoder import document_text
+from contract.errors import ConfigError, JobCancelled
 from training.bundle_store import BundleStore
 from training.data import load_beir, subset
-from training.encoder import document_text
-from training.errors import ConfigError, JobCancelled
 from training.evaluate import evaluate, trec_metrics
-from training.indexing import index_model, resolve_run
+from training.publish import index_model, resolve_run
 
 pytestmark = pytest.mark.scifact
 REPO = Path(__file__).resolve().parents[2]

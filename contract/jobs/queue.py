@@ -1,7 +1,7 @@
 """Submit, list and cancel retrain/reindex jobs: the contract the API and the CLI share.
 
-Contract module (the API imports it): no torch, faiss or sentence-transformers at import time. The task
-body lives in `training.jobs.tasks` and is imported only inside the worker, when a job runs.
+Contract module (the API imports it): no torch, faiss or sentence-transformers, and no training code.
+The task body lives in `training.jobs.tasks`; the worker hands it to `open_huey`.
 
 The queue is huey, selected by one URL:
 
@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -25,10 +26,10 @@ from huey import Huey, RedisHuey, SqliteHuey
 from huey.api import TaskWrapper
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from training.config import TrainConfig
-from training.errors import JobConflict, JobOptionsInvalid
-from training.jobs.confine import confine_dataset, confine_options, resolve_dataset
-from training.jobs.records import (
+from contract.config import TrainConfig
+from contract.errors import JobConflict, JobOptionsInvalid
+from contract.jobs.confine import confine_dataset, confine_options, resolve_dataset
+from contract.jobs.records import (
     FINISHED,
     JobRecord,
     JobState,
@@ -106,10 +107,19 @@ def default_queue_url(bundles_dir: str | Path) -> str:
     return f"sqlite:///{(Path(bundles_dir).parent / 'jobs.db').as_posix()}"
 
 
-def open_huey(url: str) -> tuple[Huey, TaskWrapper]:
+Execute = Callable[[str, RecordStore], None]
+
+
+def _submit_only(job_id: str, records: RecordStore) -> None:
+    raise RuntimeError(f"job {job_id}: this process only submits jobs; the worker runs them")
+
+
+def open_huey(url: str, execute: Execute = _submit_only) -> tuple[Huey, TaskWrapper]:
     """The huey instance for a queue URL and its one task, `run_job(job_id)`.
 
-    The API and the worker both call this, so they agree on the task's registry name.
+    The API and the worker both call this, so they agree on the task's registry name. Only the worker
+    passes `execute` (training.jobs.tasks.execute): a message carries the task name and job id, never
+    the body, so submitters need not import the training code.
     """
     if url.startswith("sqlite:///"):
         path = Path(url.removeprefix("sqlite:///"))
@@ -121,8 +131,6 @@ def open_huey(url: str) -> tuple[Huey, TaskWrapper]:
         raise ValueError(f"queue URL {url!r}: expected sqlite:///path/jobs.db or redis://host:port/db")
 
     def run_job(job_id: str) -> None:
-        from training.jobs.tasks import execute  # heavy imports stay in the worker
-
         execute(job_id, open_records(url))
 
     return huey, huey.task(name="run_job")(run_job)
@@ -149,7 +157,7 @@ class JobQueue:
     ) -> JobRecord:
         """Validate, record as `queued`, then enqueue (a worker that sees the message finds its record).
 
-        Every file the job will read is confined first (training.jobs.confine): the dataset's files
+        Every file the job will read is confined first (contract.jobs.confine): the dataset's files
         under `data_root`, a base model under `models_root`; the worker checks again before reading.
         """
         given = dict(options or {})

@@ -6,18 +6,18 @@ import faiss
 import numpy as np
 import pytest
 
-import training.index as index_mod
-import training.index_build as build_mod
-from training.encoder import Encoder, Similarity
-from training.errors import IndexBuildError
-from training.index import IndexInfo, VectorIndex
-from training.index_build import build_index, choose_kind
+import contract.vector_index as index_mod
+import training.index_factory as build_mod
+from contract.encoder import Encoder, Similarity
+from contract.errors import IndexBuildError
+from contract.vector_index import IndexInfo, VectorIndex
+from training.index_factory import build_index, choose_kind
 
 N, D, NQ, K = 2_000, 32, 40, 10
 
 
 def _clustered(n: int, d: int, seed: int) -> np.ndarray:
-    # a Gaussian mixture on the sphere: like text embeddings, unlike isotropic noise (performance.md B4)
+    # a Gaussian mixture on the sphere: like text embeddings, unlike isotropic noise (bench/index_bench.py)
     rng = np.random.default_rng(seed)
     centres = rng.normal(size=(40, d))
     x = centres[rng.integers(0, 40, n)] + 0.6 * rng.normal(size=(n, d))

@@ -1,49 +1,40 @@
-"""ONNX export of the query encoder, optional int8 quantization, and an onnxruntime query encoder.
+"""ONNX export of the query encoder (optional int8 quantization), its quality on the task metric, and
+attaching it to a staged bundle. The runtime side is contract.onnx_encoder.
 
-Why not sentence-transformers' `backend="onnx"`: with sentence-transformers 6 its `[onnx]` extra
-(optimum-onnx 0.1.0) pins transformers<4.58 and does not install (docs/performance.md, B2). So the
-model is exported with `torch.onnx.export` and served with plain onnxruntime + the model's own
-`tokenizer.json`. The exported graph contains the whole sentence-transformers pipeline of
-all-MiniLM-L6-v2 (modules.json: Transformer → Pooling(mean) → Normalize), so its output is the same
-L2-normalised vector `Encoder.encode` returns (cosine ≈ 1.0 for fp32, checked in the tests).
-
-int8 is dynamic quantization of the MatMul weights, per channel (the per-tensor default loses far
-more: cosine to fp32 0.89-0.97 instead of ≥ 0.98 on short queries). int8 is not a drop-in swap
-(performance.md: top-10 agreement 0.85-0.90), which is why `measure_onnx_quality` scores it on the
-task metric (nDCG@10) against torch, and the API's `auto` considers it only when that loss is within
-its budget (and then serves whichever candidate it times fastest).
-
-Contract module for the API: imports only numpy, onnxruntime and tokenizers at module level;
-torch / sentence-transformers are imported inside `export_onnx` only.
+Why not sentence-transformers' `backend="onnx"`: see contract.onnx_encoder's docstring. int8 is not a
+drop-in swap (top-10 agreement 0.85-0.90, bench/corpus_encode_bench.py), which is why
+`measure_onnx_quality` scores it on nDCG@10 against torch.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import os
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from training.errors import ModelLoadError
+from contract.atomic import atomic_path, write_json_atomic
+from contract.errors import ModelLoadError
+from contract.onnx_encoder import (
+    EXTRAS_KEY,
+    FILES,
+    INFO_FILE,
+    ONNX_SUBDIR,
+    OPSET,
+    OnnxQueryEncoder,
+    Variant,
+    embedding_dim,
+)
 
 if TYPE_CHECKING:
-    from training.encoder import Encoder
+    from contract.encoder import Encoder
 
 logger = logging.getLogger(__name__)
-
-Variant = Literal["fp32", "int8"]
-ONNX_SUBDIR = "onnx"  # inside a model folder, so the folder alone carries everything serving needs
-FILES: dict[str, str] = {"fp32": "model.onnx", "int8": "model_int8.onnx"}
-INFO_FILE = "onnx_info.json"
-EXTRAS_KEY = "onnx"  # key in the bundle manifest's `extras`
-OPSET = 17
 
 
 @dataclass
@@ -94,8 +85,7 @@ def export_onnx(
     names = ["input_ids", "attention_mask", "token_type_ids"]
     axes = {n: {0: "batch", 1: "tokens"} for n in names} | {"sentence_embedding": {0: "batch"}}
     fp32 = out / FILES["fp32"]
-    tmp = out / f".{FILES['fp32']}.tmp"
-    with torch.no_grad():
+    with atomic_path(fp32) as tmp, torch.no_grad():
         # dynamo=False: the TorchScript exporter handles BERT's dynamic shapes without onnxscript
         torch.onnx.export(
             graph,
@@ -107,31 +97,29 @@ def export_onnx(
             opset_version=OPSET,
             dynamo=False,
         )
-    os.replace(tmp, fp32)
     files = {"fp32": FILES["fp32"]}
     if quantize:
         from onnxruntime.quantization import QuantType, quantize_dynamic
 
-        tmp8 = out / f".{FILES['int8']}.tmp"
-        quantize_dynamic(
-            str(fp32),
-            str(tmp8),
-            weight_type=QuantType.QInt8,
-            per_channel=True,
-            op_types_to_quantize=["MatMul"],
-        )
-        os.replace(tmp8, out / FILES["int8"])
+        with atomic_path(out / FILES["int8"]) as tmp8:
+            quantize_dynamic(
+                str(fp32),
+                str(tmp8),
+                weight_type=QuantType.QInt8,
+                per_channel=True,
+                op_types_to_quantize=["MatMul"],
+            )
         files["int8"] = FILES["int8"]
     info = OnnxExportInfo(
         out_dir=str(out),
         files=files,
         opset=OPSET,
         max_seq_length=max_seq_length,
-        dim=_embedding_dim(st),
+        dim=embedding_dim(st),
         seconds=round(time.perf_counter() - started, 3),
         bytes={k: (out / v).stat().st_size for k, v in files.items()},
     )
-    _atomic_write_json(out / INFO_FILE, info.to_json())
+    write_json_atomic(out / INFO_FILE, info.to_json())
     logger.info("exported ONNX query encoder to %s (%s) in %.1f s", out, ", ".join(files), info.seconds)
     return info
 
@@ -179,72 +167,6 @@ def _pooled_encoder(transformer: Any) -> Any:
     return PooledEncoder(transformer)
 
 
-class OnnxQueryEncoder:
-    """Encodes texts with onnxruntime; same normalised vectors as `Encoder.encode` (fp32)."""
-
-    def __init__(self, session: Any, tokenizer: Any, *, variant: Variant, source: str, dim: int):
-        self.session = session
-        self.tokenizer = tokenizer
-        self.variant = variant
-        self.source = source
-        self.dim = dim
-
-    @classmethod
-    def load(cls, model_dir: str | Path, *, variant: Variant = "fp32", threads: int = 0) -> OnnxQueryEncoder:
-        """Load `<model_dir>/onnx/<file>` and `<model_dir>/tokenizer.json`; ModelLoadError if absent."""
-        import onnxruntime as ort
-        from tokenizers import Tokenizer
-
-        model_dir = Path(model_dir)
-        path = model_dir / ONNX_SUBDIR / FILES[variant]
-        tok_file = model_dir / "tokenizer.json"
-        for needed in (path, tok_file):
-            if not needed.exists():
-                raise ModelLoadError(f"ONNX {variant} encoder needs {needed}, which does not exist")
-        info_file = model_dir / ONNX_SUBDIR / INFO_FILE
-        info = json.loads(info_file.read_text()) if info_file.exists() else {}
-        tokenizer = Tokenizer.from_file(str(tok_file))
-        tokenizer.enable_truncation(int(info.get("max_seq_length", 256)))
-        tokenizer.enable_padding()
-        options = ort.SessionOptions()
-        if threads > 0:
-            options.intra_op_num_threads = threads
-        # Spinning stays on (onnxruntime's default), deliberately: performance.md B7 suspected it, but
-        # measured here it halves one short query's latency (int8, 15 tokens: 1.56 ms spinning vs 2.95 ms
-        # not; end to end /search p50 2.7 vs 5.2 ms); at 32 clients req/s was within run-to-run noise.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "1")
-        try:
-            session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        except Exception as exc:
-            raise ModelLoadError(f"cannot load ONNX model {path}: {exc}") from exc
-        out_dim = session.get_outputs()[0].shape[-1]
-        dim = out_dim if isinstance(out_dim, int) else int(info.get("dim", 0))
-        return cls(session, tokenizer, variant=variant, source=str(path), dim=dim)
-
-    def encode(self, texts: Sequence[str], *, kind: str = "query", batch_size: int = 64) -> np.ndarray:
-        """float32 (n, dim), L2-normalised rows, in the order of `texts`.
-
-        Texts are sorted by length before batching (as sentence-transformers does) so each batch pads
-        to a length close to its own texts': scifact queries run 12-79 tokens, and a batch of 32 in
-        arrival order pads to about twice the mean length, which costs more than batching saves.
-        """
-        del kind
-        if len(texts) == 0:
-            return np.zeros((0, self.dim), dtype=np.float32)
-        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
-        out = np.empty((len(texts), self.dim), dtype=np.float32)
-        for start in range(0, len(texts), batch_size):
-            rows = order[start : start + batch_size]
-            enc = self.tokenizer.encode_batch([texts[i] for i in rows])  # padded to this batch's longest
-            feed = {
-                "input_ids": np.asarray([e.ids for e in enc], dtype=np.int64),  # (b, T)
-                "attention_mask": np.asarray([e.attention_mask for e in enc], dtype=np.int64),  # (b, T)
-                "token_type_ids": np.asarray([e.type_ids for e in enc], dtype=np.int64),  # (b, T)
-            }
-            out[rows] = self.session.run(None, feed)[0]  # (b, dim)
-        return out
-
-
 def measure_onnx_quality(
     encoder: Encoder,
     model_dir: str | Path,
@@ -260,7 +182,7 @@ def measure_onnx_quality(
 
     Only the *query* side changes in serving, so documents stay as the index has them. Give either
     `doc_embeddings` (normalised rows of `encoder.encode(..., kind="document")`, row i = doc_ids[i];
-    exact search) or `index` (a `training.index.VectorIndex` over `encoder.to_index_space` rows, searched
+    exact search) or `index` (a `contract.vector_index.VectorIndex` over `encoder.to_index_space` rows, searched
     exactly as the API does). Returns {"ndcg@10": {"torch", "fp32", "int8"}, "ndcg_loss": {...},
     "cosine_min": {...}, "files": {...}, "n_queries"}.
     """
@@ -335,7 +257,7 @@ def attach_onnx(
     the bundle's own index, stores the record in the manifest's `extras["onnx"]` and refreshes the
     manifest's checksums. Call it between `build_bundle` and `BundleStore.publish`.
     """
-    from training.bundle import MANIFEST_FILE, MODEL_DIR, checksums, load_bundle, write_json_atomic
+    from contract.bundle import MANIFEST_FILE, MODEL_DIR, checksums, load_bundle
 
     folder = Path(bundle_dir)
     bundle = load_bundle(folder, verify=False, index_opener=index_opener)  # opener: a Milvus-backed bundle
@@ -358,15 +280,3 @@ def attach_onnx(
     manifest.files = checksums(folder)
     write_json_atomic(folder / MANIFEST_FILE, manifest.model_dump(mode="json"))
     return record
-
-
-def _embedding_dim(model: Any) -> int:
-    getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
-    return int(getter())
-
-
-def _atomic_write_json(path: Path, data: Any) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh, indent=2)
-    os.replace(tmp, path)

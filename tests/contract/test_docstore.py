@@ -8,9 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
+from contract.docstore import DocStore, FilterError, write_docstore
+from contract.errors import BundleInvalid
 from training.data import Document
-from training.docstore import DocStore, FilterError, write_docstore
-from training.errors import BundleInvalid
 
 DOCS = [
     Document(

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from training.errors import ModelLoadError
+from contract.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def load_variant(bundle_dir: str | Path, variant: str, *, threads: int = 0) -> A
     if variant == "static":
         return StaticQueryEncoder.load(folder)
     if variant == "distilled":
-        from training.onnx_encoder import OnnxQueryEncoder
+        from contract.onnx_encoder import OnnxQueryEncoder
 
         return OnnxQueryEncoder.load(folder, variant="fp32", threads=threads)
     raise ModelLoadError(f"unknown query encoder variant {variant!r} (expected one of {', '.join(VARIANTS)})")

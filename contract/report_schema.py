@@ -6,7 +6,7 @@ and the method that produced it; a `Bound` is a guarantee that holds under the s
 cannot be computed, so it is not itself a bound; a `NotComputable` names a quantity that cannot be
 evaluated for this model (or not under this report's sampler), with the reason, instead of a made-up
 number. All risks, cross-entropies and
-mutual-information figures are in nats (theory.md §3; Whiteley 2026, arXiv 2607.09405).
+mutual-information figures are in nats (Whiteley 2026, arXiv 2607.09405).
 
 Field names are part of the public API (`GET /generalization-gap`): add fields, never rename them, and bump
 `SCHEMA_VERSION` when a field's meaning changes. Version 2: sample_variability is a `Term`; n in every
@@ -114,7 +114,8 @@ class InverseKFit(_Strict):
     accepted: bool = Field(description="false when no range passed the linearity rule; a is then unreliable")
     rule: str
     b_predicted: float | None = Field(
-        None, description="first-order coefficient d1 − c1 (theory.md §3b), to compare with b"
+        None,
+        description="first-order coefficient d1 − c1 (Whiteley 2026, arXiv 2607.09405, second order), to compare with b",
     )
 
 
@@ -176,7 +177,7 @@ class ServedQueryEncoder(_Strict):
 
 
 class GapReport(_Strict):
-    """Estimated generalization gap of one encoder (theory.md §3 (a)–(d))."""
+    """Estimated generalization gap of one encoder (Whiteley 2026, arXiv 2607.09405)."""
 
     schema_version: str = SCHEMA_VERSION
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))

@@ -16,11 +16,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from training.config import SPLIT_PATTERN
-from training.errors import DatasetNotFound, DatasetRefused, ModelRefused
+from contract.config import SPLIT_PATTERN
+from contract.errors import DatasetNotFound, DatasetRefused, ModelRefused
 
 SPLIT_RE = re.compile(SPLIT_PATTERN)
-# the packaged encoder (training.encoder.DEFAULT_MODEL_NAME) is always allowed as a base model
+# the packaged encoder (contract.encoder.DEFAULT_MODEL_NAME) is always allowed as a base model
 PACKAGED_MODEL = "all-MiniLM-L6-v2"
 SPLIT_OPTIONS = ("train_split", "eval_split")
 # files of a BEIR folder a job reads besides qrels/<split>.tsv (training.data)

@@ -27,7 +27,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
-from training.errors import JobNotFound
+from contract.errors import JobNotFound
 
 logger = logging.getLogger(__name__)
 

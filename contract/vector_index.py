@@ -1,15 +1,15 @@
-"""FAISS vector index: the loaded, searchable index of a bundle (build and tuning: training/index_build.py).
+"""FAISS vector index: the loaded, searchable index of a bundle (build and tuning: training/index_factory.py).
 
-Contract module: the API imports it, so it imports nothing from training except `training.errors`.
+Contract module: the API imports it, so it imports nothing from training except `contract.errors`.
 
 Metric: ``ip`` (cosine on normalised vectors, InfoNCE) or ``l2`` (AnInfoNCE on √Λ-scaled vectors). The
 score returned is the model's similarity: the inner product, or −½·squared L2 distance (the AnInfoNCE
-learned similarity, see training/encoder.py).
+learned similarity, see contract/encoder.py).
 
 Process-global knob: ``faiss.cvar.distance_compute_blas_threshold``. FAISS only switches exact search
 from a per-query SIMD scan to one sgemm when nq·d >= 128000 (334 queries at d = 384), so batches of
 8-256 re-read the whole index per query. `set_flat_batch_threshold` lowers it to 20·d (batches of >= 20
-queries use sgemm: 7x faster for batches of 64, performance.md B4); single queries are unaffected. It is
+queries use sgemm: 7x faster for batches of 64, bench/index_bench.py); single queries are unaffected. It is
 process-global, so it is set once on build/load and never raised again.
 
 Threads: searches of fewer than SMALL_BATCH queries (the ones below that sgemm threshold) run FAISS on
@@ -21,8 +21,6 @@ the query encoder's own threads (torch or onnxruntime, spinning after the encode
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,7 +28,8 @@ import faiss
 import numpy as np
 from pydantic import BaseModel
 
-from training.errors import IndexBuildError
+from contract.atomic import atomic_path
+from contract.errors import IndexBuildError
 
 logger = logging.getLogger(__name__)
 
@@ -210,17 +209,8 @@ class VectorIndex:
     def save(self, path: str | Path) -> Path:
         """Write the index atomically (temp file in the same folder + os.replace)."""
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            faiss.write_index(self.index, tmp)
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_path(path) as tmp:
+            faiss.write_index(self.index, str(tmp))
         return path
 
     @classmethod

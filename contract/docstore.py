@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import sqlite3
 import threading
@@ -28,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from training.errors import BundleInvalid, ConfigError
+from contract.atomic import atomic_path
+from contract.errors import BundleInvalid, ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +48,12 @@ class FilterError(ConfigError):
 def write_docstore(path: str | Path, docs: Iterable[Any]) -> Path:
     """Write documents (objects with id, title, text, metadata) in position order; atomic."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.unlink(missing_ok=True)
+    with atomic_path(path) as tmp:
+        _write_rows(tmp, docs)
+    return path
+
+
+def _write_rows(tmp: Path, docs: Iterable[Any]) -> None:
     con = sqlite3.connect(tmp)
     try:
         con.execute(
@@ -64,10 +68,6 @@ def write_docstore(path: str | Path, docs: Iterable[Any]) -> Path:
         con.commit()
     finally:
         con.close()
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    return path
 
 
 class DocStore:

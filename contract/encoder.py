@@ -32,7 +32,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from training.errors import ModelLoadError
+from contract.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Versioned, self-describing bundles: encoder + FAISS index + documents + report, one folder each.
 
-Contract module: the API loads bundles through it. It re-exports what serving needs (`Bundle`,
-`BundleStore`, `Manifest`, `GapReport`, `DocStore`) and imports only the other contract modules.
+Contract module: the API loads bundles through it; it imports only the other contract modules.
+Building one is training.bundle_build; publishing is training.bundle_store.
 
     <version>/manifest.json   Manifest below; `files` holds the sha256 of every other file
     <version>/model/          Encoder.save() (safetensors + similarity.json)
@@ -21,38 +21,25 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import re
 import secrets
-import shutil
-import subprocess
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from importlib import metadata as importlib_metadata
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from contract.docstore import DocStore
+from contract.encoder import Encoder
+from contract.errors import BundleInvalid, IndexBuildError, ModelLoadError
 from contract.index_backend import IndexOpener, is_milvus
-from training.docstore import DocStore, write_docstore
-from training.encoder import Encoder, document_text
-from training.errors import BundleInvalid, IndexBuildError, ModelLoadError
-from training.index import IndexInfo, VectorIndex
-from training.index_build import build_index
-from training.report_schema import GapReport
-
-if TYPE_CHECKING:
-    from training.data import Document
-
-# (version, index-space vectors, tune queries or None) -> (IndexInfo, manifest extras)
-IndexBuilder = Callable[[str, np.ndarray, np.ndarray | None], tuple[IndexInfo, dict[str, Any]]]
+from contract.report_schema import GapReport
+from contract.vector_index import IndexInfo, VectorIndex
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Bundle", "DocStore", "GapReport", "Manifest", "build_bundle", "load_bundle"]
+__all__ = ["Bundle", "DocStore", "GapReport", "Manifest", "load_bundle", "read_manifest"]
 
 MANIFEST_FILE = "manifest.json"
 MODEL_DIR = "model"
@@ -127,7 +114,7 @@ class Bundle:
         return self.manifest.version
 
 
-# -- writing ------------------------------------------------------------------------------------------
+# -- checksums ----------------------------------------------------------------------------------------
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -143,120 +130,6 @@ def checksums(folder: Path) -> dict[str, str]:
         for p in sorted(folder.rglob("*"))
         if p.is_file() and p.relative_to(folder).as_posix() not in UNCHECKED_FILES
     }
-
-
-def code_version() -> CodeVersion:
-    try:
-        package = importlib_metadata.version("infonce-search")
-    except importlib_metadata.PackageNotFoundError:
-        package = "0+unknown"
-    sha = None
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(__file__).parent,
-            capture_output=True,
-            text=True,
-            timeout=5,
-            check=False,
-        )
-        sha = out.stdout.strip() or None if out.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError):
-        pass  # not a git checkout (installed wheel, container): the package version still identifies it
-    return CodeVersion(package=package, git_sha=sha)
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(data, f, indent=2, ensure_ascii=False, default=str)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def build_bundle(
-    encoder: Encoder,
-    corpus: dict[str, Document],
-    *,
-    staging_dir: str | Path,
-    doc_embeddings: np.ndarray | None = None,
-    index_kind: str = "auto",
-    tune_queries: np.ndarray | None = None,
-    target_recall: float = 0.95,
-    memory_budget_bytes: int | None = None,
-    training_config: dict[str, Any] | None = None,
-    metrics: dict[str, dict[str, float]] | None = None,
-    report_dir: str | Path | None = None,
-    base_model: str | None = None,
-    extras: dict[str, Any] | None = None,
-    batch_size: int = 32,
-    show_progress: bool = True,
-    index_builder: IndexBuilder | None = None,
-) -> Path:
-    """Write a complete bundle into `staging_dir` (new or empty); publish it with BundleStore.publish.
-
-    `doc_embeddings` are Encoder.encode rows in corpus order (skips re-encoding); `tune_queries` are
-    Encoder.encode rows of real held-out queries, used to tune the ANN index to `target_recall`.
-    `index_builder`: builds the index somewhere else than index.faiss (training.milvus_publish); it gets
-    the version id, the index-space vectors and tune queries, and returns the IndexInfo and manifest extras.
-    """
-    staging = Path(staging_dir)
-    if staging.exists() and any(staging.iterdir()):
-        raise BundleInvalid(f"{staging}: staging folder is not empty")
-    if not corpus:
-        raise IndexBuildError("cannot build a bundle from an empty corpus")
-    staging.mkdir(parents=True, exist_ok=True)
-    ids = list(corpus)
-    if doc_embeddings is None:
-        texts = [document_text(corpus[i].title, corpus[i].text) for i in ids]
-        doc_embeddings = encoder.encode(
-            texts, kind="document", batch_size=batch_size, show_progress=show_progress
-        )
-    if doc_embeddings.shape != (len(ids), encoder.dim):
-        raise IndexBuildError(
-            f"doc_embeddings has shape {doc_embeddings.shape}, expected ({len(ids)}, {encoder.dim})"
-        )
-    vectors = encoder.to_index_space(doc_embeddings)  # (n, dim)
-    queries = encoder.to_index_space(tune_queries) if tune_queries is not None and len(tune_queries) else None
-    version = new_version_id()
-    extras = dict(extras or {})
-    if index_builder is not None:
-        info, index_extras = index_builder(version, vectors, queries)
-        extras.update(index_extras)
-    else:
-        index = build_index(
-            vectors,
-            metric=encoder.index_metric,
-            kind=index_kind,
-            tune_queries=queries,
-            target_recall=target_recall,
-            memory_budget_bytes=memory_budget_bytes,
-        )
-        index.save(staging / INDEX_FILE)
-        info = index.info
-    encoder.save(staging / MODEL_DIR)
-    write_json_atomic(staging / IDS_FILE, ids)
-    write_docstore(staging / DOCS_FILE, (corpus[i] for i in ids))
-    if report_dir is not None:
-        shutil.copytree(report_dir, staging / REPORT_DIR)
-    manifest = Manifest(
-        version=version,
-        created_at=datetime.now(UTC),
-        base_model=base_model or encoder.source or "all-MiniLM-L6-v2",
-        training_config=training_config or {},
-        dim=encoder.dim,
-        metric=MetricInfo(index=encoder.index_metric, similarity=encoder.metric),
-        n_vectors=len(ids),
-        index=info,
-        metrics=metrics or {},
-        files=checksums(staging),
-        code_version=code_version(),
-        extras=extras,
-    )
-    write_json_atomic(staging / MANIFEST_FILE, manifest.model_dump(mode="json"))
-    logger.info("built bundle %s in %s (%d docs, %s)", manifest.version, staging, len(ids), info.factory)
-    return staging
 
 
 # -- reading ------------------------------------------------------------------------------------------
@@ -381,12 +254,3 @@ def _read_report(path: Path) -> GapReport | None:
         return GapReport.model_validate_json(path.read_bytes())
     except ValidationError as exc:
         raise BundleInvalid(f"{path}: not a valid gap report ({exc.errors()[0]['msg']})") from exc
-
-
-def __getattr__(name: str) -> Any:
-    # BundleStore lives in bundle_store.py (which imports this module); re-exported lazily for the API
-    if name in ("BundleStore", "PublishResult", "VersionInfo", "GateDecision"):
-        from training import bundle_store
-
-        return getattr(bundle_store, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

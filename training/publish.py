@@ -14,18 +14,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from contract.bundle import MANIFEST_FILE, read_manifest
+from contract.encoder import Encoder
+from contract.errors import ConfigError
 from contract.index_backend import MILVUS_EXTRAS, BackendConfig
 from contract.milvus_index import MilvusPointer, drop_collection
-from training.bundle import MANIFEST_FILE, build_bundle, read_manifest
+from training.bundle_build import build_bundle
 from training.bundle_store import FINGERPRINT_KEY, BundleStore, PublishResult, evaluation_fingerprint
 from training.data import load_split
 from training.embedding_cache import EmbeddingCache
-from training.encoder import Encoder
-from training.errors import ConfigError
 from training.evaluate import EvalResult, encode_corpus, evaluate
-from training.index_build import KINDS
+from training.index_factory import KINDS
 from training.milvus_publish import milvus_builder
-from training.onnx_encoder import attach_onnx
+from training.onnx_export import attach_onnx
 from training.timing import PhaseTimer, phase
 
 if TYPE_CHECKING:
