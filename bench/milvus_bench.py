@@ -193,7 +193,7 @@ def scifact_agreement(config, target: float) -> str:
     for kind in ("flat", "hnsw"):
         corpus = {i: Document(i, "", "", {}) for i in ids}
         info, extras = milvus_builder(config, corpus, metric="ip", index_kind=kind, target_recall=target)(
-            f"20260101T000000.000000Z-5c1f{len(kind):02d}", x, q
+            f"20260101T000000.000000Z-5c{kind[:4]:0>4}", x, q
         )
         client = connect(config)
         collection = extras[MILVUS_EXTRAS]["collection"]
@@ -245,7 +245,7 @@ def main() -> None:
                     measure,
                     truth,
                     args.target,
-                    f"20260101T000000.000000Z-be{len(kind):04d}",
+                    f"20260101T000000.000000Z-be{kind[:4]:0>4}",
                 )
             )
             print(table(rows[-2:]), flush=True)

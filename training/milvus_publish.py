@@ -206,6 +206,8 @@ def milvus_builder(
         fields = typed_fields(corpus[i].metadata for i in ids)
         index_type, build_params, grid = index_plan(index_kind, n, dim)
         id_length = max(len(i.encode("utf-8")) for i in ids)
+        if client.has_collection(name):  # create_collection would quietly reuse it
+            raise IndexBuildError(f"Milvus collection {name} already exists (version ids are unique)")
         try:
             client.create_collection(name, schema=_schema(client, dim, id_length, fields))
             for start in range(0, n, CHUNK_ROWS):

@@ -269,9 +269,8 @@ def test_cli_submit_status_cancel_with_the_api_environment_variables(tmp_path, d
 
 
 def test_jobs_choose_the_index_backend_and_the_worker_says_where_milvus_is():
-    from training.jobs.queue import ReindexOptions, RetrainOptions, validate_options
-
     from contract.errors import JobOptionsInvalid
+    from contract.jobs.queue import ReindexOptions, RetrainOptions, validate_options
     from training.jobs import tasks
 
     assert validate_options("reindex", {"index_backend": "milvus"}) == {"index_backend": "milvus"}
