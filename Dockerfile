@@ -31,7 +31,7 @@ RUN pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}"
 # is baked into the venv and nothing is fetched from a model hub at run time.
 WORKDIR /src
 COPY pyproject.toml README.md ./
-RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join(p['dependencies'] + p['optional-dependencies']['milvus']))" \
         > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt
 

@@ -98,6 +98,7 @@ class ResponseTooLargeError(InvalidInputError):
 # contract.errors class -> HTTP status; looked up along the exception's MRO
 DOMAIN_STATUS: dict[type[domain.InfonceSearchError], int] = {
     domain.NoLiveBundle: 503,
+    domain.IndexUnavailable: 503,  # Milvus unreachable: the search may succeed once it is back
     domain.BundleNotFound: 404,
     domain.BundleInvalid: 409,  # activation refused; the old bundle keeps serving
     domain.ModelLoadError: 409,

@@ -137,6 +137,26 @@ class Settings(BaseSettings):
         min_length=1,
         description="Query run by /readyz and before a new bundle goes live; it must return results.",
     )
+    index_backend: Literal["faiss", "milvus"] = Field(
+        "faiss",
+        description="Where bundles' vectors are searched: faiss = the bundle's own index.faiss, in this process; "
+        "milvus = the bundle version's collection on the Milvus at milvus_uri (docs/deploy.md). A bundle "
+        "published to Milvus needs milvus; a FAISS bundle is served from its file either way.",
+    )
+    milvus_uri: str | None = Field(
+        None,
+        description="Milvus to search when index_backend is milvus: http://host:19530 (a cluster or a "
+        "`python -m milvus_lite server`), or a milvus-lite path ending in .db (this process only).",
+    )
+    milvus_token: str | None = Field(
+        None, description="Milvus credentials (`user:password` or an API key); unset = none."
+    )
+    milvus_name: str = Field(
+        "infonce",
+        description="Milvus names: collections `<name>_v<version>`, the live alias `<name>_live` (the "
+        "cluster-side CURRENT pointer, flipped on activation). Must match the publisher's --milvus-name.",
+    )
+    milvus_timeout_s: float = Field(10.0, gt=0, description="Timeout of each Milvus call, in seconds.")
     log_level: str = Field("INFO", description="Logging level of the API process (DEBUG, INFO, WARNING…).")
     log_format: Literal["text", "json"] = Field(
         "text",
@@ -172,6 +192,14 @@ class Settings(BaseSettings):
     def _old_loss_name(self) -> Settings:
         if self.onnx_max_ndcg_loss is not None and "max_ndcg_loss" not in self.model_fields_set:
             self.max_ndcg_loss = self.onnx_max_ndcg_loss
+        return self
+
+    @model_validator(mode="after")
+    def _milvus_needs_uri(self) -> Settings:
+        if self.index_backend == "milvus" and not self.milvus_uri:
+            raise ValueError(
+                "SEARCH_INDEX_BACKEND=milvus needs SEARCH_MILVUS_URI (http://host:19530 or a .db path)"
+            )
         return self
 
     @model_validator(mode="after")

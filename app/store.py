@@ -36,17 +36,34 @@ from app.settings import Settings
 from contract.bundle import load_bundle
 from contract.bundle_folder import BundleFolder
 from contract.errors import BundleInvalid, InfonceSearchError
+from contract.index_backend import BackendConfig
+from contract.milvus_index import MilvusPointer
 
 logger = logging.getLogger(__name__)
 
 GATE_LOG = "gate.jsonl"  # the append-only decision log (contract.bundle_folder) (docs/architecture.md)
 
 
+def index_pointer(settings: Settings) -> MilvusPointer | None:
+    """The Milvus hook of the bundles folder (opens collections, flips the alias on activation)."""
+    if settings.index_backend != "milvus":
+        return None
+    return MilvusPointer(
+        BackendConfig(
+            backend="milvus",
+            milvus_uri=settings.milvus_uri,
+            milvus_token=settings.milvus_token,
+            milvus_name=settings.milvus_name,
+            timeout_s=settings.milvus_timeout_s,
+        )
+    )
+
+
 class BundleHolder:
     def __init__(self, settings: Settings, metrics: AppMetrics):
         self.settings = settings
         self.metrics = metrics
-        self.store = BundleFolder(settings.bundles_dir)
+        self.store = BundleFolder(settings.bundles_dir, pointer=index_pointer(settings))
         self.live: LiveBundle | None = None
         self.last_failure: LoadFailure | None = None
         self._failed: set[str] = set()
@@ -105,7 +122,7 @@ class BundleHolder:
     def _open(self, version: str) -> LiveBundle:
         """Blocking: load + validate + pick the query encoder + canary. Raises on any problem."""
         started = time.perf_counter()
-        bundle = load_bundle(self.store.version_path(version))
+        bundle = load_bundle(self.store.version_path(version), index_opener=self.store.index_opener())
         if bundle.version != version:
             raise BundleInvalid(f"{bundle.path}: manifest says version {bundle.version}, folder is {version}")
         live = open_live_bundle(

@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from contract.docstore import DocStore
 from contract.encoder import Encoder
 from contract.errors import BundleInvalid, IndexBuildError, ModelLoadError
+from contract.index_backend import IndexOpener, is_milvus
 from contract.lexical_index import LexicalIndex
 from contract.report_schema import GapReport
 from contract.vector_index import IndexInfo, VectorIndex
@@ -106,7 +107,7 @@ class Bundle:
     path: Path
     manifest: Manifest
     encoder: Encoder
-    index: VectorIndex
+    index: VectorIndex  # or a contract.index_backend.SearchIndex (MilvusIndex) for external indexes
     doc_ids: list[str]
     docstore: DocStore
     report: GapReport | None
@@ -151,13 +152,20 @@ def read_manifest(folder: str | Path) -> Manifest:
         raise BundleInvalid(f"{path}: invalid manifest ({problems})") from exc
 
 
-def load_bundle(path: str | Path, *, verify: bool = True, mmap: bool = False) -> Bundle:
-    """Load and validate a bundle folder; `verify=False` skips only the sha256 checksums."""
+def load_bundle(
+    path: str | Path, *, verify: bool = True, mmap: bool = False, index_opener: IndexOpener | None = None
+) -> Bundle:
+    """Load and validate a bundle folder; `verify=False` skips only the sha256 checksums.
+
+    `index_opener` opens an index kept outside the folder (a Milvus collection, contract.milvus_index);
+    a bundle whose manifest says its index is elsewhere cannot load without one.
+    """
     folder = Path(path)
     if not folder.is_dir():
         raise BundleInvalid(f"{folder}: bundle folder does not exist")
     manifest = read_manifest(folder)
-    for required in (INDEX_FILE, IDS_FILE, DOCS_FILE):
+    external = is_milvus(manifest.index)
+    for required in (IDS_FILE, DOCS_FILE) if external else (INDEX_FILE, IDS_FILE, DOCS_FILE):
         if required not in manifest.files:
             raise BundleInvalid(f"{folder / MANIFEST_FILE}: files does not list {required}")
         if not (folder / required).is_file():
@@ -170,20 +178,15 @@ def load_bundle(path: str | Path, *, verify: bool = True, mmap: bool = False) ->
             if sha256_file(file) != digest:
                 raise BundleInvalid(f"{file}: checksum mismatch (corrupt or modified after publication)")
     ids = _read_ids(folder / IDS_FILE, manifest.n_vectors)
-    try:
-        index = VectorIndex.load(folder / INDEX_FILE, manifest.index, mmap=mmap)
-    except IndexBuildError as exc:
-        raise BundleInvalid(str(exc)) from exc
+    if external:
+        index = _open_external(folder, manifest, index_opener)
+    else:
+        index = _load_faiss(folder, manifest, mmap)
     if index.dim != manifest.dim:
         raise BundleInvalid(f"{folder / INDEX_FILE}: index dim {index.dim} != manifest dim {manifest.dim}")
     if index.ntotal != manifest.n_vectors:
         raise BundleInvalid(
             f"{folder / INDEX_FILE}: {index.ntotal} vectors, manifest says {manifest.n_vectors}"
-        )
-    index_metric = "l2" if index.index.metric_type == 1 else "ip"  # faiss.METRIC_L2 == 1
-    if index_metric != manifest.metric.index or manifest.index.metric != manifest.metric.index:
-        raise BundleInvalid(
-            f"{folder / INDEX_FILE}: metric {index_metric} != manifest {manifest.metric.index}"
         )
     docstore = DocStore(folder / DOCS_FILE)
     if len(docstore) != manifest.n_vectors:
@@ -222,6 +225,32 @@ def _read_lexical(folder: Path, manifest: Manifest) -> LexicalIndex | None:
             f"{folder / LEXICAL_DIR}: {lexical.n_docs} documents, manifest says {manifest.n_vectors}"
         )
     return lexical
+
+
+def _load_faiss(folder: Path, manifest: Manifest, mmap: bool) -> VectorIndex:
+    try:
+        index = VectorIndex.load(folder / INDEX_FILE, manifest.index, mmap=mmap)
+    except IndexBuildError as exc:
+        raise BundleInvalid(str(exc)) from exc
+    index_metric = "l2" if index.index.metric_type == 1 else "ip"  # faiss.METRIC_L2 == 1
+    if index_metric != manifest.metric.index or manifest.index.metric != manifest.metric.index:
+        raise BundleInvalid(
+            f"{folder / INDEX_FILE}: metric {index_metric} != manifest {manifest.metric.index}"
+        )
+    return index
+
+
+def _open_external(folder: Path, manifest: Manifest, opener: IndexOpener | None) -> Any:
+    if opener is None:
+        raise BundleInvalid(
+            f"{folder / MANIFEST_FILE}: its index is a Milvus collection ({manifest.index.factory}); "
+            "serve it with SEARCH_INDEX_BACKEND=milvus and SEARCH_MILVUS_URI"
+        )
+    if manifest.index.metric != manifest.metric.index:
+        raise BundleInvalid(
+            f"{folder / MANIFEST_FILE}: index metric {manifest.index.metric} != {manifest.metric.index}"
+        )
+    return opener(manifest)
 
 
 def _read_ids(path: Path, n: int) -> list[str]:

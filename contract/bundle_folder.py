@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import AliasChoices, BaseModel, Field
 
@@ -27,6 +27,9 @@ from contract.atomic import fsync_dir, write_text_atomic
 from contract.bundle import GATE_FILE, VERSION_RE, Bundle, load_bundle, read_manifest
 from contract.errors import BundleInvalid, BundleNotFound, NoLiveBundle
 from contract.mutation_log import seq_of_manifest
+
+if TYPE_CHECKING:
+    from contract.index_backend import IndexOpener, IndexPointer
 
 logger = logging.getLogger(__name__)
 
@@ -74,8 +77,16 @@ class VersionInfo(BaseModel):
 class BundleFolder:
     """A folder of published bundle versions with one live version."""
 
-    def __init__(self, root: str | Path, gate_log_max_bytes: int = GATE_LOG_MAX_BYTES):
+    def __init__(
+        self,
+        root: str | Path,
+        gate_log_max_bytes: int = GATE_LOG_MAX_BYTES,
+        pointer: IndexPointer | None = None,
+    ):
         self.root = Path(root)
+        # told after CURRENT moves (Milvus flips its live alias) and before a version is pruned (drops
+        # its collection); a crash before it leaves the backend's pointer on the old version
+        self.pointer = pointer
         self.gate_log_max_bytes = gate_log_max_bytes
         self.root.mkdir(parents=True, exist_ok=True)
         self._reported: set[tuple[str, str]] = set()
@@ -152,7 +163,11 @@ class BundleFolder:
         version = self.current_version()
         if version is None:
             raise NoLiveBundle(f"no live bundle in {self.root} (nothing published yet)")
-        return load_bundle(self.version_path(version), verify=verify)
+        return load_bundle(self.version_path(version), verify=verify, index_opener=self.index_opener())
+
+    def index_opener(self) -> IndexOpener | None:
+        """How load_bundle opens an index kept outside the folder (the pointer's backend), or None."""
+        return self.pointer.open_index if self.pointer is not None else None
 
     # -- writing ------------------------------------------------------------------------------------
     @contextmanager
@@ -167,7 +182,7 @@ class BundleFolder:
     def activate(self, version: str) -> None:
         """Point CURRENT at an already published version (roll back or forward) after validating it."""
         with self._locked():
-            bundle = load_bundle(self.version_path(version), verify=True)
+            bundle = load_bundle(self.version_path(version), verify=True, index_opener=self.index_opener())
             bundle.docstore.close()
             try:
                 previous = self.current_version()
@@ -187,6 +202,8 @@ class BundleFolder:
     def _set_current(self, version: str) -> None:
         write_text_atomic(self.root / CURRENT_FILE, version + "\n")
         fsync_dir(self.root)
+        if self.pointer is not None:
+            self.pointer.on_current(read_manifest(self.root / version))
 
     def _log(self, record: dict[str, Any]) -> None:
         path = self.root / GATE_LOG

@@ -60,6 +60,12 @@ class IndexBuildError(InfonceSearchError):
     code = "index_build_failed"
 
 
+class IndexUnavailable(InfonceSearchError):
+    """The index backend (a Milvus server) cannot be reached or failed a request: retry later (503)."""
+
+    code = "index_unavailable"
+
+
 class BundleError(InfonceSearchError):
     code = "bundle_error"
 

@@ -32,6 +32,7 @@ import numpy as np
 
 from contract.docstore import INCLUDE_FIELDS, DocStore, compile_filter
 from contract.errors import ConfigError
+from contract.index_backend import search_with_filter
 from contract.mutation_log import Mutation, encoder_key, seq_of_manifest
 from contract.vector_index import SMALL_BATCH, VectorIndex, faiss_metric
 
@@ -146,12 +147,9 @@ class Overlay:
     def search(self, queries: np.ndarray, k: int, *, filter_: Mapping[str, Any] | None = None) -> Rows:
         """Top-k per query over bundle + overlay: (keys int64, scores float32), best first."""
         with self.lock:
-            allowed = None
-            if filter_:
-                allowed = np.asarray(self.docstore.filter_positions(filter_), dtype=np.int64)
             if not self.changed:
-                return self.index.search(queries, k, allowed=allowed)
-            main = self.index.search(queries, k, allowed=allowed, excluded=self._dead_arr)
+                return self._search_main(queries, k, filter_, None)
+            main = self._search_main(queries, k, filter_, self._dead_arr)
             if not self._slot_of:
                 return main
             delta = self._search_delta(np.ascontiguousarray(queries, dtype=np.float32), k, filter_)
@@ -161,6 +159,32 @@ class Overlay:
             scores = np.concatenate([ms, ds])
             order = np.argsort(-scores, kind="stable")[:k]  # main first among equal scores
             out.append((keys[order], scores[order]))
+        return out
+
+    def _search_main(
+        self, queries: np.ndarray, k: int, filter_: Mapping[str, Any] | None, excluded: np.ndarray | None
+    ) -> Rows:
+        if isinstance(self.index, VectorIndex):
+            allowed = None
+            if filter_:
+                allowed = np.asarray(self.docstore.filter_positions(filter_), dtype=np.int64)
+            if excluded is None:
+                return self.index.search(queries, k, allowed=allowed)
+            return self.index.search(queries, k, allowed=allowed, excluded=excluded)
+        # an index outside this process (Milvus, contract/index_backend.py): it filters by itself and
+        # knows no tombstones, so ask for k + |tombstones| and drop them here (k stays full)
+        extra = 0 if excluded is None else len(excluded)
+        rows: Rows = (
+            search_with_filter(self.index, self.docstore, queries, k + extra, filter_)
+            if filter_
+            else self.index.search(queries, k + extra)
+        )
+        if not extra:
+            return rows
+        out: Rows = []
+        for pos, sc in rows:
+            keep = ~np.isin(pos, excluded)
+            out.append((pos[keep][:k], sc[keep][:k]))
         return out
 
     def _search_delta(self, q: np.ndarray, k: int, filter_: Mapping[str, Any] | None) -> Rows:

@@ -302,3 +302,32 @@ def test_packages_hold_only_python_files() -> None:
     assert not others or declared, (
         f"add these to [tool.setuptools.package-data] or the image lacks them: {others}"
     )
+
+
+def test_compose_milvus_profile_runs_standalone_milvus_with_etcd_and_object_store() -> None:
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "COMPOSE_PROFILES": "milvus",
+        "SEARCH_INDEX_BACKEND": "milvus",
+        "SEARCH_MILVUS_URI": "http://milvus:19530",
+    }
+    result = subprocess.run(
+        [_compose_cli(), "-f", "docker-compose.yml", "config"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    import yaml
+
+    resolved = yaml.safe_load(result.stdout)["services"]
+    assert resolved["milvus"]["image"].startswith("milvusdb/milvus:")
+    assert resolved["milvus"]["command"] == ["milvus", "run", "standalone"]
+    assert set(resolved["milvus"]["depends_on"]) == {"milvus-etcd", "milvus-minio"}
+    for name in ("api", "worker", "bootstrap"):
+        assert resolved[name]["environment"]["SEARCH_INDEX_BACKEND"] == "milvus", name
+        assert resolved[name]["environment"]["SEARCH_MILVUS_URI"] == "http://milvus:19530", name
+    for name in ("milvus", "milvus-etcd", "milvus-minio"):
+        assert compose()["services"][name]["profiles"] == ["milvus"], name

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import shutil
 import subprocess
+from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib import metadata as importlib_metadata
 from pathlib import Path
@@ -30,6 +31,7 @@ from contract.bundle import (
 from contract.docstore import write_docstore
 from contract.encoder import Encoder, document_text
 from contract.errors import BundleInvalid, IndexBuildError
+from contract.vector_index import IndexInfo
 from training.bundle_card import write_bundle_model_card
 from training.index_factory import build_index
 from training.portable import portable, relocate_report
@@ -38,6 +40,9 @@ if TYPE_CHECKING:
     from training.data import Document
 
 logger = logging.getLogger(__name__)
+
+# (version, index-space vectors, tune queries or None) -> (IndexInfo, manifest extras)
+IndexBuilder = Callable[[str, np.ndarray, np.ndarray | None], tuple[IndexInfo, dict[str, Any]]]
 
 
 def code_version() -> CodeVersion:
@@ -78,11 +83,14 @@ def build_bundle(
     extras: dict[str, Any] | None = None,
     batch_size: int = 32,
     show_progress: bool = True,
+    index_builder: IndexBuilder | None = None,
 ) -> Path:
     """Write a complete bundle into `staging_dir` (new or empty); publish it with BundleStore.publish.
 
     `doc_embeddings` are Encoder.encode rows in corpus order (skips re-encoding); `tune_queries` are
     Encoder.encode rows of real held-out queries, used to tune the ANN index to `target_recall`.
+    `index_builder`: builds the index somewhere else than index.faiss (training.milvus_publish); it gets
+    the version id, the index-space vectors and tune queries, and returns the IndexInfo and manifest extras.
     """
     staging = Path(staging_dir)
     if staging.exists() and any(staging.iterdir()):
@@ -102,16 +110,23 @@ def build_bundle(
         )
     vectors = encoder.to_index_space(doc_embeddings)  # (n, dim)
     queries = encoder.to_index_space(tune_queries) if tune_queries is not None and len(tune_queries) else None
-    index = build_index(
-        vectors,
-        metric=encoder.index_metric,
-        kind=index_kind,
-        tune_queries=queries,
-        target_recall=target_recall,
-        memory_budget_bytes=memory_budget_bytes,
-    )
+    version = new_version_id()
+    extras = dict(extras or {})
+    if index_builder is not None:
+        info, index_extras = index_builder(version, vectors, queries)
+        extras.update(index_extras)
+    else:
+        index = build_index(
+            vectors,
+            metric=encoder.index_metric,
+            kind=index_kind,
+            tune_queries=queries,
+            target_recall=target_recall,
+            memory_budget_bytes=memory_budget_bytes,
+        )
+        index.save(staging / INDEX_FILE)
+        info = index.info
     encoder.save(staging / MODEL_DIR)
-    index.save(staging / INDEX_FILE)
     write_json_atomic(staging / IDS_FILE, ids)
     write_docstore(staging / DOCS_FILE, (corpus[i] for i in ids))
     if report_dir is not None:
@@ -125,21 +140,19 @@ def build_bundle(
         staging, training_config=training_config, base_model=base_model, metrics=metrics or {}, extras=extras
     )  # replaces the base model's card that sentence-transformers saved
     manifest = Manifest(
-        version=new_version_id(),
+        version=version,
         created_at=datetime.now(UTC),
         base_model=base_model,
         training_config=training_config,
         dim=encoder.dim,
         metric=MetricInfo(index=encoder.index_metric, similarity=encoder.metric),
         n_vectors=len(ids),
-        index=index.info,
+        index=info,
         metrics=metrics or {},
         files=checksums(staging),
         code_version=code_version(),
         extras=extras,
     )
     write_json_atomic(staging / MANIFEST_FILE, manifest.model_dump(mode="json"))
-    logger.info(
-        "built bundle %s in %s (%d docs, %s)", manifest.version, staging, len(ids), index.info.factory
-    )
+    logger.info("built bundle %s in %s (%d docs, %s)", manifest.version, staging, len(ids), info.factory)
     return staging

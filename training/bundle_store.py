@@ -27,6 +27,7 @@ next publish removes exactly the build folders nobody holds, never a concurrent 
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -54,6 +55,7 @@ from contract.errors import BundleInvalid
 from training.bundle_card import write_bundle_card
 
 if TYPE_CHECKING:
+    from contract.index_backend import IndexPointer
     from training.data import RetrievalData
 
 logger = logging.getLogger(__name__)
@@ -93,8 +95,14 @@ class PublishResult(BaseModel):
 class BundleStore(BundleFolder):
     """A BundleFolder that also publishes: build folders, the quality gate, pruning."""
 
-    def __init__(self, root: str | Path, keep: int = 5, gate_log_max_bytes: int = GATE_LOG_MAX_BYTES):
-        super().__init__(root, gate_log_max_bytes)
+    def __init__(
+        self,
+        root: str | Path,
+        keep: int = 5,
+        gate_log_max_bytes: int = GATE_LOG_MAX_BYTES,
+        pointer: IndexPointer | None = None,
+    ):
+        super().__init__(root, gate_log_max_bytes, pointer=pointer)
         self.keep = keep
 
     @contextmanager
@@ -132,7 +140,7 @@ class BundleStore(BundleFolder):
         with self._locked():
             self._clean_stale()
             step("validate")
-            bundle = load_bundle(staging, verify=True)
+            bundle = load_bundle(staging, verify=True, index_opener=self.index_opener())
             manifest = bundle.manifest
             bundle.docstore.close()
             if (self.root / manifest.version).exists():
@@ -291,6 +299,9 @@ class BundleStore(BundleFolder):
         for version in versions:
             if version in keep_set:
                 continue
+            if self.pointer is not None:
+                with contextlib.suppress(BundleInvalid):  # an unreadable manifest has no collection to name
+                    self.pointer.on_delete(read_manifest(self.root / version))
             trash = self.root / f".trash-{version}"
             os.rename(self.root / version, trash)  # disappears atomically from list_versions
             shutil.rmtree(trash, ignore_errors=True)

@@ -270,6 +270,34 @@ def _distill_config(distill: bool) -> Any:
     return DistillConfig() if distill else None
 
 
+IndexBackendOpt = Annotated[
+    str,
+    typer.Option("--index-backend", envvar="SEARCH_INDEX_BACKEND", help="faiss (in the bundle) or milvus."),
+]
+MilvusUriOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--milvus-uri", envvar="SEARCH_MILVUS_URI", help="http://host:19530 or a milvus-lite .db path."
+    ),
+]
+MilvusTokenOpt = Annotated[
+    str | None, typer.Option("--milvus-token", envvar="SEARCH_MILVUS_TOKEN", help="Milvus credentials.")
+]
+MilvusNameOpt = Annotated[
+    str,
+    typer.Option(
+        "--milvus-name", envvar="SEARCH_MILVUS_NAME", help="Collections <name>_v<version>, alias <name>_live."
+    ),
+]
+
+
+def _backend(backend: str, uri: str | None, token: str | None, name: str) -> Any:
+    """The index backend options as a contract.index_backend.BackendConfig (ConfigError when inconsistent)."""
+    from contract.index_backend import BackendConfig
+
+    return BackendConfig(backend=backend, milvus_uri=uri, milvus_token=token, milvus_name=name)  # type: ignore[arg-type]
+
+
 @app.command("index", help="Encode a corpus with a trained model, build a FAISS bundle and publish it.")
 def index_cmd(
     model: Annotated[Path, typer.Option("--model", help="Training run folder (or its model/).")],
@@ -287,11 +315,16 @@ def index_cmd(
     log_level: LogLevelOpt = "INFO",
     quiet: QuietOpt = False,
     as_json: JsonOpt = False,
+    index_backend: IndexBackendOpt = "faiss",
+    milvus_uri: MilvusUriOpt = None,
+    milvus_token: MilvusTokenOpt = None,
+    milvus_name: MilvusNameOpt = "infonce",
 ) -> None:
     configure_logging(log_level, quiet=quiet)
     from training.publish import index_model  # heavy imports only when the command runs
 
     try:
+        backend = _backend(index_backend, milvus_uri, milvus_token, milvus_name)
         result = index_model(
             model,
             data,
@@ -304,6 +337,7 @@ def index_cmd(
             distill=_distill_config(distill),
             onnx=onnx,
             show_progress=not quiet,
+            backend=backend,
         )
     except InfonceSearchError as exc:
         fail(str(exc))
@@ -400,12 +434,17 @@ def _pipeline(
     log_level: str,
     quiet: bool,
     as_json: bool,
+    index_backend: str = "faiss",
+    milvus_uri: str | None = None,
+    milvus_token: str | None = None,
+    milvus_name: str = "infonce",
     **overrides: Any,
 ) -> None:
     config = _prepare_run(data, config_file, log_level, overrides, quiet=quiet)
     from training.pipeline import run_pipeline  # torch and friends load only when a run starts
 
     with _one_line_errors():
+        backend = _backend(index_backend, milvus_uri, milvus_token, milvus_name)
         result = run_pipeline(
             data,
             bundles,
@@ -418,6 +457,7 @@ def _pipeline(
             onnx=onnx,
             distill=_distill_config(distill),
             show_progress=not quiet,
+            backend=backend,
         )
     if as_json:
         echo_json(
@@ -491,6 +531,10 @@ _pipeline.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
         _option("log_level", LogLevelOpt, "INFO"),
         _option("quiet", QuietOpt, False),
         _option("as_json", JsonOpt, False),
+        _option("index_backend", IndexBackendOpt, "faiss"),
+        _option("milvus_uri", MilvusUriOpt, None),
+        _option("milvus_token", MilvusTokenOpt, None),
+        _option("milvus_name", MilvusNameOpt, "infonce"),
         *_config_parameters(),
     ]
 )

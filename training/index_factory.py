@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import tempfile
 import time
 from typing import Any
 
@@ -30,6 +32,7 @@ import numpy as np
 
 from contract.errors import IndexBuildError
 from contract.vector_index import IndexInfo, IndexKind, IndexMetric, VectorIndex, as_matrix, faiss_metric
+from training.shards import check_finite, chunks, exact_top_k
 
 logger = logging.getLogger(__name__)
 
@@ -113,7 +116,10 @@ def build_index(
     seed: int = 0,
 ) -> VectorIndex:
     """Build an index over `vectors` (rows = positions) and tune it to `target_recall` recall@10."""
-    x = as_matrix(vectors, "vectors")  # (n, d)
+    x = vectors if isinstance(vectors, np.memmap) else as_matrix(vectors, "vectors")  # (n, d)
+    if x.ndim != 2 or x.dtype != np.float32:
+        raise IndexBuildError(f"vectors must be a float32 (n, dim) matrix, got {x.dtype} {x.shape}")
+    check_finite(x)
     n, d = x.shape
     if n == 0:
         raise IndexBuildError("cannot build an index over 0 vectors")
@@ -131,7 +137,9 @@ def build_index(
         sample = x[np.sort(rng.choice(n, n_train, replace=False))] if n_train < n else x
         logger.info("training %s on %d vectors", factory, len(sample))
         index.train(sample)
-    index.add(x)
+    _reserve(index, n)
+    for _, block in chunks(x):  # a memory-mapped x is paged in chunk by chunk, never copied whole
+        index.add(block)
     if chosen == "ivf":
         faiss.extract_index_ivf(index).make_direct_map()  # exact_vectors() for filtered searches
     info = IndexInfo(factory=factory, kind=chosen, metric=metric, ntotal=n, dim=d, bytes_per_vector=0.0)
@@ -152,12 +160,29 @@ def build_index(
     return vi
 
 
+def _reserve(index: Any, n: int) -> None:
+    """Size flat storage for n vectors before the chunked adds: growing a std::vector chunk by chunk
+    reallocates by doubling, and old + new buffer together would be up to twice the vectors."""
+    flat = faiss.downcast_index(index.storage) if isinstance(index, faiss.IndexHNSW) else index
+    if isinstance(flat, faiss.IndexFlatCodes):
+        flat.codes.resize(n * flat.code_size)
+        flat.codes.resize(0)  # std::vector keeps its capacity when it shrinks
+
+
 def _sizes(index: Any, n: int) -> tuple[float, float | None]:
-    total = len(faiss.serialize_index(index)) / n
+    # written to a scratch file and measured there: serialize_index would hold a second, in-memory copy
+    total = _serialized_bytes(index) / n
     if isinstance(index, faiss.IndexRefine):
-        base = len(faiss.serialize_index(index.base_index)) / n
+        base = _serialized_bytes(index.base_index) / n
         return round(total, 1), round(base, 1)
     return round(total, 1), None
+
+
+def _serialized_bytes(index: Any) -> int:
+    with tempfile.TemporaryDirectory(prefix="index-size-") as folder:
+        path = os.path.join(folder, "index.faiss")
+        faiss.write_index(index, path)
+        return os.path.getsize(path)
 
 
 # -- tuning -----------------------------------------------------------------------------------------
@@ -191,9 +216,9 @@ def _tune(vi: VectorIndex, x: np.ndarray, tune_queries: np.ndarray | None, targe
     k = min(RECALL_K, vi.ntotal - (1 if self_ids is not None else 0))
     if k < 1 or len(q) == 0:
         return
-    exact = faiss.IndexFlat(vi.dim, faiss_metric(vi.info.metric))
-    exact.add(x)
-    truth = _top(exact, q, k, self_ids)
+    extra = 1 if self_ids is not None else 0
+    truth_pos = exact_top_k(x, q, k + extra, vi.info.metric)  # chunk by chunk: no second copy of x
+    truth = [drop_self(row, self_ids, i, k) for i, row in enumerate(truth_pos)]
     best: tuple[float, dict[str, int]] | None = None
     for params in _tune_grid(vi):
         vi.set_params(params)
@@ -219,13 +244,14 @@ def _tune(vi: VectorIndex, x: np.ndarray, tune_queries: np.ndarray | None, targe
 def _top(index: Any, q: np.ndarray, k: int, self_ids: np.ndarray | None) -> list[np.ndarray]:
     extra = 1 if self_ids is not None else 0
     _, pos = index.search(q, min(k + extra, index.ntotal))  # (nq, k+extra)
-    rows = []
-    for i, row in enumerate(pos):
-        row = row[row >= 0]
-        if self_ids is not None:
-            row = row[row != self_ids[i]]
-        rows.append(row[:k])
-    return rows
+    return [drop_self(row, self_ids, i, k) for i, row in enumerate(pos)]
+
+
+def drop_self(row: np.ndarray, self_ids: np.ndarray | None, i: int, k: int) -> np.ndarray:
+    row = row[row >= 0]
+    if self_ids is not None:
+        row = row[row != self_ids[i]]
+    return row[:k]
 
 
 def recall_at(truth: list[np.ndarray], found: list[np.ndarray]) -> float:

@@ -13,8 +13,10 @@ rewrites the manifest with
 from __future__ import annotations
 
 import logging
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +29,9 @@ from training.evaluate import exact_search
 from training.fusion_tuning import metrics_of, runs_for_mode, tune
 from training.lexical_build import LEXICAL_DIR, build_lexical_index
 from training.validation import carve_validation
+
+if TYPE_CHECKING:
+    from training.data import Document
 
 logger = logging.getLogger(__name__)
 
@@ -71,16 +76,27 @@ def attach_lexical(
     validation: RetrievalData | None,
     *,
     depth: int = DEFAULT_DEPTH,
+    bundle_corpus: Mapping[str, Document] | None = None,
 ) -> dict[str, Any]:
     """Build `lexical/` in the staged bundle, tune and score the modes, rewrite its manifest; returns
-    the `extras["retrieval"]` record. `doc_emb` rows follow test.corpus (= the bundle's ids.json)."""
+    the `extras["retrieval"]` record. `doc_emb` rows follow test.corpus. `bundle_corpus` (default
+    test.corpus) is the bundle's own documents in ids.json order: with documents written through the API
+    folded in (training/fold.py) it differs from the dataset, and the modes are still scored on the
+    dataset as it is, like the gate."""
     from contract.atomic import write_json_atomic
     from contract.bundle import MANIFEST_FILE, checksums, read_manifest
 
     folder = Path(staging)
     doc_ids = list(test.corpus)
-    build_lexical_index([document_text(d.title, d.text) for d in test.corpus.values()], folder / LEXICAL_DIR)
-    lex = LexicalIndex.load(folder / LEXICAL_DIR)
+    served = test.corpus if bundle_corpus is None else bundle_corpus
+    build_lexical_index([document_text(d.title, d.text) for d in served.values()], folder / LEXICAL_DIR)
+    if list(served) == doc_ids:
+        lex = LexicalIndex.load(folder / LEXICAL_DIR)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            texts = [document_text(d.title, d.text) for d in test.corpus.values()]
+            build_lexical_index(texts, Path(tmp) / LEXICAL_DIR)
+            lex = LexicalIndex.load(Path(tmp) / LEXICAL_DIR)
     if validation is not None and list(validation.corpus) == doc_ids:
         val_emb = encoder.encode(list(validation.queries.values()), kind="query")  # (n_val, dim)
         dense, lexical = mode_runs(validation, val_emb, doc_emb, encoder, lex, depth)

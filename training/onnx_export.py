@@ -250,6 +250,7 @@ def attach_onnx(
     qrels: Mapping[str, Mapping[str, int]],
     *,
     quantize: bool = True,
+    index_opener: Any = None,
 ) -> dict[str, Any]:
     """Export the ONNX query encoder(s) into a *staged* (not yet published) bundle and record their quality.
 
@@ -260,7 +261,7 @@ def attach_onnx(
     from contract.bundle import MANIFEST_FILE, MODEL_DIR, checksums, load_bundle
 
     folder = Path(bundle_dir)
-    bundle = load_bundle(folder, verify=False)
+    bundle = load_bundle(folder, verify=False, index_opener=index_opener)  # opener: a Milvus-backed bundle
     info = export_onnx(folder / MODEL_DIR, quantize=quantize)
     record = measure_onnx_quality(
         bundle.encoder,

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from contract.config import TrainConfig
+from contract.index_backend import BackendConfig
 from training.bundle_store import PublishResult
 from training.distill import DistillConfig
 from training.embedding_cache import EmbeddingCache
@@ -59,6 +60,7 @@ def run_pipeline(
     show_progress: bool = True,
     checkpoint: Callable[[], None] | None = None,
     cache_dir: str | Path | None = None,
+    backend: BackendConfig | None = None,
 ) -> PipelineResult:
     """Fine-tune on `data_dir`, write the gap report, build the index and publish the bundle.
 
@@ -105,6 +107,7 @@ def run_pipeline(
         checkpoint=checkpoint,
         timer=timer,
         cache=cache,
+        backend=backend,
     )
     timer.write(run_dir)
     logger.info(

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contract.bundle import MANIFEST_FILE, read_manifest
 from contract.encoder import Encoder
 from contract.errors import ConfigError
+from contract.index_backend import MILVUS_EXTRAS, BackendConfig
+from contract.milvus_index import MilvusPointer, drop_collection
 from contract.mutation_log import SEQ_KEY
 from training.bundle_build import build_bundle
 from training.bundle_store import FINGERPRINT_KEY, BundleStore, PublishResult, evaluation_fingerprint
@@ -25,6 +28,7 @@ from training.evaluate import EvalResult, encode_corpus, evaluate
 from training.fold import fold_log
 from training.index_factory import KINDS
 from training.lexical_step import attach_lexical, validation_split
+from training.milvus_publish import milvus_builder
 from training.onnx_export import attach_onnx
 from training.timing import PhaseTimer, phase
 
@@ -88,6 +92,7 @@ def index_model(
     checkpoint: Callable[[], None] | None = None,
     timer: PhaseTimer | None = None,
     cache: EmbeddingCache | None = None,
+    backend: BackendConfig | None = None,
 ) -> PublishResult:
     """Encode `data_dir`'s corpus with the model, evaluate on `split`, build and publish a bundle.
 
@@ -104,12 +109,19 @@ def index_model(
     raising (a job's cancel). Nothing is published then, and the build folder is removed.
     `timer`: records the wall time of each phase (encode, index build, ONNX export, publish).
     `cache`: on-disk corpus embeddings (training.embedding_cache), used when `evaluation` does not match.
+    `backend`: where the index goes (default FAISS in the bundle; milvus: a collection per version,
+    training.milvus_publish, with the live alias flipped when the version becomes CURRENT).
     """
     stop = checkpoint or (lambda: None)
     if index_kind not in KINDS:
         raise ConfigError(f"--index: unknown index kind {index_kind!r} (expected one of {', '.join(KINDS)})")
     if not 0.0 < target_recall <= 1.0:
         raise ConfigError(f"--target-recall must be in (0, 1], got {target_recall}")
+    milvus = backend is not None and backend.backend == "milvus"
+    if milvus and distill is not None:
+        raise ConfigError(
+            "--distill is not supported with the milvus index backend yet (it reads FAISS vectors)"
+        )
     model_path, run = (None, None) if model_dir is None else resolve_run(model_dir)
     with phase(timer, "load data + model"):
         encoder = Encoder.load(model_path)
@@ -152,14 +164,26 @@ def index_model(
     # stored as "test" whatever the split is called: the gate compares held-out metrics under that key
     metrics = {"test": result.metrics}
 
-    store = BundleStore(bundles_dir, keep=keep)
+    pointer = MilvusPointer(backend) if milvus and backend is not None else None
+    store = BundleStore(bundles_dir, keep=keep, pointer=pointer)
     # built beside the versions so publishing is a rename; a crash leaves a folder the next publish removes
-    with store.build_dir() as staging:
+    with store.build_dir() as staging, _unpublished_collection_dropped(backend if milvus else None, staging):
         stop()
         with phase(timer, "index + bundle"):
             # documents upserted / deleted through the API since: served by this bundle, replayed after it
             folded = fold_log(store.root, data.corpus, doc_emb, encoder, show_progress=show_progress)
             extras[SEQ_KEY] = folded.seq
+            builder = (
+                milvus_builder(
+                    backend,
+                    folded.corpus,
+                    metric=encoder.index_metric,
+                    index_kind=index_kind,
+                    target_recall=target_recall,
+                )
+                if milvus and backend is not None
+                else None
+            )
             build_bundle(
                 encoder,
                 folded.corpus,
@@ -175,17 +199,30 @@ def index_model(
                 base_model=_base_model_name(training_config),
                 extras=extras,
                 show_progress=show_progress,
+                index_builder=builder,
             )
         stop()
         with phase(timer, "lexical index + fusion tuning"):
             attach_lexical(
-                staging, encoder, data, doc_emb, query_emb, validation_split(data_dir, training_config)
+                staging,
+                encoder,
+                data,
+                doc_emb,
+                query_emb,
+                validation_split(data_dir, training_config),
+                bundle_corpus=folded.corpus,
             )
         if onnx:
             stop()
             # after the model is staged, before publishing: attach_onnx refreshes the manifest checksums
             with phase(timer, "ONNX export + check"):
-                attach_onnx(staging, data.queries, data.qrels, quantize=True)
+                attach_onnx(
+                    staging,
+                    data.queries,
+                    data.qrels,
+                    quantize=True,
+                    index_opener=pointer.open_index if pointer is not None else None,
+                )
         if distill is not None:
             from training.distill_step import attach_query_encoders  # torch: only when asked
 
@@ -198,3 +235,18 @@ def index_model(
         stop()  # the last moment a cancel is honoured: publishing is not interrupted
         with phase(timer, "publish"):
             return store.publish(staging, gate_metric=gate_metric, tolerance=tolerance, force=force)
+
+
+@contextmanager
+def _unpublished_collection_dropped(backend: BackendConfig | None, staging: Path) -> Iterator[None]:
+    """A failed or cancelled Milvus build drops the collection it created, unless the version got published
+    (the rename happened: the version folder owns its collection, keep-N drops it later)."""
+    try:
+        yield
+    except BaseException:
+        manifest_path = staging / MANIFEST_FILE
+        if backend is not None and manifest_path.is_file():
+            collection = read_manifest(staging).extras.get(MILVUS_EXTRAS, {}).get("collection")
+            if collection:
+                drop_collection(backend, collection)
+        raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -11,6 +12,7 @@ from app.deps import HolderDep, RunnerDep, SettingsDep
 from app.errors import NoLiveBundleError, NotReadyError, QueueFullError
 from app.schemas import ReadyResponse
 from app.service import SearchSpec
+from contract.index_backend import readiness_problems
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["health"])
@@ -25,12 +27,15 @@ async def healthz() -> dict[str, str]:
 @router.get("/readyz", response_model=ReadyResponse, responses=NOT_READY, summary="Readiness")
 async def readyz(holder: HolderDep, runner: RunnerDep, settings: SettingsDep) -> ReadyResponse:
     """Ready when a bundle is live, its encoder and index come from the same version and agree in
-    dimension, and the canary query returns at least one hit through the normal search path."""
+    dimension, the canary query returns at least one hit through the normal search path, and, with a
+    Milvus index, the live alias names the live version's collection and answers a search."""
     live = holder.live
     if live is None:
         reason = holder.not_live_reason()
         raise NoLiveBundleError(f"not ready: {reason}")
     problems = live.consistency_problems()
+    # Milvus: the live alias exists, names this version's collection and answers (nothing to check for FAISS)
+    problems += await asyncio.to_thread(readiness_problems, live.bundle.index)
     if problems:
         raise NotReadyError("not ready: " + "; ".join(problems))
     try:

@@ -66,6 +66,7 @@ class RetrainOptions(TrainConfig):
     """retrain options: every TrainConfig field, plus how the candidate bundle is indexed and gated."""
 
     index_kind: IndexKind = "auto"
+    index_backend: Literal["faiss", "milvus"] = "faiss"  # milvus: the worker's --milvus-uri (docs/deploy.md)
     force: bool = False  # True: publish live even if the quality gate would keep it as a candidate
     onnx: bool = True  # export + quality-check the ONNX query encoders into the bundle
     distill: bool = False  # also train + score the distilled query encoders (training.distill_step)
@@ -77,6 +78,7 @@ class ReindexOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     index_kind: IndexKind = "auto"
+    index_backend: Literal["faiss", "milvus"] = "faiss"  # milvus: the worker's --milvus-uri (docs/deploy.md)
     # the gate applies unless the submitter asks for force=True: a reindex publishes a corpus the service
     # then answers from, so it must not become live behind the operator's back (a planted dataset would)
     force: bool = False

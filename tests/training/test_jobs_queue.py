@@ -266,3 +266,17 @@ def test_cli_submit_status_cancel_with_the_api_environment_variables(tmp_path, d
     assert bad.returncode == 2 and "options.max_steps" in bad.stderr
     missing = cli("status", "nope")
     assert missing.returncode == 2 and "no job with id 'nope'" in missing.stderr
+
+
+def test_jobs_choose_the_index_backend_and_the_worker_says_where_milvus_is():
+    from contract.errors import JobOptionsInvalid
+    from contract.jobs.queue import ReindexOptions, RetrainOptions, validate_options
+    from training.jobs import tasks
+
+    assert validate_options("reindex", {"index_backend": "milvus"}) == {"index_backend": "milvus"}
+    assert RetrainOptions(index_backend="milvus").index_backend == "milvus"
+    with pytest.raises(JobOptionsInvalid, match="index_backend"):
+        validate_options("reindex", {"index_backend": "elastic"})
+    assert ReindexOptions().index_backend == "faiss" and tasks.job_backend("faiss") is None
+    with pytest.raises(JobOptionsInvalid, match="no Milvus"):
+        tasks.job_backend("milvus")  # this worker was started without --milvus-uri

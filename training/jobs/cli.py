@@ -152,9 +152,28 @@ def worker(
         LogFormat,
         typer.Option("--log-format", envvar="SEARCH_LOG_FORMAT", help="text, or json (one object a line)."),
     ] = "text",
+    milvus_uri: Annotated[
+        str | None,
+        typer.Option(
+            "--milvus-uri",
+            envvar="SEARCH_MILVUS_URI",
+            help="Milvus for jobs with index_backend=milvus: http://host:19530 or a milvus-lite .db path.",
+        ),
+    ] = None,
+    milvus_token: Annotated[
+        str | None, typer.Option("--milvus-token", envvar="SEARCH_MILVUS_TOKEN", help="Milvus credentials.")
+    ] = None,
+    milvus_name: Annotated[
+        str, typer.Option("--milvus-name", envvar="SEARCH_MILVUS_NAME", help="Collection/alias prefix.")
+    ] = "infonce",
 ) -> None:
     """Run the job worker (huey consumer) until interrupted."""
+    from contract.index_backend import BackendConfig
+    from training.jobs import tasks
     from training.jobs.worker import run_worker
+
+    if milvus_uri:  # jobs may then ask for index_backend=milvus
+        tasks.MILVUS = BackendConfig("milvus", milvus_uri, milvus_token, milvus_name)
 
     # huey's consumer lines (started, executing, finished) are the worker's own story: keep them at the level
     configure_logging(log_level, log_format, also=("huey",))

@@ -29,7 +29,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from contract.errors import InfonceSearchError, JobCancelled, NoLiveBundle
+from contract.errors import InfonceSearchError, JobCancelled, JobOptionsInvalid, NoLiveBundle
+from contract.index_backend import BackendConfig
 from contract.jobs.records import (
     HEARTBEAT_INTERVAL_S,
     LOG_TAIL_LINES,
@@ -47,6 +48,9 @@ logger = logging.getLogger(__name__)
 LOCK_FILE = ".jobs.lock"
 # where retrain jobs train when their options do not say: the worker's --device (SEARCH_TRAIN_DEVICE)
 DEFAULT_DEVICE = "auto"
+# the worker's Milvus (--milvus-uri …): jobs choose the backend, never where Milvus is (a job's submitter
+# must not point the worker at an arbitrary server)
+MILVUS: BackendConfig | None = None
 # corpus embeddings shared by the jobs of one bundles folder (a retrain on an unchanged corpus reuses the
 # base model's); a dot folder, which the bundle store never takes for a version
 CACHE_DIR = ".cache/embeddings"
@@ -247,7 +251,7 @@ def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
     from training.pipeline import run_pipeline
 
     options = RetrainOptions.model_validate(record.options)
-    values = options.model_dump(exclude={"index_kind", "force", "onnx", "distill"})
+    values = options.model_dump(exclude={"index_kind", "index_backend", "force", "onnx", "distill"})
     if "device" not in record.options:
         values["device"] = DEFAULT_DEVICE
     _, model = _confine(record, record.options)
@@ -268,6 +272,7 @@ def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
             show_progress=False,  # progress goes to the job record, not to tqdm bars in the worker log
             checkpoint=reporter.check_cancel,
             cache_dir=embedding_cache_dir(record.bundles_dir),
+            backend=job_backend(options.index_backend),
         )
     return _publish_outcome(result.publish)
 
@@ -299,5 +304,18 @@ def _reindex(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
         show_progress=False,
         checkpoint=reporter.check_cancel,
         cache=EmbeddingCache(embedding_cache_dir(record.bundles_dir)),
+        backend=job_backend(options.index_backend),
     )
     return _publish_outcome(result)
+
+
+def job_backend(name: str) -> BackendConfig | None:
+    """The index backend a job asked for, configured by this worker."""
+    if name == "faiss":
+        return None
+    if MILVUS is None:
+        raise JobOptionsInvalid(
+            "index_backend",
+            "milvus, but this worker has no Milvus (start it with --milvus-uri or SEARCH_MILVUS_URI)",
+        )
+    return MILVUS

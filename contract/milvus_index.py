@@ -1,0 +1,335 @@
+"""Searching a bundle's Milvus collection: connection, filter expressions, the live alias.
+
+One collection per bundle version (`<name>_v<version>`): primary key = document id, `pos` = the row's
+position in the bundle (ids.json / docs.sqlite order, so hits resolve to documents exactly as with
+FAISS), `vector` = the index-space vector, one typed scalar field per metadata key that has one scalar
+type across the corpus (`m_<key>`), and `metadata` = the whole metadata object as JSON. The alias
+`<name>_live` is the cluster-side CURRENT pointer: BundleStore flips it after writing CURRENT.
+
+Why searches name the version's collection, not the alias: another process may flip the alias before
+this replica has followed CURRENT; a request must use one version end to end (its positions index this
+version's docstore). Readiness checks that the alias names this version's collection and answers.
+
+Scores are the model's similarity, as with FAISS: Milvus IP is the inner product (cosine on the unit
+rows of InfoNCE); Milvus L2 returns the squared distance, so the score is −½·distance (AnInfoNCE's
+−½‖√Λ⊙(u−v)‖² on √Λ-scaled vectors).
+
+Filter expressions: the filter is first validated by the docstore's own compiler (same 4xx messages on
+both backends). Field names only reach the expression as a whitelisted schema field or as JSON-path keys
+matching the docstore's field pattern, always inside quotes; values are rendered as literals with every
+quote, backslash and control character escaped (Milvus string literals are C-style). The servers this
+was written against (milvus-lite 3.2) do not take expression templates, so literals are escaped here.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from contract.docstore import FIELD_RE, RANGE_OPS, FilterError, compile_filter
+from contract.errors import BundleInvalid, ConfigError, IndexUnavailable
+from contract.index_backend import MILVUS_EXTRAS, BackendConfig, Rows, is_milvus
+from contract.vector_index import IndexInfo, as_matrix
+
+if TYPE_CHECKING:
+    from pymilvus import MilvusClient
+
+    from contract.bundle import Manifest
+
+logger = logging.getLogger(__name__)
+
+ID_FIELD, POS_FIELD, VECTOR_FIELD, META_FIELD = "id", "pos", "vector", "metadata"
+TYPED_PREFIX = "m_"
+NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+METRIC_TYPES = {"ip": "IP", "l2": "L2"}
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# which Python values a typed field compares with (anything else goes through the JSON field, whose
+# comparison with a value of another type is false, as SQLite's json_extract comparison is)
+_ACCEPTS: dict[str, tuple[type, ...]] = {"VARCHAR": (str,), "INT64": (int, float), "DOUBLE": (int, float)}
+_ACCEPTS["BOOL"] = (bool,)
+
+_clients: dict[tuple[str, str], MilvusClient] = {}
+_clients_lock = threading.Lock()
+
+
+# -- names ------------------------------------------------------------------------------------------
+def check_name(name: str) -> str:
+    if not NAME_RE.match(name):
+        raise ConfigError(
+            f"Milvus name {name!r}: use letters, digits and '_' (at most 64, not a digit first)"
+        )
+    return name
+
+
+def collection_name(name: str, version: str) -> str:
+    """`<name>_v<version>` with the version's '.' and '-' as '_' (Milvus names are [A-Za-z0-9_])."""
+    return f"{check_name(name)}_v{re.sub(r'[^A-Za-z0-9_]', '_', version)}"
+
+
+def alias_name(name: str) -> str:
+    return f"{check_name(name)}_live"
+
+
+# -- connection -------------------------------------------------------------------------------------
+def _check_uri(uri: str) -> None:
+    if re.match(r"^(https?|tcp|unix)://", uri):
+        return
+    if not uri.endswith(".db"):
+        raise ConfigError(
+            f"Milvus URI {uri!r}: expected http://host:19530 (a cluster) or a milvus-lite path ending in .db"
+        )
+
+
+def connect(config: BackendConfig) -> MilvusClient:
+    """A client for `config` (one per URI and token in this process; pymilvus clients are thread-safe).
+
+    A milvus-lite `.db` path starts an embedded server in this process; several processes sharing one
+    data set need a server (`python -m milvus_lite server`, or Milvus itself) and its http:// URI.
+    """
+    uri = config.milvus_uri or ""
+    _check_uri(uri)
+    key = (uri, config.milvus_token or "")
+    with _clients_lock:
+        client = _clients.get(key)
+        if client is None:
+            from pymilvus import MilvusClient  # imported on use: FAISS-only deployments do not need it
+
+            try:
+                client = MilvusClient(uri=uri, token=config.milvus_token or "", timeout=config.timeout_s)
+            except Exception as exc:
+                raise IndexUnavailable(f"Milvus at {uri} is unreachable: {_brief(exc)}") from exc
+            _clients[key] = client
+    return client
+
+
+def _brief(exc: BaseException) -> str:
+    message = getattr(exc, "message", None) or str(exc)
+    return str(message).splitlines()[0][:300]
+
+
+# -- filters ----------------------------------------------------------------------------------------
+def quote(value: str) -> str:
+    """A Milvus string literal for `value`: every quote, backslash and control character escaped."""
+    out = []
+    for ch in value:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            raise FilterError(f"filter value {value!r}: control characters are not allowed")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def literal(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(int(value))
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise FilterError(f"filter value {value!r}: must be a finite number")
+        return repr(float(value))
+    if isinstance(value, str):
+        return quote(value)
+    raise FilterError(f"filter value {value!r}: expected a string, number or boolean")
+
+
+def _target(field: str, values: list[Any], fields: Mapping[str, Mapping[str, str]]) -> str:
+    """The typed field when every value fits its type, else the JSON path of the metadata field."""
+    typed = fields.get(field)
+    if typed is not None:
+        accepts = _ACCEPTS.get(typed["type"], ())
+        if all(isinstance(v, accepts) and (typed["type"] == "BOOL") == isinstance(v, bool) for v in values):
+            name = typed["field"]
+            if not NAME_RE.match(
+                name
+            ):  # a manifest is checksummed, but never trust a name into an expression
+                raise BundleInvalid(f"manifest: Milvus field name {name!r} is not a plain identifier")
+            return name
+    if not FIELD_RE.match(field):
+        raise FilterError(f"filter field {field!r}: use letters, digits, '_', '-' and '.' for nesting")
+    return META_FIELD + "".join(f"[{quote(part)}]" for part in field.split("."))
+
+
+def filter_expression(filter: Mapping[str, Any], fields: Mapping[str, Mapping[str, str]]) -> str:
+    """Translate a docstore filter (eq / in / range, AND-ed) into a Milvus boolean expression."""
+    compile_filter(filter)  # the same validation, and the same error messages, as the FAISS path
+    clauses: list[str] = []
+    for field, cond in filter.items():
+        conds = cond.items() if isinstance(cond, Mapping) else [("eq", cond)]
+        for op, val in conds:
+            if op == "in":
+                target = _target(field, list(val), fields)
+                clauses.append(f"{target} in [{', '.join(literal(v) for v in val)}]")
+            elif op == "eq":
+                clauses.append(f"{_target(field, [val], fields)} == {literal(val)}")
+            else:
+                clauses.append(f"{_target(field, [val], fields)} {RANGE_OPS[op]} {literal(val)}")
+    return " and ".join(f"({c})" for c in clauses)
+
+
+# -- the searcher -----------------------------------------------------------------------------------
+class MilvusIndex:
+    """A bundle version's collection, searched like a `VectorIndex` (rows are bundle positions)."""
+
+    def __init__(self, client: MilvusClient, manifest: Manifest, config: BackendConfig):
+        extras = manifest.extras.get(MILVUS_EXTRAS)
+        if not isinstance(extras, dict) or "collection" not in extras:
+            raise BundleInvalid(f"bundle {manifest.version}: manifest has no extras.{MILVUS_EXTRAS} record")
+        self.client = client
+        self.config = config
+        self.info: IndexInfo = manifest.index.model_copy(deep=True)
+        self.collection = check_name(str(extras["collection"]))
+        self.alias = check_name(str(extras.get("alias") or alias_name(config.milvus_name)))
+        self.metric = manifest.metric.index
+        self.fields: dict[str, dict[str, str]] = dict(extras.get("fields") or {})
+        self.search_params: dict[str, Any] = {
+            "metric_type": METRIC_TYPES[self.metric],
+            "params": dict(extras.get("search_params") or {}),
+        }
+        self._dim = manifest.dim
+        self._ntotal = manifest.n_vectors
+
+    @classmethod
+    def open(cls, config: BackendConfig, manifest: Manifest) -> MilvusIndex:
+        """Connect, check the collection against the manifest (dimension, row count), load it."""
+        index = cls(connect(config), manifest, config)
+        try:
+            if not index.client.has_collection(index.collection, timeout=config.timeout_s):
+                raise BundleInvalid(
+                    f"bundle {manifest.version}: Milvus collection {index.collection} does not exist "
+                    f"at {config.milvus_uri}"
+                )
+            described = index.client.describe_collection(index.collection, timeout=config.timeout_s)
+            dim = next(
+                (int(f["params"]["dim"]) for f in described["fields"] if f["name"] == VECTOR_FIELD), None
+            )
+            if dim != manifest.dim:
+                raise BundleInvalid(
+                    f"bundle {manifest.version}: Milvus collection {index.collection} has vectors of "
+                    f"dimension {dim}, the bundle's encoder has {manifest.dim} (dimension mismatch)"
+                )
+            index.client.load_collection(index.collection, timeout=config.timeout_s)
+            rows = int(index.client.get_collection_stats(index.collection)["row_count"])
+        except BundleInvalid:
+            raise
+        except Exception as exc:
+            raise IndexUnavailable(f"Milvus at {config.milvus_uri}: {_brief(exc)}") from exc
+        if rows != manifest.n_vectors:
+            raise BundleInvalid(
+                f"bundle {manifest.version}: Milvus collection {index.collection} holds {rows} vectors, "
+                f"the manifest says {manifest.n_vectors}"
+            )
+        return index
+
+    @property
+    def ntotal(self) -> int:
+        return self._ntotal
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def search(self, queries: np.ndarray, k: int, *, allowed: np.ndarray | None = None) -> Rows:
+        expr = ""
+        if allowed is not None:
+            positions = np.unique(np.asarray(allowed, dtype=np.int64))
+            if len(positions) == 0:
+                return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(len(queries))]
+            expr = f"{POS_FIELD} in [{', '.join(str(int(p)) for p in positions)}]"
+        return self._search(self.collection, queries, k, expr)
+
+    def search_filter(self, queries: np.ndarray, k: int, filter: Mapping[str, Any]) -> Rows:
+        return self._search(self.collection, queries, k, filter_expression(filter, self.fields))
+
+    def _search(self, target: str, queries: np.ndarray, k: int, expr: str) -> Rows:
+        q = as_matrix(queries, "queries", self.dim)  # (nq, d)
+        if k < 1:
+            raise FilterError(f"k must be >= 1, got {k}")
+        try:
+            found = self.client.search(
+                target,
+                data=q.tolist(),
+                filter=expr,
+                limit=min(k, self.ntotal),
+                output_fields=[POS_FIELD],
+                search_params=self.search_params,
+                anns_field=VECTOR_FIELD,
+                timeout=self.config.timeout_s,
+            )
+        except Exception as exc:
+            raise IndexUnavailable(f"Milvus search on {target} failed: {_brief(exc)}") from exc
+        rows: Rows = []
+        for hits in found:
+            pos = np.fromiter((h["entity"][POS_FIELD] for h in hits), dtype=np.int64, count=len(hits))
+            dist = np.fromiter((h["distance"] for h in hits), dtype=np.float32, count=len(hits))
+            rows.append((pos, dist if self.metric == "ip" else (-0.5 * dist).astype(np.float32)))
+        return rows
+
+    def readiness_problems(self) -> list[str]:
+        """The alias exists, names this version's collection, and answers a search."""
+        try:
+            target = self.client.describe_alias(self.alias, timeout=self.config.timeout_s)["collection_name"]
+        except Exception as exc:
+            return [f"Milvus alias {self.alias} is missing or unreadable ({_brief(exc)})"]
+        if target != self.collection:
+            return [f"Milvus alias {self.alias} points at {target}, the live version's is {self.collection}"]
+        probe = np.zeros((1, self.dim), np.float32)
+        probe[0, 0] = 1.0
+        try:
+            answered = self._search(self.alias, probe, 1, "")
+        except IndexUnavailable as exc:
+            return [str(exc)]
+        if not len(answered[0][0]):
+            return [f"Milvus alias {self.alias} answered the canary with no results"]
+        return []
+
+
+class MilvusPointer:
+    """IndexPointer for BundleStore: flips the live alias when CURRENT moves, drops pruned collections."""
+
+    def __init__(self, config: BackendConfig):
+        self.config = config
+
+    def open_index(self, manifest: Manifest) -> MilvusIndex:
+        return MilvusIndex.open(self.config, manifest)
+
+    def on_current(self, manifest: Manifest) -> None:
+        if not is_milvus(manifest.index):
+            return
+        extras = manifest.extras[MILVUS_EXTRAS]
+        collection, alias = check_name(extras["collection"]), check_name(extras["alias"])
+        client = connect(self.config)
+        try:
+            if alias in client.list_aliases(timeout=self.config.timeout_s).get("aliases", []):
+                client.alter_alias(collection, alias, timeout=self.config.timeout_s)
+            else:
+                client.create_alias(collection, alias, timeout=self.config.timeout_s)
+        except Exception as exc:
+            raise IndexUnavailable(
+                f"flipping Milvus alias {alias} to {collection} failed: {_brief(exc)}"
+            ) from exc
+        logger.info("Milvus alias %s -> %s", alias, collection)
+
+    def on_delete(self, manifest: Manifest) -> None:
+        if not is_milvus(manifest.index):
+            return
+        drop_collection(self.config, str(manifest.extras[MILVUS_EXTRAS]["collection"]))
+
+
+def drop_collection(config: BackendConfig, collection: str) -> None:
+    """Drop a version's collection (keep-N, a failed build); a missing one is already gone."""
+    client = connect(config)
+    try:
+        if client.has_collection(collection, timeout=config.timeout_s):
+            client.drop_collection(collection, timeout=config.timeout_s)
+            logger.info("dropped Milvus collection %s", collection)
+    except Exception as exc:  # an alias still on it, or the server gone: leave it, say so
+        logger.warning("could not drop Milvus collection %s: %s", collection, _brief(exc))

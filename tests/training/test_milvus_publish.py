@@ -1,0 +1,227 @@
+"""Publishing to Milvus (a real milvus-lite server on loopback): tuning to the recall target, the live
+alias through crashes and rollbacks, keep-N, and AnInfoNCE scores equal to FAISS's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from contract.bundle import load_bundle
+from contract.encoder import Encoder, Similarity
+from contract.errors import IndexBuildError
+from contract.index_backend import MILVUS_EXTRAS, BackendConfig
+from contract.milvus_index import MilvusPointer, alias_name, connect
+from tests.servers import milvus_server
+from training.bundle_build import build_bundle
+from training.bundle_store import PUBLISH_STEPS, BundleStore
+from training.data import Document
+from training.index_factory import recall_at
+from training.milvus_publish import milvus_builder, typed_fields
+
+N, DIM = 60, 384
+
+
+@pytest.fixture(scope="module")
+def milvus(tmp_path_factory) -> BackendConfig:
+    with milvus_server(tmp_path_factory.mktemp("milvus")) as uri:
+        yield BackendConfig(backend="milvus", milvus_uri=uri, milvus_name="pubtest")
+
+
+def _unit(n: int, dim: int, seed: int) -> np.ndarray:
+    x = np.random.default_rng(seed).normal(size=(n, dim)).astype(np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _corpus(n: int) -> dict[str, Document]:
+    return {
+        f"d{i}": Document(f"d{i}", f"t{i}", f"text {i}", {"year": 2000 + i % 7, "tag": "xy"[i % 2]})
+        for i in range(n)
+    }
+
+
+def _stage(encoder, folder, milvus, seed=0, ndcg=0.5):
+    corpus = _corpus(N)
+    builder = milvus_builder(milvus, corpus, metric=encoder.index_metric, index_kind="flat")
+    return build_bundle(
+        encoder,
+        corpus,
+        staging_dir=folder,
+        doc_embeddings=_unit(N, DIM, seed),
+        metrics={"test": {"ndcg@10": ndcg}},
+        show_progress=False,
+        index_builder=builder,
+    )
+
+
+def _alias_target(milvus) -> str | None:
+    try:
+        return connect(milvus).describe_alias(alias_name("pubtest"))["collection_name"]
+    except Exception:
+        return None
+
+
+def _collection(store: BundleStore, version: str) -> str:
+    return load_bundle(store.root / version, index_opener=store.pointer.open_index).index.collection
+
+
+def test_a_crash_at_any_publish_step_leaves_the_alias_on_the_old_collection(shared_encoder, milvus, tmp_path):
+    store = BundleStore(tmp_path / "bundles", keep=20, pointer=MilvusPointer(milvus))
+    first = store.publish(_stage(shared_encoder, tmp_path / "s0", milvus, seed=0), force=True)
+    live = _collection(store, first.version)
+    assert _alias_target(milvus) == live
+    # a failure before the rename leaves the staged bundle reusable; from "log" on it is published (not live)
+    staged = _stage(shared_encoder, tmp_path / "s1", milvus, seed=1)
+    for step in PUBLISH_STEPS:
+        if step == "current":
+            staged = _stage(shared_encoder, tmp_path / "s2", milvus, seed=2)
+
+        def crash(name: str, at: str = step) -> None:
+            if name == at:
+                raise RuntimeError(f"crash before {at}")
+
+        with pytest.raises(RuntimeError, match=step):
+            store.publish(staged, force=True, hook=crash)
+        assert _alias_target(milvus) == live, step
+        assert store.current_version() == first.version
+    second = store.publish(_stage(shared_encoder, tmp_path / "s9", milvus, seed=9), force=True)
+    assert _alias_target(milvus) == _collection(store, second.version)
+    store.activate(first.version)  # rollback flips it back
+    assert _alias_target(milvus) == live
+
+
+def test_keep_n_drops_the_collections_of_pruned_versions(shared_encoder, milvus, tmp_path):
+    store = BundleStore(tmp_path / "bundles", keep=1, pointer=MilvusPointer(milvus))
+    names = []
+    for i in range(2):
+        version = store.publish(
+            _stage(shared_encoder, tmp_path / f"k{i}", milvus, seed=i), force=True
+        ).version
+        names.append(_collection(store, version))
+    assert names[0] not in connect(milvus).list_collections()  # pruned: its collection is dropped
+    store.publish(_stage(shared_encoder, tmp_path / "k2", milvus, seed=2), force=True)
+    left = set(connect(milvus).list_collections())
+    assert not set(names) & left
+    assert len(store.list_versions()) == 1
+    assert _alias_target(milvus) in left
+
+
+def test_aninfonce_scores_equal_faiss_exact_search(shared_encoder, milvus, tmp_path):
+    lam = np.random.default_rng(3).uniform(0.2, 5.0, size=DIM)
+    enc = Encoder(shared_encoder.model, Similarity(metric="aninfonce", lam=lam.tolist()))
+    corpus, emb = _corpus(N), _unit(N, DIM, 5)
+    faiss_dir = build_bundle(
+        enc, corpus, staging_dir=tmp_path / "f", doc_embeddings=emb, index_kind="flat", show_progress=False
+    )
+    builder = milvus_builder(milvus, corpus, metric=enc.index_metric, index_kind="flat")
+    milvus_dir = build_bundle(
+        enc,
+        corpus,
+        staging_dir=tmp_path / "m",
+        doc_embeddings=emb,
+        show_progress=False,
+        index_builder=builder,
+    )
+    fb = load_bundle(faiss_dir)
+    mb = load_bundle(milvus_dir, index_opener=MilvusPointer(milvus).open_index)
+    assert mb.manifest.index.metric == "l2" and mb.manifest.extras[MILVUS_EXTRAS]["metric_type"] == "L2"
+    q = enc.to_index_space(_unit(5, DIM, 6))
+    for (fp, fs), (mp, ms) in zip(fb.index.search(q, 10), mb.index.search(q, 10), strict=True):
+        np.testing.assert_array_equal(fp, mp)
+        np.testing.assert_allclose(fs, ms, rtol=1e-4, atol=1e-3)
+        assert (ms <= 0).all()  # −½‖√Λ⊙(u−v)‖²
+
+
+def test_ann_index_is_tuned_to_the_recall_target_on_real_queries(milvus):
+    n = 3000
+    corpus = _corpus(n)
+    x, q = _unit(n, 64, 1), _unit(200, 64, 2)
+    build = milvus_builder(milvus, corpus, metric="ip", index_kind="hnsw", target_recall=0.97)
+    info, extras = build("20260101T000000.000000Z-abc123", x, q)
+    assert info.kind == "milvus" and extras[MILVUS_EXTRAS]["index_type"] == "HNSW"
+    assert info.recall_at_10 is not None and info.recall_at_10 >= 0.97 and info.tune_queries == 200
+    # the recorded parameters reproduce the recorded recall
+    c = connect(milvus)
+    found = c.search(
+        extras[MILVUS_EXTRAS]["collection"],
+        data=q.tolist(),
+        limit=10,
+        output_fields=["pos"],
+        search_params={"metric_type": "IP", "params": info.params},
+    )
+    truth = [np.argsort(-(x @ v), kind="stable")[:10] for v in q]
+    measured = recall_at(truth, [np.array([h["entity"]["pos"] for h in hits]) for hits in found])
+    assert abs(measured - info.recall_at_10) < 0.02
+    c.drop_collection(extras[MILVUS_EXTRAS]["collection"])
+
+
+def test_a_failed_build_is_a_clear_error_and_drops_its_collection(milvus, monkeypatch):
+    client = connect(milvus)
+    before = set(client.list_collections())
+
+    def refuse(*args, **kwargs):  # the server refusing the index, injected at the client edge
+        raise RuntimeError("index type not supported by this server")
+
+    monkeypatch.setattr(client, "create_index", refuse)
+    build = milvus_builder(milvus, _corpus(500), metric="ip", index_kind="ivf")
+    with pytest.raises(IndexBuildError, match="Milvus refused IVF_FLAT .*not supported"):
+        build("20260101T000000.000000Z-def456", _unit(500, 64, 1), None)
+    assert set(client.list_collections()) == before  # the half-built collection is gone
+
+
+def test_typed_fields_only_for_keys_with_one_scalar_type():
+    fields = typed_fields(
+        [
+            {
+                "year": 2001,
+                "score": 1,
+                "tag": "a",
+                "flag": True,
+                "mixed": 1,
+                "nested": {"a": 1},
+                "bad-key": 1,
+            },
+            {"year": 2002, "score": 0.5, "tag": "bb", "flag": False, "mixed": "x", "nested": {"a": 2}},
+            {"tag": None},
+        ]
+    )
+    assert fields["year"] == {"field": "m_year", "type": "INT64"}
+    assert fields["score"]["type"] == "DOUBLE" and fields["flag"]["type"] == "BOOL"
+    assert fields["tag"] == {"field": "m_tag", "type": "VARCHAR", "max_length": "2"}
+    assert not {"mixed", "nested", "bad-key"} & set(fields)
+
+
+@pytest.mark.scifact
+@pytest.mark.slow  # ~70 s on 2 loaded cores: five loads of the encoder (index, publish, serve) per run
+def test_index_model_publishes_to_milvus_and_a_failed_publish_drops_its_collection(
+    scifact, milvus, tmp_path, monkeypatch
+):
+    from tests.training.test_indexing import write_slice
+    from training.embedding_cache import EmbeddingCache
+    from training.publish import index_model
+
+    data = write_slice(scifact, tmp_path / "slice", n_queries=10, n_distractors=30)
+    bundles = tmp_path / "bundles"
+    # onnx=False keeps this under the suite's budget (the export costs ~1 min on 2 shared cores); the ONNX
+    # scoring step opens the staged bundle through the same index_opener as publishing does
+    cache = EmbeddingCache(tmp_path / "cache")  # the second run below reuses the corpus encoding
+    result = index_model(
+        None, data, bundles, backend=milvus, index_kind="flat", onnx=False, show_progress=False, cache=cache
+    )
+    assert result.live
+    store = BundleStore(bundles, pointer=MilvusPointer(milvus))
+    bundle = store.load_current()
+    assert bundle.manifest.index.kind == "milvus" and bundle.manifest.metrics["test"]["ndcg@10"] > 0
+    assert _alias_target(milvus) == bundle.index.collection
+    assert not (bundles / result.version / "index.faiss").exists()
+    pos, _ = bundle.index.search(bundle.encoder.encode(["vitamin d"], kind="query"), 3)[0]
+    assert len(pos) == 3
+    before = set(connect(milvus).list_collections())
+
+    def refuse(self, *args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(BundleStore, "publish", refuse)
+    with pytest.raises(RuntimeError, match="disk full"):
+        index_model(None, data, bundles, backend=milvus, index_kind="flat", onnx=False, show_progress=False)
+    assert set(connect(milvus).list_collections()) == before  # the new version's collection was dropped
+    assert _alias_target(milvus) == bundle.index.collection

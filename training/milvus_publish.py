@@ -1,0 +1,308 @@
+"""Publishing a bundle's vectors to Milvus: one collection per version, its index tuned to a recall target.
+
+`milvus_builder(...)` returns a `build_bundle` index builder. Given the new version id and the
+index-space vectors it
+
+1. creates `<name>_v<version>` (schema: contract/milvus_index.py) with the metadata keys that have one
+   scalar type across the corpus as typed fields (`m_<key>`; at most MAX_TYPED_FIELDS, most common first);
+2. inserts the rows in chunks of `chunk_rows` (a chunk's rows are the only Python copy at a time);
+3. builds the vector index: `auto` = FLAT (exact) up to training.index_factory.AUTO_FLAT_MAX vectors, HNSW
+   above, as for FAISS; `flat`, `hnsw`, `ivf` (IVF_FLAT) and `ivfpq` (IVF_PQ) on request. milvus-lite 3.2
+   builds FLAT, HNSW, HNSW_SQ, IVF_FLAT and IVF_SQ8 (its index factory), not IVF_PQ: asking it for ivfpq
+   is an IndexBuildError naming the server's answer;
+4. tunes the search knob (HNSW ef, IVF nprobe) from cheapest up until recall@10 against exact search
+   (FAISS Flat over the same vectors) on the tuning queries reaches the target — real held-out queries
+   when given, else corpus rows with each row's own hit excluded, as training.index_factory does;
+5. returns the IndexInfo (kind "milvus", reached recall, the knob) and `extras["milvus"]` (collection,
+   alias, index type, build and search parameters, typed fields) for the manifest.
+
+The collection is dropped again if any of this fails. Which collection the live alias names is decided
+later, by BundleStore (through contract.milvus_index.MilvusPointer) after it writes CURRENT.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from contract.errors import IndexBuildError
+from contract.index_backend import MILVUS_EXTRAS, MILVUS_KIND, BackendConfig
+from contract.milvus_index import (
+    ID_FIELD,
+    META_FIELD,
+    METRIC_TYPES,
+    POS_FIELD,
+    TYPED_PREFIX,
+    VECTOR_FIELD,
+    alias_name,
+    collection_name,
+    connect,
+    drop_collection,
+)
+from contract.vector_index import IndexInfo, IndexMetric, as_matrix
+from training.index_factory import AUTO_FLAT_MAX, KINDS, RECALL_K, TUNE_SAMPLE, drop_self, recall_at
+from training.shards import check_finite, exact_top_k
+
+if TYPE_CHECKING:
+    from training.bundle_build import IndexBuilder
+    from training.data import Document
+
+logger = logging.getLogger(__name__)
+
+MAX_TYPED_FIELDS = 32  # Milvus caps a collection at 64 fields; the rest stay reachable through the JSON field
+MAX_VARCHAR = 65_535
+KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,60}$")
+HNSW_BUILD = {"M": 32, "efConstruction": 200}  # M as training.index_factory.HNSW_M
+INDEX_TYPES = {"flat": "FLAT", "hnsw": "HNSW", "ivf": "IVF_FLAT", "ivfpq": "IVF_PQ"}
+# rows per insert: with the chunk's protobuf message, the only copy of vectors the builder holds
+CHUNK_ROWS = 1024
+
+
+def typed_fields(metadatas: Iterable[Mapping[str, Any] | None]) -> dict[str, dict[str, str]]:
+    """{key: {"field": "m_key", "type": BOOL|INT64|DOUBLE|VARCHAR, "max_length"?}} for the metadata keys
+    whose values are one scalar type in every document that has them (int and float together = DOUBLE)."""
+    kinds: dict[str, set[str]] = {}
+    counts: Counter[str] = Counter()
+    longest: dict[str, int] = {}
+    for meta in metadatas:
+        for key, value in (meta or {}).items():
+            if value is None:
+                continue
+            counts[key] += 1
+            kinds.setdefault(key, set()).add(_scalar_type(value))
+            if isinstance(value, str):
+                longest[key] = max(longest.get(key, 1), len(value.encode("utf-8")))
+    out: dict[str, dict[str, str]] = {}
+    for key, _ in counts.most_common():
+        found = kinds[key]
+        if "other" in found or not KEY_RE.match(key) or len(out) >= MAX_TYPED_FIELDS:
+            continue
+        if found == {"INT64", "DOUBLE"}:
+            found = {"DOUBLE"}
+        if len(found) != 1:
+            continue
+        (kind,) = found
+        if kind == "VARCHAR" and longest[key] > MAX_VARCHAR:
+            continue
+        out[key] = {"field": TYPED_PREFIX + key, "type": kind}
+        if kind == "VARCHAR":
+            out[key]["max_length"] = str(longest[key])
+    return out
+
+
+def _scalar_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "BOOL"
+    if isinstance(value, int):
+        return "INT64" if -(2**63) <= value < 2**63 else "other"
+    if isinstance(value, float):
+        return "DOUBLE" if math.isfinite(value) else "other"
+    if isinstance(value, str):
+        return "VARCHAR"
+    return "other"
+
+
+def _schema(client: Any, dim: int, id_length: int, fields: Mapping[str, Mapping[str, str]]) -> Any:
+    from pymilvus import DataType
+
+    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+    schema.add_field(
+        ID_FIELD, DataType.VARCHAR, is_primary=True, max_length=max(1, min(id_length, MAX_VARCHAR))
+    )
+    schema.add_field(POS_FIELD, DataType.INT64)
+    schema.add_field(VECTOR_FIELD, DataType.FLOAT_VECTOR, dim=dim)
+    for spec in fields.values():
+        extra = {"max_length": int(spec["max_length"])} if spec["type"] == "VARCHAR" else {}
+        schema.add_field(spec["field"], getattr(DataType, spec["type"]), nullable=True, **extra)
+    schema.add_field(META_FIELD, DataType.JSON)
+    return schema
+
+
+def _rows(
+    ids: list[str], docs: Mapping[str, Document], vectors: np.ndarray, start: int, fields: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    out = []
+    for pos in range(start, min(start + CHUNK_ROWS, len(ids))):
+        meta = docs[ids[pos]].metadata or {}
+        row: dict[str, Any] = {
+            ID_FIELD: ids[pos],
+            POS_FIELD: pos,
+            VECTOR_FIELD: np.asarray(vectors[pos], dtype=np.float32),  # pymilvus packs arrays as bytes
+            META_FIELD: meta,
+        }
+        for key, spec in fields.items():
+            value = meta.get(key)
+            row[spec["field"]] = float(value) if spec["type"] == "DOUBLE" and value is not None else value
+        out.append(row)
+    return out
+
+
+def _nlist(n: int) -> int:
+    return max(1, min(int(4 * math.sqrt(n)), n // 39))  # as training.index_factory (FAISS wiki rule)
+
+
+def index_plan(kind: str, n: int, dim: int) -> tuple[str, dict[str, int], list[dict[str, int]]]:
+    """(Milvus index type, build params, search params to try cheapest first)."""
+    if kind not in KINDS:
+        raise IndexBuildError(f"unknown index kind {kind!r} (expected one of {', '.join(KINDS)})")
+    chosen = ("flat" if n <= AUTO_FLAT_MAX else "hnsw") if kind == "auto" else kind
+    index_type = INDEX_TYPES[chosen]
+    if index_type == "FLAT":
+        return index_type, {}, [{}]
+    if index_type == "HNSW":
+        return index_type, dict(HNSW_BUILD), [{"ef": ef} for ef in (16, 32, 64, 128, 256, 512, 1024, 2048)]
+    nlist = _nlist(n)
+    probes = sorted({min(nlist, 2**i) for i in range(int(math.log2(nlist)) + 2)})
+    build = {"nlist": nlist}
+    if index_type == "IVF_PQ":
+        m = max(1, dim // 8)
+        while dim % m:
+            m -= 1
+        build |= {"m": m, "nbits": 8}
+    return index_type, build, [{"nprobe": p} for p in probes]
+
+
+def milvus_builder(
+    config: BackendConfig,
+    corpus: Mapping[str, Document],
+    *,
+    metric: IndexMetric,
+    index_kind: str = "auto",
+    target_recall: float = 0.95,
+    seed: int = 0,
+) -> IndexBuilder:
+    """A build_bundle index builder that publishes the vectors to a new Milvus collection."""
+
+    def build(
+        version: str, vectors: np.ndarray, queries: np.ndarray | None
+    ) -> tuple[IndexInfo, dict[str, Any]]:
+        name = collection_name(config.milvus_name, version)
+        client = connect(config)
+        try:
+            return _build(client, name, vectors, queries)
+        except BaseException:
+            drop_collection(config, name)
+            raise
+
+    def _build(
+        client: Any, name: str, vectors: np.ndarray, queries: np.ndarray | None
+    ) -> tuple[IndexInfo, dict[str, Any]]:
+        t0 = time.perf_counter()
+        x = vectors  # (n, d); a memory-mapped matrix stays on disk, read chunk by chunk
+        if x.ndim != 2 or x.dtype != np.float32:
+            raise IndexBuildError(f"vectors must be a float32 (n, dim) matrix, got {x.dtype} {x.shape}")
+        check_finite(x)
+        n, dim = x.shape
+        ids = list(corpus)
+        if len(ids) != n:
+            raise IndexBuildError(f"{n} vectors for {len(ids)} documents")
+        fields = typed_fields(corpus[i].metadata for i in ids)
+        index_type, build_params, grid = index_plan(index_kind, n, dim)
+        id_length = max(len(i.encode("utf-8")) for i in ids)
+        if client.has_collection(name):  # create_collection would quietly reuse it
+            raise IndexBuildError(f"Milvus collection {name} already exists (version ids are unique)")
+        try:
+            client.create_collection(name, schema=_schema(client, dim, id_length, fields))
+            for start in range(0, n, CHUNK_ROWS):
+                client.insert(name, _rows(ids, corpus, x, start, fields))
+            params = client.prepare_index_params()
+            params.add_index(
+                field_name=VECTOR_FIELD,
+                index_type=index_type,
+                metric_type=METRIC_TYPES[metric],
+                params=build_params,
+            )
+            client.create_index(name, params)
+            client.load_collection(name)
+        except IndexBuildError:
+            raise
+        except Exception as exc:
+            message = getattr(exc, "message", None) or str(exc)
+            raise IndexBuildError(
+                f"Milvus refused {index_type} for collection {name}: {str(message).splitlines()[0]}"
+            ) from exc
+        search, recall, n_tune = _tune(client, name, x, queries, grid, metric, target_recall, seed)
+        info = IndexInfo(
+            factory=f"milvus:{index_type}" + "".join(f",{k}={v}" for k, v in build_params.items()),
+            kind=MILVUS_KIND,
+            metric=metric,
+            params=search,
+            recall_at_10=recall,
+            tune_queries=n_tune,
+            ntotal=n,
+            dim=dim,
+            bytes_per_vector=float(4 * dim),  # the raw vector; the server's own index overhead is its own
+            build_seconds=round(time.perf_counter() - t0, 3),
+        )
+        extras = {
+            MILVUS_EXTRAS: {
+                "collection": name,
+                "alias": alias_name(config.milvus_name),
+                "index_type": index_type,
+                "build_params": build_params,
+                "search_params": search,
+                "metric_type": METRIC_TYPES[metric],
+                "fields": fields,
+            }
+        }
+        logger.info(
+            "Milvus collection %s: %d vectors, %s %s, recall@10 %s", name, n, index_type, search, recall
+        )
+        return info, extras
+
+    return build
+
+
+def _tune(
+    client: Any,
+    name: str,
+    x: np.ndarray,
+    queries: np.ndarray | None,
+    grid: list[dict[str, int]],
+    metric: IndexMetric,
+    target: float,
+    seed: int,
+) -> tuple[dict[str, int], float | None, int]:
+    """The cheapest search params reaching `target` recall@10 vs exact search (FLAT: nothing to tune)."""
+    if grid == [{}]:
+        return {}, None, 0
+    rng = np.random.default_rng(seed)
+    self_ids: np.ndarray | None = None
+    if queries is None or not len(queries):
+        self_ids = np.sort(rng.choice(len(x), min(TUNE_SAMPLE, len(x)), replace=False))
+        q = x[self_ids]
+    else:
+        q = as_matrix(queries, "tune_queries", x.shape[1])
+        if len(q) > TUNE_SAMPLE:
+            q = q[np.sort(rng.choice(len(q), TUNE_SAMPLE, replace=False))]
+    extra = 1 if self_ids is not None else 0
+    k = min(RECALL_K, len(x) - extra)
+    truth_pos = exact_top_k(x, q, k + extra, metric)  # (nq, k+extra), scanning x chunk by chunk
+    truth = [drop_self(row, self_ids, i, k) for i, row in enumerate(truth_pos)]
+    best: tuple[float, dict[str, int]] | None = None
+    for params in grid:
+        found = client.search(
+            name,
+            data=q.tolist(),
+            limit=k + extra,
+            output_fields=[POS_FIELD],
+            search_params={"metric_type": METRIC_TYPES[metric], "params": params},
+            anns_field=VECTOR_FIELD,
+        )
+        rows = [np.array([h["entity"][POS_FIELD] for h in hits], dtype=np.int64) for hits in found]
+        rec = recall_at(truth, [drop_self(row, self_ids, i, k) for i, row in enumerate(rows)])
+        if best is None or rec > best[0]:
+            best = (rec, params)
+        if rec >= target:
+            break
+    assert best is not None
+    if best[0] < target:
+        logger.warning("Milvus %s reached recall@10 %.3f < target %.3f (%s)", name, best[0], target, best[1])
+    return dict(best[1]), round(best[0], 4), len(q)
