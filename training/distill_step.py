@@ -70,6 +70,33 @@ def bundle_doc_embeddings(bundle: Any) -> np.ndarray:
     return bundle.encoder.encode([document_text(d.get("title"), d.get("text") or "") for d in docs])
 
 
+def _score_variant(
+    bundle: Any,
+    folder: Path,
+    variant: str,
+    info: dict[str, Any],
+    texts: list[str],
+    qids: list[str],
+    qrels: Mapping[str, Mapping[str, int]],
+    full: dict[str, float],
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """One variant's query vectors (n, D) and its record: scores, loss against `full`, build-time speed."""
+    encoder = load_variant(folder, variant)
+    encoder.encode(texts[:3])  # warm-up
+    started = time.perf_counter()
+    emb = encoder.encode(texts, batch_size=1)  # (n, D)
+    per_query_ms = (time.perf_counter() - started) * 1000 / max(1, len(texts))
+    scores = score_queries(bundle, emb, qids, qrels)
+    return emb, {
+        "path": f"{SUBDIR}/{variant}",
+        **scores,
+        "ndcg_loss": round(full["ndcg@10"] - scores["ndcg@10"], 6),
+        "recall_loss": round(full["recall@10"] - scores["recall@10"], 6),
+        "build_ms_per_query": round(per_query_ms, 4),  # on the building machine; the API re-times
+        "training": info,
+    }
+
+
 def attach_query_encoders(
     bundle_dir: str | Path,
     train: RetrievalData,
@@ -106,21 +133,9 @@ def attach_query_encoders(
             "variants": {},
         }
         for variant, info in trained.items():
-            encoder = load_variant(folder, variant)
-            encoder.encode(texts[:3])  # warm-up
-            started = time.perf_counter()
-            emb = encoder.encode(texts, batch_size=1)  # (n, D)
-            per_query_ms = (time.perf_counter() - started) * 1000 / max(1, len(texts))
-            scores = score_queries(bundle, emb, qids, qrels)
-            served_q[variant] = emb
-            record["variants"][variant] = {
-                "path": f"{SUBDIR}/{variant}",
-                **scores,
-                "ndcg_loss": round(full["ndcg@10"] - scores["ndcg@10"], 6),
-                "recall_loss": round(full["recall@10"] - scores["recall@10"], 6),
-                "build_ms_per_query": round(per_query_ms, 4),  # on the building machine; the API re-times
-                "training": info,
-            }
+            served_q[variant], record["variants"][variant] = _score_variant(
+                bundle, folder, variant, info, texts, qids, qrels, full
+            )
         # the gap report's setting when the bundle has one, else the training k rule's default batch
         k = bundle.report.k if bundle.report is not None else 31
         tau = float(bundle.encoder.similarity.temperature or 0.05)

@@ -194,29 +194,11 @@ def evaluate(
     doc_ids = list(data.corpus)
     query_ids = list(data.queries)
     t0 = time.perf_counter()
-    if doc_embeddings is None:
-        _, doc_embeddings = encode_corpus(encoder, data.corpus, batch_size, show_progress, cache=cache)
-    elif doc_embeddings.shape[0] != len(doc_ids):
-        raise ValueError(
-            f"doc_embeddings has {doc_embeddings.shape[0]} rows, the corpus {len(doc_ids)} documents"
-        )
-    if query_embeddings is None:
-        texts = [data.queries[q] for q in query_ids]
-        query_embeddings = encoder.encode(texts, kind="query", batch_size=batch_size, show_progress=False)
-    elif query_embeddings.shape[0] != len(query_ids):
-        raise ValueError(
-            f"query_embeddings has {query_embeddings.shape[0]} rows, the split {len(query_ids)} queries"
-        )
+    doc_embeddings = _corpus_embeddings(encoder, data, doc_embeddings, batch_size, show_progress, cache)
+    query_embeddings = _query_embeddings(encoder, data, query_embeddings, batch_size)
     t1 = time.perf_counter()
 
-    depth = max(max(k_values), 10)
-    scores, indices = exact_search(
-        query_embeddings, doc_embeddings, depth, similarity=encoder.similarity_matrix
-    )
-    run = {
-        qid: {doc_ids[j]: float(s) for j, s in zip(indices[row], scores[row], strict=True)}
-        for row, qid in enumerate(tqdm(query_ids, desc="rank", disable=not show_progress, leave=False))
-    }
+    run = _ranked_run(encoder, query_embeddings, doc_embeddings, doc_ids, query_ids, k_values, show_progress)
     qrels = {qid: data.qrels.get(qid, {}) for qid in query_ids}
     per_query = trec_metrics(qrels, run, k_values)
     t2 = time.perf_counter()
@@ -240,3 +222,52 @@ def evaluate(
         encode_seconds=t1 - t0,
         search_seconds=t2 - t1,
     )
+
+
+def _corpus_embeddings(
+    encoder: Encoder,
+    data: RetrievalData,
+    given: np.ndarray | None,
+    batch_size: int,
+    show_progress: bool,
+    cache: EmbeddingCache | None,
+) -> np.ndarray:
+    """The corpus rows in corpus order: `given` when its row count fits, else encoded (through `cache`)."""
+    if given is None:
+        _, encoded = encode_corpus(encoder, data.corpus, batch_size, show_progress, cache=cache)
+        return encoded
+    if given.shape[0] != len(data.corpus):
+        raise ValueError(f"doc_embeddings has {given.shape[0]} rows, the corpus {len(data.corpus)} documents")
+    return given
+
+
+def _query_embeddings(
+    encoder: Encoder, data: RetrievalData, given: np.ndarray | None, batch_size: int
+) -> np.ndarray:
+    """The query rows in data.queries order: `given` when its row count fits, else encoded."""
+    if given is None:
+        texts = list(data.queries.values())
+        return encoder.encode(texts, kind="query", batch_size=batch_size, show_progress=False)
+    if given.shape[0] != len(data.queries):
+        raise ValueError(f"query_embeddings has {given.shape[0]} rows, the split {len(data.queries)} queries")
+    return given
+
+
+def _ranked_run(
+    encoder: Encoder,
+    query_embeddings: np.ndarray,
+    doc_embeddings: np.ndarray,
+    doc_ids: list[str],
+    query_ids: list[str],
+    k_values: Sequence[int],
+    show_progress: bool,
+) -> dict[str, dict[str, float]]:
+    """pytrec_eval's run: the top max(k_values, 10) documents of each query by exact search, with scores."""
+    depth = max(max(k_values), 10)
+    scores, indices = exact_search(
+        query_embeddings, doc_embeddings, depth, similarity=encoder.similarity_matrix
+    )
+    return {
+        qid: {doc_ids[j]: float(s) for j, s in zip(indices[row], scores[row], strict=True)}
+        for row, qid in enumerate(tqdm(query_ids, desc="rank", disable=not show_progress, leave=False))
+    }

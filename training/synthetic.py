@@ -151,50 +151,21 @@ def run_experiment(
     to fit an isotropic kernel and Λ̂ stayed near-isotropic (rank correlation 0.1-0.6 in our runs).
     Learning rates are 30x/50x the official 1e-4/1e-3, with cosine decay so short runs end converged.
     """
-    lam_np = np.linspace(5.0, 25.0, n_latent) if lam_true is None else np.asarray(lam_true, dtype=np.float64)
-    if lam_np.shape != (n_latent,) or not np.all(lam_np > 0):
-        raise ConfigError(f"lam_true must be {n_latent} positive values, got {lam_np}")
-    if loss not in ("aninfonce", "infonce"):
-        raise ConfigError(f"loss must be 'aninfonce' or 'infonce', got {loss!r}")
+    lam_np = _checked_lam(n_latent, lam_true, loss)
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
     lam = torch.tensor(lam_np, dtype=torch.float32)  # (n,)
     mixing = make_mixing(n_latent, gen)
     encoder = MLPEncoder(n_latent, hidden, depth)
-    criterion: AnInfoNCELoss | InfoNCELoss
-    if loss == "aninfonce":
-        criterion = AnInfoNCELoss(n_latent, init_temperature=init_temperature, symmetric=True)
-        groups = [{"params": encoder.parameters(), "lr": lr}, *criterion.param_groups(lambda_lr)]
-    else:
-        criterion = InfoNCELoss(init_temperature, learn_temperature=learn_temperature, symmetric=True)
-        groups = [{"params": encoder.parameters(), "lr": lr}]
-        if learn_temperature:
-            groups.append({"params": [criterion.log_scale], "lr": lambda_lr})
-    opt = torch.optim.Adam(groups)
-    # cosine decay: a few thousand CPU steps must end converged, not oscillating at a high rate
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
-
+    criterion, opt = _criterion_and_optimizer(
+        loss, encoder, n_latent, lr, lambda_lr, init_temperature, learn_temperature
+    )
     start = time.perf_counter()
-    losses: list[float] = []
-    for _ in tqdm(range(steps), desc=f"synthetic {loss}", disable=not progress, mininterval=2.0):
-        z = sample_sphere(batch, n_latent, gen)  # (B, n)
-        z_pos = sample_positives(z, lam, gen, threshold=threshold)  # (B, n)
-        with torch.no_grad():
-            x, x_pos = mixing(z), mixing(z_pos)  # (B, n) each
-        value = criterion(encoder(x), encoder(x_pos))
-        opt.zero_grad(set_to_none=True)
-        value.backward()
-        opt.step()
-        sched.step()
-        losses.append(float(value.detach()))
+    losses = _train(
+        encoder, mixing, criterion, opt, lam, gen, steps, batch, threshold, progress, f"synthetic {loss}"
+    )
     elapsed = time.perf_counter() - start
-
-    with torch.no_grad():
-        z_eval = sample_sphere(2 * n_eval, n_latent, gen)  # (2 n_eval, n)
-        h_eval = encoder(mixing(z_eval)).double().numpy()  # (2 n_eval, n)
-    z_np = z_eval.double().numpy()
-    r2 = linear_r2(h_eval, z_np, n_fit=n_eval)
-    matched, mcc = match_features(h_eval[:n_eval], z_np[:n_eval])
+    r2, mcc, matched = _score(encoder, mixing, n_latent, n_eval, gen)
     result: dict[str, Any] = {
         "loss": loss,
         "n_latent": n_latent,
@@ -207,21 +178,112 @@ def run_experiment(
         "final_loss": float(np.mean(losses[-50:])),
         "elapsed_s": elapsed,
     }
+    result |= _learned_scale(criterion, lam_np, matched)
+    _log_summary(result)
+    return result
+
+
+def _checked_lam(n_latent: int, lam_true: np.ndarray | None, loss: str) -> np.ndarray:
+    """The true Λ (default linspace(5, 25, n_latent)), after checking it and the loss name."""
+    lam_np = np.linspace(5.0, 25.0, n_latent) if lam_true is None else np.asarray(lam_true, dtype=np.float64)
+    if lam_np.shape != (n_latent,) or not np.all(lam_np > 0):
+        raise ConfigError(f"lam_true must be {n_latent} positive values, got {lam_np}")
+    if loss not in ("aninfonce", "infonce"):
+        raise ConfigError(f"loss must be 'aninfonce' or 'infonce', got {loss!r}")
+    return lam_np
+
+
+def _log_summary(result: dict[str, Any]) -> None:
+    logger.info(
+        "synthetic %s: R²=%.3f MCC=%.3f%s in %.1fs",
+        result["loss"],
+        result["linear_r2"],
+        result["mcc"],
+        f" Λ̂ spearman={result['lam_spearman']:.3f}" if "lam_spearman" in result else "",
+        result["elapsed_s"],
+    )
+
+
+def _criterion_and_optimizer(
+    loss: LossName,
+    encoder: nn.Module,
+    n_latent: int,
+    lr: float,
+    lambda_lr: float,
+    init_temperature: float,
+    learn_temperature: bool,
+) -> tuple[AnInfoNCELoss | InfoNCELoss, torch.optim.Adam]:
+    """The loss module (Λ̂ or τ learned at `lambda_lr`) and one Adam over the encoder and the loss."""
+    criterion: AnInfoNCELoss | InfoNCELoss
+    if loss == "aninfonce":
+        criterion = AnInfoNCELoss(n_latent, init_temperature=init_temperature, symmetric=True)
+        groups = [{"params": encoder.parameters(), "lr": lr}, *criterion.param_groups(lambda_lr)]
+    else:
+        criterion = InfoNCELoss(init_temperature, learn_temperature=learn_temperature, symmetric=True)
+        groups = [{"params": encoder.parameters(), "lr": lr}]
+        if learn_temperature:
+            groups.append({"params": [criterion.log_scale], "lr": lambda_lr})
+    return criterion, torch.optim.Adam(groups)
+
+
+def _train(
+    encoder: nn.Module,
+    mixing: nn.Sequential,
+    criterion: AnInfoNCELoss | InfoNCELoss,
+    opt: torch.optim.Optimizer,
+    lam: Tensor,
+    gen: torch.Generator,
+    steps: int,
+    batch: int,
+    threshold: float,
+    progress: bool,
+    desc: str,
+) -> list[float]:
+    """`steps` Adam steps on fresh (z, z⁺) batches seen through the mixing; returns the loss per step."""
+    # cosine decay: a few thousand CPU steps must end converged, not oscillating at a high rate
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
+    n_latent = lam.shape[0]
+    losses: list[float] = []
+    for _ in tqdm(range(steps), desc=desc, disable=not progress, mininterval=2.0):
+        z = sample_sphere(batch, n_latent, gen)  # (B, n)
+        z_pos = sample_positives(z, lam, gen, threshold=threshold)  # (B, n)
+        with torch.no_grad():
+            x, x_pos = mixing(z), mixing(z_pos)  # (B, n) each
+        value = criterion(encoder(x), encoder(x_pos))
+        opt.zero_grad(set_to_none=True)
+        value.backward()
+        opt.step()
+        sched.step()
+        losses.append(float(value.detach()))
+    return losses
+
+
+def _score(
+    encoder: nn.Module, mixing: nn.Sequential, n_latent: int, n_eval: int, gen: torch.Generator
+) -> tuple[float, float, np.ndarray]:
+    """Linear R² (fit on n_eval fresh samples, scored on n_eval more), MCC and the matched features."""
+    with torch.no_grad():
+        z_eval = sample_sphere(2 * n_eval, n_latent, gen)  # (2 n_eval, n)
+        h_eval = encoder(mixing(z_eval)).double().numpy()  # (2 n_eval, n)
+    z_np = z_eval.double().numpy()
+    r2 = linear_r2(h_eval, z_np, n_fit=n_eval)
+    matched, mcc = match_features(h_eval[:n_eval], z_np[:n_eval])
+    return r2, mcc, matched
+
+
+def _learned_scale(
+    criterion: AnInfoNCELoss | InfoNCELoss, lam_np: np.ndarray, matched: np.ndarray
+) -> dict[str, Any]:
+    """AnInfoNCE: Λ̂ matched to the true latents and its rank correlation with Λ; InfoNCE: τ and 1/τ."""
     if isinstance(criterion, AnInfoNCELoss):
         lam_hat = criterion.lam
         lam_matched = lam_hat[matched]  # Λ̂ of the feature matched to each true latent
-        result["lam_learned_matched"] = lam_matched.tolist()
-        result["lam_learned_sorted"] = np.sort(lam_hat).tolist()
-        result["lam_spearman"] = float(spearmanr(lam_np, lam_matched).statistic)
-    else:
-        result["temperature"] = criterion.temperature
-        result["lam_equivalent"] = 1.0 / criterion.temperature  # isotropic Λ = 1/τ
-    logger.info(
-        "synthetic %s: R²=%.3f MCC=%.3f%s in %.1fs",
-        loss,
-        r2,
-        mcc,
-        f" Λ̂ spearman={result['lam_spearman']:.3f}" if "lam_spearman" in result else "",
-        elapsed,
-    )
-    return result
+        return {
+            "lam_learned_matched": lam_matched.tolist(),
+            "lam_learned_sorted": np.sort(lam_hat).tolist(),
+            "lam_spearman": float(spearmanr(lam_np, lam_matched).statistic),
+        }
+    return {
+        "temperature": criterion.temperature,
+        "lam_equivalent": 1.0 / criterion.temperature,  # isotropic Λ = 1/τ
+    }

@@ -9,7 +9,9 @@ import torch
 from contract.encoder import default_model_path
 from contract.query_encoders import StaticQueryEncoder
 from training.data import Document, RetrievalData
-from training.distill import DistillConfig, _student_loss, distill_pairs
+from training.distill_config import DistillConfig
+from training.distill_loop import student_loss as _student_loss
+from training.distill_pairs import distill_pairs
 
 
 def _corpus() -> dict[str, Document]:

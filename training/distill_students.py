@@ -1,0 +1,68 @@
+"""The two students' starting points: a truncated copy of the model, and a model2vec-style static table.
+
+`static_init` follows the MinishLab model2vec library: every vocabulary token, alone between [CLS] and
+[SEP], goes through the full model; its mean-pooled, normalised output is the token's row, down-weighted
+by its corpus frequency (SIF weights a/(a+p), Arora et al. 2017, ICLR).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from contract.errors import ConfigError
+
+
+def truncated_student(model_dir: str | Path, layers: int) -> Any:
+    """The model's sentence-transformers pipeline with only its first `layers` transformer layers."""
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
+    auto: Any = st[0].auto_model
+    total = len(auto.encoder.layer)
+    if layers >= total:
+        raise ConfigError(f"--distill-layers {layers}: the model has only {total} layers")
+    auto.encoder.layer = auto.encoder.layer[:layers]
+    auto.config.num_hidden_layers = layers
+    # the token embeddings stay the full model's: a third of the parameters, and a query word the
+    # training texts never contain keeps the vector the full model would have started from
+    auto.embeddings.requires_grad_(False)
+    return st
+
+
+def static_init(
+    model_dir: str | Path, corpus_texts: Sequence[str], *, sif_a: float, only_seen: bool = False
+) -> np.ndarray:
+    """(vocab, dim) rows: each token through the full model alone, SIF-weighted by corpus frequency.
+
+    `only_seen`: only tokens that occur in `corpus_texts` are computed; the other rows stay zero.
+    """
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
+    tokenizer = st.tokenizer
+    auto: Any = st[0].auto_model
+    auto.eval()
+    vocab = tokenizer.vocab_size
+    counts = np.zeros(vocab, dtype=np.float64)
+    for enc in tokenizer(list(corpus_texts), add_special_tokens=False)["input_ids"]:
+        np.add.at(counts, enc, 1)
+    ids = torch.from_numpy(np.nonzero(counts)[0]) if only_seen else torch.arange(vocab)
+    cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
+    table = np.zeros((vocab, auto.config.hidden_size), dtype=np.float32)
+    with torch.inference_mode():
+        for start in range(0, len(ids), 1024):
+            chunk = ids[start : start + 1024]
+            input_ids = torch.stack(
+                [torch.full_like(chunk, cls), chunk, torch.full_like(chunk, sep)], 1
+            )  # (c, 3)
+            hidden = auto(input_ids=input_ids, attention_mask=torch.ones_like(input_ids)).last_hidden_state
+            # mean pooling over the 3 positions, normalised: the model's own sentence vector of the token
+            table[chunk.numpy()] = F.normalize(hidden.mean(1), dim=-1).numpy()  # (c, D)
+    p = counts / max(counts.sum(), 1.0)
+    return np.ascontiguousarray(table * (sif_a / (sif_a + p))[:, None], dtype=np.float32)
