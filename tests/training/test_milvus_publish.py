@@ -195,7 +195,7 @@ def test_typed_fields_only_for_keys_with_one_scalar_type():
 def test_index_model_publishes_to_milvus_and_a_failed_publish_drops_its_collection(
     scifact, milvus, tmp_path, monkeypatch
 ):
-    from tests.training.test_indexing import write_slice
+    from tests.training.test_publish import write_slice
     from training.embedding_cache import EmbeddingCache
     from training.publish import index_model
 
