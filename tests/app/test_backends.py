@@ -252,3 +252,32 @@ def test_dimension_mismatch_and_missing_backend_are_clear(env, tmp_path):
 
 def _milvus(env: Env) -> dict:
     return dict(index_backend="milvus", milvus_uri=env.milvus.milvus_uri, milvus_name="apitest")
+
+
+def test_document_writes_on_either_backend(client, env, shared_encoder, slice_data, oracle):
+    """Upserts and deletes (contract/overlay.py) over either backend: Milvus knows no tombstones, so the
+    overlay asks it for k + |tombstones| and drops them; a query still gets a full top k."""
+    key = {"X-API-Key": "test-key"}
+    query = list(slice_data.queries.values())[1]
+    q = shared_encoder.encode([query], kind="query")[0]
+    before = client.post("/search", json={"vector": q.tolist(), "top_k": 5}).json()["results"][0]["hits"]
+    gone = before[0]["id"]
+    r = client.delete(f"/documents/{gone}", headers=key)
+    assert r.status_code == 200, r.text
+    r = client.post(
+        "/documents",
+        headers=key,
+        json={"documents": [{"id": "new-doc", "text": query, "metadata": {"kind": "written"}}]},
+    )
+    assert r.status_code == 200, r.text
+    hits = client.post("/search", json={"vector": q.tolist(), "top_k": 5}).json()["results"][0]["hits"]
+    ids = [h["id"] for h in hits]
+    assert gone not in ids and len(ids) == 5
+    assert "new-doc" in ids  # its text is the query itself
+    filtered = client.post(
+        "/search", json={"vector": q.tolist(), "top_k": 3, "filter": {"kind": "written"}}
+    ).json()["results"][0]["hits"]
+    assert [h["id"] for h in filtered] == ["new-doc"]
+    rest = [h["id"] for h in hits if h["id"] != "new-doc"]
+    expected = [i for i, _ in oracle(q, 6) if i != gone]
+    assert rest == expected[: len(rest)]
