@@ -169,3 +169,22 @@ def test_hot_swap_to_a_lexical_bundle_brings_its_modes(tmp_path, staged, staged_
         wait_until(lambda: c.get("/readyz").json().get("version") == new, what="the swap")
         r = c.post("/search", json={"query": query, "mode": "hybrid", "top_k": 3})
         assert r.status_code == 200 and r.json()["mode"] == "hybrid" and r.json()["version"] == new
+
+
+def test_deleted_documents_leave_lexical_and_hybrid_lists(tmp_path, staged_lexical, slice_data, texts):
+    """A document deleted through /documents (contract/overlay.py) is kept out of the BM25 list too: lexical
+    mode equals brute-force BM25 over the remaining documents, and hybrid never returns it."""
+    query = next(iter(slice_data.queries.values()))
+    ids = list(slice_data.corpus)
+    publish(staged_lexical, tmp_path)
+    with TestClient(create_app(make_settings(tmp_path))) as c:
+        first = c.post("/search", json={"query": query, "mode": "lexical", "top_k": 5}).json()
+        gone = first["results"][0]["hits"][0]["id"]
+        assert c.delete(f"/documents/{gone}", headers=KEY).status_code == 200
+        allowed = {i for i, d in enumerate(ids) if d != gone}
+        expected, _ = _lexical_oracle(texts, query, 5, allowed)
+        r = c.post("/search", json={"query": query, "mode": "lexical", "top_k": 5}).json()
+        assert [h["id"] for h in r["results"][0]["hits"]] == [ids[i] for i in expected]
+        r = c.post("/search", json={"query": query, "mode": "hybrid", "top_k": 10}).json()
+        hybrid = [h["id"] for h in r["results"][0]["hits"]]
+        assert gone not in hybrid and len(hybrid) == 10
