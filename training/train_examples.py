@@ -4,7 +4,6 @@ and mined hard ones, never a known positive) and the seeded evaluation-query lim
 from __future__ import annotations
 
 import logging
-import random
 from typing import Any
 
 import numpy as np
@@ -15,6 +14,7 @@ from training.data import Pair, RetrievalData
 from training.embedding_cache import EmbeddingCache
 from training.evaluate import EvalResult, encode_corpus
 from training.negatives import mine_hard_negatives, random_negatives
+from training.query_sample import sample_queries
 
 logger = logging.getLogger(__name__)
 
@@ -124,13 +124,4 @@ def mine_negatives(
 
 def limit_queries(data: RetrievalData, config: TrainConfig) -> RetrievalData:
     """Seeded subsample of the held-out queries (config.eval_max_queries); the corpus stays whole."""
-    n = config.eval_max_queries
-    if n is None or n >= len(data.queries):
-        return data
-    keep = set(random.Random(config.seed).sample(sorted(data.queries), n))
-    return RetrievalData(
-        corpus=data.corpus,
-        queries={q: t for q, t in data.queries.items() if q in keep},
-        qrels={q: r for q, r in data.qrels.items() if q in keep},
-        source=data.source,
-    )
+    return sample_queries(data, config.eval_max_queries, config.seed)

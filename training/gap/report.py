@@ -32,8 +32,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import random
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +57,7 @@ from training.gap.sections import (
     risk_vs_k_section,
     theory_section,
 )
+from training.query_sample import sample_queries
 from training.validation import carve_validation
 
 logger = logging.getLogger(__name__)
@@ -95,18 +94,6 @@ def actual_training_k(records: list[dict[str, Any]], config: TrainConfig) -> tup
         f"bound is {upper} ({K_RULE})"
     )
     return k, rule
-
-
-def sample_queries(data: RetrievalData, n: int | None, seed: int) -> RetrievalData:
-    """A seeded sample of at most n queries (with their qrels); the corpus stays whole."""
-    if n is None or n >= len(data.queries):
-        return data
-    keep = set(random.Random(seed).sample(sorted(data.queries), n))
-    return replace(
-        data,
-        queries={q: t for q, t in data.queries.items() if q in keep},
-        qrels={q: r for q, r in data.qrels.items() if q in keep},
-    )
 
 
 def _anchors(
