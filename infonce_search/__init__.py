@@ -6,6 +6,7 @@
         hits = client.search("vitamin D and bone density", top_k=5)["results"][0]["hits"]
         vectors = client.embed(["a query"])["embeddings"]
         job = client.wait_for_job(client.submit_job("reindex", "scifact")["id"])
+        client.upsert_documents([{"id": "doc-42", "text": "Supplements raised bone density."}])
 
 Errors are raised as `infonce_search.errors` classes carrying the server's `error.code`.
 """

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import quote
 
 import httpx
 
@@ -42,6 +43,13 @@ def _answer(response: httpx.Response) -> Any:
 
 def _headers(api_key: str | None) -> dict[str, str]:
     return {"X-API-Key": api_key} if api_key else {}
+
+
+def _document_path(doc_id: str) -> str:
+    """/documents/{id} with the id as one escaped segment: ids may hold "/", "?", "#" or spaces, and
+    httpx would resolve an id of "." or ".." as a dot segment (the server unescapes all of it)."""
+    segment = quote(doc_id, safe="")
+    return "/documents/" + (segment.replace(".", "%2E") if segment in (".", "..") else segment)
 
 
 class _Requests:
@@ -85,6 +93,16 @@ class _Requests:
     @staticmethod
     def _submit(type: str, dataset: str, options: dict[str, Any] | None) -> _Request:
         return _Request("POST", "/jobs", {"type": type, "dataset": dataset, "options": options or {}})
+
+    @staticmethod
+    def _upsert(documents: Sequence[Mapping[str, Any]]) -> _Request:
+        return _Request("POST", "/documents", {"documents": [dict(d) for d in documents]})
+
+    @staticmethod
+    def _delete_many(ids: Sequence[str]) -> _Request:
+        if isinstance(ids, str):  # a lone id would be sent as its characters
+            raise TypeError("ids: give a list of ids (delete_document deletes one)")
+        return _Request("POST", "/documents/delete", {"ids": list(ids)})
 
 
 class Client(_Requests):
@@ -159,6 +177,24 @@ class Client(_Requests):
     def activate(self, version: str) -> dict[str, Any]:
         """Roll back or forward to a published version (API key)."""
         return self._call(_Request("POST", f"/bundles/{version}/activate"))
+
+    # -- documents (without a retrain) ---------------------------------------------------------------------
+    def upsert_documents(self, documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """POST /documents (API key): add or replace `{id, text, title?, metadata?}` documents; answers
+        `applied`, `first_seq`/`seq` in the mutation log and the `live_seq` this replica serves."""
+        return self._call(self._upsert(documents))
+
+    def delete_document(self, doc_id: str) -> dict[str, Any]:
+        """DELETE /documents/{id} (API key); an unknown id is not an error: it comes back in `not_found`."""
+        return self._call(_Request("DELETE", _document_path(doc_id)))
+
+    def delete_documents(self, ids: Sequence[str]) -> dict[str, Any]:
+        """POST /documents/delete (API key): delete a batch of ids; unknown ones are listed in `not_found`."""
+        return self._call(self._delete_many(ids))
+
+    def get_document(self, doc_id: str) -> dict[str, Any]:
+        """GET /documents/{id}: the document as served now; NotFound (document_not_found) if none."""
+        return self._call(_Request("GET", _document_path(doc_id)))
 
     # -- jobs ------------------------------------------------------------------------------------------------
     def submit_job(
@@ -257,6 +293,18 @@ class AsyncClient(_Requests):
 
     async def activate(self, version: str) -> dict[str, Any]:
         return await self._call(_Request("POST", f"/bundles/{version}/activate"))
+
+    async def upsert_documents(self, documents: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return await self._call(self._upsert(documents))
+
+    async def delete_document(self, doc_id: str) -> dict[str, Any]:
+        return await self._call(_Request("DELETE", _document_path(doc_id)))
+
+    async def delete_documents(self, ids: Sequence[str]) -> dict[str, Any]:
+        return await self._call(self._delete_many(ids))
+
+    async def get_document(self, doc_id: str) -> dict[str, Any]:
+        return await self._call(_Request("GET", _document_path(doc_id)))
 
     async def submit_job(
         self, type: Literal["retrain", "reindex"], dataset: str, options: dict[str, Any] | None = None

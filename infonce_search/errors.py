@@ -40,7 +40,7 @@ class Forbidden(ApiError):
 
 
 class NotFound(ApiError):
-    """404: unknown bundle version, job, dataset, route, or a bundle without report."""
+    """404: unknown bundle version, job, dataset, document, route, or a bundle without report."""
 
 
 class Conflict(ApiError):

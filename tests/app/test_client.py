@@ -1,5 +1,6 @@
 """infonce_search.Client and AsyncClient against the real app served by uvicorn on loopback (real HTTP),
-with the session's live scifact bundle and a real SQLite job queue (no worker: jobs stay queued)."""
+with the session's scifact bundle A published into a bundles folder of this module's own (the document
+tests write its mutation log) and a real SQLite job queue (no worker: jobs stay queued)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import uvicorn
 
 from app.main import create_app
 from infonce_search import AsyncClient, Client, errors
-from tests.app.conftest import make_settings
+from tests.app.conftest import make_settings, publish
 from tests.servers import free_port
 from tests.test_layering import imports_of
 
@@ -23,9 +24,10 @@ KEY = "test-key"
 
 
 @pytest.fixture(scope="module")
-def server(live_bundles, tmp_path_factory):
-    bundles, version = live_bundles
+def server(staged, tmp_path_factory):
     root = tmp_path_factory.mktemp("client")
+    bundles = root / "bundles"  # not the shared live_bundles: writes here must not reach other modules
+    version = publish(staged["A"], bundles)
     (root / "data" / "mini").mkdir(parents=True)
     (root / "data" / "mini" / "corpus.jsonl").write_text('{"_id": "d1", "title": "t", "text": "x"}\n')
     settings = make_settings(
@@ -128,6 +130,93 @@ def test_async_client(server, slice_data):
     assert [a["version"] for a in answers] == [version] * 4
     assert vectors["kind"] == "document" and len(vectors["embeddings"]) == 2
     assert bad.code == "invalid_request" and "body.input" in bad.message
+
+
+AXOLOTL = {
+    "id": "client/axolotl 1",  # a "/" and a space: the id travels as one escaped path segment
+    "title": "Axolotl regeneration",
+    "text": "Axolotls regrow whole limbs, spinal cord and parts of the heart after injury.",
+    "metadata": {"group": "zz", "year": 1999},
+}
+
+
+def hit_ids(answer: dict) -> list[str]:
+    return [h["id"] for h in answer["results"][0]["hits"]]
+
+
+def test_sync_client_documents_upsert_search_get_delete(server):
+    url, version = server
+    with Client(url, api_key=KEY) as client:
+        written = client.upsert_documents([AXOLOTL])
+        assert written["applied"] == 1 and written["version"] == version
+        assert written["live_seq"] >= written["seq"]  # read-your-writes
+        assert hit_ids(client.search(AXOLOTL["text"], top_k=3))[0] == AXOLOTL["id"]
+        got = client.get_document(AXOLOTL["id"])
+        assert {k: got[k] for k in AXOLOTL} == AXOLOTL
+        assert got["seq"] == written["seq"] and got["version"] == version
+
+        deleted = client.delete_document(AXOLOTL["id"])
+        assert deleted["applied"] == 1 and deleted["not_found"] == []
+        with pytest.raises(errors.NotFound) as gone:
+            client.get_document(AXOLOTL["id"])
+        assert gone.value.code == "document_not_found" and AXOLOTL["id"] in gone.value.message
+        assert AXOLOTL["id"] not in hit_ids(client.search(AXOLOTL["text"], top_k=3))
+
+        pair = [{"id": f"client-pair-{i}", "text": f"Note number {i} about tardigrades."} for i in (1, 2)]
+        assert client.upsert_documents(pair)["applied"] == 2
+        batch = client.delete_documents(["client-pair-1", "client-pair-2", "never-there"])
+        assert batch["applied"] == 3 and batch["not_found"] == ["never-there"]
+        for doc in pair:
+            with pytest.raises(errors.NotFound):
+                client.get_document(doc["id"])
+        with pytest.raises(TypeError):
+            client.delete_documents("client-pair-1")  # a str is not a list of ids
+
+        with pytest.raises(errors.InvalidRequest) as bad:
+            client.upsert_documents([{"id": "no-text"}])
+        assert "text" in bad.value.message
+
+
+def test_document_writes_need_the_api_key(server):
+    url, _ = server
+    with Client(url) as anonymous:
+        with pytest.raises(errors.Unauthorized) as missing:
+            anonymous.upsert_documents([AXOLOTL])
+        assert missing.value.status_code == 401 and missing.value.code == "missing_api_key"
+        with pytest.raises(errors.Unauthorized):
+            anonymous.delete_document("anything")
+        with pytest.raises(errors.NotFound):  # reading is public; nothing was written
+            anonymous.get_document(AXOLOTL["id"] + "-unkeyed")
+    with Client(url, api_key="wrong") as wrong, pytest.raises(errors.Forbidden) as denied:
+        wrong.delete_documents(["anything"])
+    assert denied.value.code == "forbidden"
+
+
+def test_async_client_documents(server):
+    url, version = server
+    doc = {"id": "..", "text": "Okapis are the only living relatives of the giraffe.", "title": "Okapi"}
+
+    async def scenario():
+        async with AsyncClient(url, api_key=KEY) as client:
+            written = await client.upsert_documents([doc])
+            got = await client.get_document(doc["id"])  # ".." must not resolve to the parent path
+            found = await client.search("Which animal is the closest relative of the giraffe?", top_k=3)
+            deleted = await client.delete_documents([doc["id"]])
+            with pytest.raises(errors.NotFound) as gone:
+                await client.get_document(doc["id"])
+            return written, got, found, deleted, gone.value
+
+    written, got, found, deleted, gone = asyncio.run(scenario())
+    assert written["applied"] == 1 and written["version"] == version
+    assert (got["id"], got["text"], got["title"], got["seq"]) == (
+        doc["id"],
+        doc["text"],
+        doc["title"],
+        written["seq"],
+    )
+    assert hit_ids(found)[0] == doc["id"]
+    assert deleted["applied"] == 1 and deleted["not_found"] == []
+    assert gone.code == "document_not_found"
 
 
 def test_no_live_bundle_is_its_own_exception(tmp_path):
