@@ -110,7 +110,8 @@ class BundleFolder:
             raise BundleNotFound(f"{version!r} is not a bundle version id")
         path = self.root / version
         if not path.is_dir():
-            raise BundleNotFound(f"no bundle version {version} in {self.root}")
+            # the API answers with this message: it names no server path
+            raise BundleNotFound(f"no bundle version {version} in the bundles folder")
         return path
 
     def list_versions(self, problems: list[tuple[str, str]] | None = None) -> list[VersionInfo]:
