@@ -22,7 +22,7 @@ from typing import Literal
 
 LogFormat = Literal["text", "json"]
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-PROJECT_LOGGERS = ("training", "app", "infonce_search")
+PROJECT_LOGGERS = ("training", "contract", "app", "infonce_search")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 _HANDLER_NAME = "infonce-search"
 
@@ -42,6 +42,19 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
+class _LibrariesAtWarning(logging.Filter):
+    """Below WARNING, only our loggers' records: a library that sets its own logger to DEBUG (bm25s does
+    at import, after this ran) would otherwise reach the handler, since the root's level does not apply
+    to records propagated from a logger with a level of its own."""
+
+    def __init__(self, ours: tuple[str, ...]):
+        super().__init__()
+        self.ours = ours
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or record.name.split(".")[0] in self.ours
+
+
 def configure_logging(
     level: str = "INFO", fmt: LogFormat = "text", *, datefmt: str | None = None, also: tuple[str, ...] = ()
 ) -> None:
@@ -59,6 +72,7 @@ def configure_logging(
             root.removeHandler(handler)
         handler = logging.StreamHandler()
         handler.set_name(_HANDLER_NAME)
+        handler.addFilter(_LibrariesAtWarning((*PROJECT_LOGGERS, *also)))
         handler.setFormatter(formatter)
         root.addHandler(handler)
     root.setLevel(logging.WARNING)

@@ -36,6 +36,20 @@ def test_library_info_stays_quiet_and_ours_follows_the_level():
     assert "INFO root:" not in done.stderr
 
 
+def test_a_library_that_sets_its_own_logger_to_debug_stays_quiet_and_contract_logs_at_the_level():
+    code = (
+        "import logging; from contract.log_setup import configure_logging; configure_logging('INFO'); "
+        "import bm25s; "  # bm25s sets its logger to DEBUG at import (after configure_logging ran)
+        "logging.getLogger('bm25s').debug('Building index from tokens'); "
+        "logging.getLogger('contract.bundle').info('contract at info'); "
+        "logging.getLogger('bm25s').warning('bm25s warning')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), cwd=REPO)
+    assert done.returncode == 0, done.stderr
+    assert "Building index" not in done.stderr
+    assert "contract at info" in done.stderr and "bm25s warning" in done.stderr
+
+
 def test_worker_logs_json_lines_when_asked(tmp_path):
     cmd = [sys.executable, "-m", "training", "worker", "--queue", f"sqlite:///{tmp_path / 'jobs.db'}"]
     proc = subprocess.Popen(
