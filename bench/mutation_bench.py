@@ -3,7 +3,7 @@ cost of a delta on /search.
 
     flock "$BENCH_LOCK" .venv/bin/python -u bench/mutation_bench.py [--docs 1000] [--poll 2.0] [--visible 30]
 
-Builds (once, cached under var/bench/, git-ignored) a bundle of the first --docs scifact documents with
+Builds (once, cached under var/bench/ by fairness_bench.bundle, git-ignored) a bundle of the first --docs scifact documents with
 the base all-MiniLM-L6-v2 (torch, flat index), copies it into a fresh bundles folder, and starts two real
 API processes on it (uvicorn on loopback, SEARCH_RELOAD_POLL_SECONDS=--poll, query cache off). Then:
 
@@ -36,27 +36,12 @@ import httpx
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+from fairness_bench import bundle as template  # noqa: E402  (the same cached base-model scifact bundle)
+
 SCIFACT = REPO.parent / "shared" / "data" / "scifact"
-CACHE = REPO / "var" / "bench"
 KEY = {"X-API-Key": "bench"}
-
-
-def template(n_docs: int) -> Path:
-    from contract.encoder import Encoder
-    from training.bundle_build import build_bundle
-    from training.bundle_store import BundleStore
-    from training.data import load_corpus
-
-    bundles = CACHE / f"mutation-bundles-{n_docs}"
-    store = BundleStore(bundles)
-    if store.current_version():
-        return bundles
-    print(f"building a {n_docs}-document scifact bundle in {bundles} (once)", flush=True)
-    corpus = dict(list(load_corpus(SCIFACT / "corpus.jsonl").items())[:n_docs])
-    with store.build_dir() as staging:
-        build_bundle(Encoder.load(), corpus, staging_dir=staging, index_kind="flat", show_progress=False)
-        store.publish(staging, force=True)
-    return bundles
 
 
 def fresh_copy(src: Path, dst: Path) -> Path:
