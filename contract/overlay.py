@@ -168,8 +168,6 @@ class Overlay:
             allowed = None
             if filter_:
                 allowed = np.asarray(self.docstore.filter_positions(filter_), dtype=np.int64)
-            if excluded is None:
-                return self.index.search(queries, k, allowed=allowed)
             return self.index.search(queries, k, allowed=allowed, excluded=excluded)
         # an index outside this process (Milvus, contract/index_backend.py): it filters by itself and
         # knows no tombstones, so ask for k + |tombstones| and drop them here (k stays full)
