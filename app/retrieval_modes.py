@@ -69,15 +69,16 @@ def rows(
     k: int,
     allowed: np.ndarray | None,
     *,
-    dense: Callable[[np.ndarray, int], list[Ranking]] | None = None,
+    dense: Callable[[np.ndarray, int], list[Ranking]],
     excluded: np.ndarray | None = None,
 ) -> list[Ranking]:
-    """Lexical or hybrid rankings of one request (per text); `allowed` (a filter) binds both retrievers.
+    """Lexical or hybrid rankings of one request (per text).
 
-    With document upserts/deletes (contract/overlay.py): `dense` searches bundle + overlay, and `excluded`
-    (deleted or replaced bundle positions) is kept out of the BM25 list. BM25 covers the bundle's own
-    documents only: an upserted document is found by the dense side of hybrid, not by lexical mode, until
-    a reindex folds the log in.
+    `allowed` (the filter's bundle positions) binds the BM25 list; `dense` is the overlay's search
+    (bundle + upserts, the same filter applied, contract/overlay.py); `excluded` (deleted or replaced
+    bundle positions) is kept out of the BM25 list. BM25 covers the bundle's own documents only: an
+    upserted document is found by the dense side of hybrid, not by lexical mode, until a reindex folds
+    the log in.
     """
     assert bundle.lexical is not None  # resolve() refuses these modes without one
     if excluded is not None and len(excluded):
@@ -87,8 +88,5 @@ def rows(
         return bundle.lexical.search(texts, k, allowed=allowed)
     params = fusion_params(bundle)
     depth = max(k, params.depth)
-    dense_rows = (
-        dense(vectors, depth) if dense is not None else bundle.index.search(vectors, depth, allowed=allowed)
-    )
     lexical = bundle.lexical.search(texts, depth, allowed=allowed)
-    return [fuse(d, lx, params, k) for d, lx in zip(dense_rows, lexical, strict=True)]
+    return [fuse(d, lx, params, k) for d, lx in zip(dense(vectors, depth), lexical, strict=True)]
