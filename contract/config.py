@@ -1,4 +1,7 @@
-"""Every training knob in one block (nanoGPT habit); the config is saved with every artifact."""
+"""Every training knob in one block (nanoGPT habit); the config is saved with every artifact.
+
+Each field's `description` is its documentation: `python -m training train --help` shows it (the options
+are generated from these fields, training/cli_config.py), and it travels in the JSON schema."""
 
 from __future__ import annotations
 
@@ -14,58 +17,165 @@ class TrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # data
-    # split names are plain names, never paths (they are joined into qrels/<split>.tsv)
-    train_split: str = Field("train", pattern=SPLIT_PATTERN)  # qrels/<train_split>.tsv (BEIR folders)
-    # qrels/<eval_split>.tsv; held-out queries for metrics and the gap report
-    eval_split: str = Field("test", pattern=SPLIT_PATTERN)
-    base_model: str | None = None  # local sentence-transformers folder; None = packaged all-MiniLM-L6-v2
-    # tokens while training (longer texts are cut); evaluation and the saved model keep the base model's
-    # own limit (256 for all-MiniLM-L6-v2). 128 halves the cost of a step on CPU (scifact: bench/train_scifact.py)
-    max_seq_length: int = Field(128, ge=16, le=512)
-    # unsupervised in-domain pairs: n corpus documents' titles as pseudo-queries for their own body text
-    # (no queries, no qrels: only the corpus the service indexes anyway; GPL-style domain adaptation)
-    corpus_title_pairs: int = Field(0, ge=0)
-    # n corpus documents, each as (one of its sentences → the rest): inverse-cloze pseudo-pairs
-    corpus_sentence_pairs: int = Field(0, ge=0)
-    # share of the training queries held out (seeded) as the validation split: not trained on; it picks the
-    # served retrieval mode and fusion parameters (training.validation); 0 = train on every query
-    validation_fraction: float = Field(0.2, ge=0.0, lt=1.0)
+    # data (split names are plain names, never paths: they are joined into qrels/<split>.tsv)
+    train_split: str = Field(
+        "train",
+        pattern=SPLIT_PATTERN,
+        description="qrels/<split>.tsv of a BEIR folder used for training (a pairs file: 'train').",
+    )
+    eval_split: str = Field(
+        "test",
+        pattern=SPLIT_PATTERN,
+        description="qrels/<split>.tsv with the held-out queries for base-vs-tuned metrics and the gap report.",
+    )
+    base_model: str | None = Field(
+        None,
+        description="Local sentence-transformers model folder to start from; default (None): the packaged "
+        "all-MiniLM-L6-v2.",
+    )
+    # 128 halves the cost of a step on CPU (scifact: bench/train_scifact.py)
+    max_seq_length: int = Field(
+        128,
+        ge=16,
+        le=512,
+        description="Token limit while training (longer texts are cut). Evaluation and the saved model keep "
+        "the base model's own limit (256 for all-MiniLM-L6-v2); shorter training inputs are much cheaper on CPU.",
+    )
+    corpus_title_pairs: int = Field(
+        0,
+        ge=0,
+        description="Add n unsupervised pairs from the corpus itself: a document's title as a pseudo-query "
+        "for its body text (title removed). Uses no queries or labels, only the corpus that gets indexed "
+        "(GPL-style domain adaptation).",
+    )
+    corpus_sentence_pairs: int = Field(
+        0,
+        ge=0,
+        description="Add n unsupervised pairs from the corpus: one sentence of a document as a pseudo-query "
+        "for the rest of it (inverse cloze).",
+    )
+    validation_fraction: float = Field(
+        0.2,
+        ge=0.0,
+        lt=1.0,
+        description="Share of the training queries held out (seeded) and not trained on: it chooses the "
+        "bundle's default search mode and hybrid fusion parameters (training.validation). 0 = train on all "
+        "(hybrid stays untuned).",
+    )
 
     # loss
-    loss: Literal["infonce", "aninfonce"] = "infonce"
-    temperature: float = Field(0.05, gt=0)  # τ; MNRL's scale = 1/τ (20)
-    learn_temperature: bool = False  # learn log(1/τ) (CLIP-style, clipped at scale 100)
-    symmetric: bool = True  # average query→doc and doc→query cross-entropies
-    decoupled: bool = False  # DCL: positive left out of the denominator (Yeh et al. 2022)
-    debiased_tau_plus: float = Field(0.0, ge=0.0, lt=1.0)  # Chuang et al. 2020 class prior τ⁺; 0 = off
-    lambda_lr: float = Field(1e-2, gt=0)  # AnInfoNCE: learning rate of w, Λ = softplus(w)
+    loss: Literal["infonce", "aninfonce"] = Field(
+        "infonce",
+        description="infonce (cosine / τ logits) or aninfonce (learned diagonal Λ, served as L2 on "
+        "√Λ-scaled vectors).",
+    )
+    temperature: float = Field(
+        0.05,
+        gt=0,
+        description="InfoNCE temperature τ (MultipleNegativesRankingLoss scale = 1/τ, 20 at the default); "
+        "AnInfoNCE starts at Λ = 1/τ.",
+    )
+    learn_temperature: bool = Field(
+        False,
+        description="Learn τ (as log 1/τ, CLIP-style, 1/τ capped at 100) at lambda_lr; the final τ is saved.",
+    )
+    symmetric: bool = Field(
+        True, description="Average the query→document and document→query cross-entropies."
+    )
+    decoupled: bool = Field(
+        False,
+        description="Decoupled contrastive loss: the positive is left out of the denominator (Yeh et al. 2022).",
+    )
+    debiased_tau_plus: float = Field(
+        0.0,
+        ge=0.0,
+        lt=1.0,
+        description="Debiased contrastive loss with class prior τ⁺ (Chuang et al. 2020); 0 disables.",
+    )
+    lambda_lr: float = Field(
+        1e-2,
+        gt=0,
+        description="Learning rate of the loss's own parameters: AnInfoNCE's w (Λ = softplus(w)) or a learned τ.",
+    )
 
     # negatives
-    random_negatives: int = Field(0, ge=0)  # k extra corpus documents per batch, drawn uniformly
-    hard_negatives: int = Field(1, ge=0)  # mined negatives per (query, positive) pair (0 = none)
-    hard_negative_rank_min: int = Field(3, ge=0)  # skip the top ranks: likely unlabelled positives
-    hard_negative_rank_max: int = Field(50, ge=1)  # sample among ranks [min, max)
-    hard_negative_margin: float = Field(0.05, ge=0.0)  # keep negatives scoring < positive − margin
+    random_negatives: int = Field(
+        0,
+        ge=0,
+        description="Extra negatives per batch: k corpus documents drawn uniformly (never a batch query's "
+        "positive).",
+    )
+    hard_negatives: int = Field(
+        1,
+        ge=0,
+        description="Mined negatives per training pair, ranked by the base model (0 disables mining).",
+    )
+    hard_negative_rank_min: int = Field(
+        3,
+        ge=0,
+        description="Skip ranks below this when mining: the very top often holds unlabelled positives.",
+    )
+    hard_negative_rank_max: int = Field(
+        50,
+        ge=1,
+        description="Sample hard negatives among the ranks [hard_negative_rank_min, hard_negative_rank_max).",
+    )
+    hard_negative_margin: float = Field(
+        0.05,
+        ge=0.0,
+        description="Drop candidates scoring above (positive's score − margin): likely false negatives.",
+    )
 
     # optimisation
     # 2 epochs: scifact nDCG@10 0.6643 vs 0.6626 at 3, in two thirds of the steps (bench/train_scifact.py)
-    epochs: int = Field(2, ge=1)
-    batch_size: int = Field(32, ge=2)  # (query, positive) pairs per step; k_in_batch = batch_size − 1
-    lr: float = Field(3e-5, gt=0)
-    weight_decay: float = Field(0.01, ge=0)
-    warmup_ratio: float = Field(0.1, ge=0, le=1)
-    max_grad_norm: float = Field(1.0, ge=0)  # 0 disables clipping
-    grad_cache: bool = False  # GradCache (Gao et al. 2021): batch size no longer bounded by memory
-    mini_batch_size: int = Field(16, ge=1)  # GradCache chunk size
-    max_steps: int | None = Field(None, ge=1)  # stop early (tests, smoke runs)
-    seed: int = 0
-    # where the steps run: auto = cuda when available (bf16/fp16 autocast there), else cpu (fp32, as before)
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    epochs: int = Field(2, ge=1, description="Passes over the training pairs.")
+    batch_size: int = Field(
+        32,
+        ge=2,
+        description="(query, positive) pairs per step; each query sees batch_size − 1 in-batch negatives.",
+    )
+    lr: float = Field(3e-5, gt=0, description="Peak learning rate of the encoder (AdamW).")
+    weight_decay: float = Field(
+        0.01, ge=0, description="AdamW weight decay (not applied to biases and LayerNorm weights)."
+    )
+    warmup_ratio: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="Share of the steps with a linear learning-rate warmup; then linear decay to 0.",
+    )
+    max_grad_norm: float = Field(
+        1.0, ge=0, description="Clip the encoder's gradient norm at this value; 0 disables clipping."
+    )
+    grad_cache: bool = Field(
+        False,
+        description="GradCache (Gao et al. 2021): exact large-batch gradients with the memory of "
+        "mini_batch_size; the batch size is no longer bounded by memory.",
+    )
+    mini_batch_size: int = Field(16, ge=1, description="Texts embedded at once under grad_cache.")
+    max_steps: int | None = Field(
+        None,
+        ge=1,
+        description="Stop after this many optimiser steps (tests, smoke runs); the schedule is fitted to it.",
+    )
+    seed: int = Field(
+        0, description="Seed of python, numpy and torch: batches, negatives and dropout are reproducible."
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto",
+        description="auto (cuda when torch sees a GPU, else cpu), cpu or cuda. On cuda: bf16 autocast (fp16 "
+        "with a grad scaler where bf16 is unsupported); on cpu: fp32, exactly as before.",
+    )
 
     # evaluation / report
-    eval_max_queries: int | None = Field(None, ge=1)  # subsample held-out queries (tests)
-    report: bool = True  # compute the generalization-gap report at the end
+    eval_max_queries: int | None = Field(
+        None,
+        ge=1,
+        description="Evaluate on a seeded subsample of this many held-out queries (tests, quick runs).",
+    )
+    report: bool = Field(
+        True, description="Compute the generalization-gap report into OUT/report/ after training."
+    )
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:

@@ -1,15 +1,25 @@
-"""What every command of the CLI shares: one-line errors (exit code 2) and logging setup."""
+"""What every command of the CLI shares: one-line errors (exit code 2), logging setup, --quiet, --json."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import typing
+from collections.abc import Iterator
+from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
 
 from contract.config import TrainConfig
+from contract.errors import InfonceSearchError
 from contract.log_setup import configure_logging as setup_logging
 from contract.log_setup import silence_progress_bars
+
+QuietOpt = Annotated[
+    bool, typer.Option("--quiet", help="No progress bars at all (the libraries' loading bars included).")
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON (logs stay on stderr).")]
 
 
 def fail(message: str) -> typing.NoReturn:
@@ -38,3 +48,19 @@ def configure_logging(level: str, *, quiet: bool = False) -> None:
     setup_logging(level, datefmt="%H:%M:%S")
     if quiet:
         silence_progress_bars()
+
+
+def echo_json(data: Any) -> None:
+    """`--json`: the command's result as one JSON document on stdout (logs stay on stderr)."""
+    typer.echo(json.dumps(data, indent=2, default=str))
+
+
+@contextlib.contextmanager
+def one_line_errors() -> Iterator[None]:
+    """Domain and validation errors end the command as one line on stderr (exit 2), never a traceback."""
+    try:
+        yield
+    except InfonceSearchError as exc:
+        fail(str(exc))
+    except ValidationError as exc:
+        fail(validation_message(exc))

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from contract.config import TrainConfig
-from training.cli import HELP
+from training.cli_config import HELP
 
 REPO = Path(__file__).resolve().parents[2]
 
