@@ -23,7 +23,7 @@ import numpy as np
 
 from contract.encoder import Encoder, default_model_path, document_text
 from contract.onnx_encoder import OnnxQueryEncoder
-from training.data import load_corpus
+from training.beir import load_corpus
 from training.demo_data import build_demo_dataset
 from training.onnx_export import export_onnx
 

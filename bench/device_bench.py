@@ -21,9 +21,10 @@ import torch
 
 from contract.config import TrainConfig
 from contract.encoder import Encoder
-from training.data import load_beir, training_pairs
+from training.beir import load_beir
 from training.demo_data import build_demo_dataset
 from training.device import precision_for
+from training.retrieval_data import training_pairs
 from training.train_step import build_loss, build_optimizer
 from training.train_step import optimizer_step as _step
 from training.trainer import seed_everything

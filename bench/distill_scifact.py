@@ -41,9 +41,9 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
+    from training.beir import load_beir
     from training.bundle_store import BundleStore
-    from training.data import load_beir
-    from training.distill import DistillConfig
+    from training.distill_config import DistillConfig
     from training.distill_step import attach_query_encoders
 
     store = BundleStore(args.bundles)

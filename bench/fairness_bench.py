@@ -31,9 +31,9 @@ CACHE = REPO / "var" / "bench"
 
 def bundle(n_docs: int) -> Path:
     from contract.encoder import Encoder
+    from training.beir import load_corpus
     from training.bundle_build import build_bundle
     from training.bundle_store import BundleStore
-    from training.data import load_corpus
 
     bundles = CACHE / f"fairness-bundles-{n_docs}"
     store = BundleStore(bundles)
@@ -83,7 +83,7 @@ def main() -> None:
 
     from app.main import create_app
     from app.settings import Settings
-    from training.data import load_corpus, load_queries
+    from training.beir import load_corpus, load_queries
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--docs", type=int, default=300)

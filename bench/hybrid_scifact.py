@@ -22,7 +22,7 @@ from contract.atomic import write_json_atomic
 from contract.encoder import Encoder, document_text
 from contract.fusion import FusionParams
 from contract.lexical_index import LexicalIndex
-from training.data import load_beir
+from training.beir import load_beir
 from training.embedding_cache import EmbeddingCache
 from training.evaluate import encode_corpus
 from training.fusion_tuning import metrics_of, runs_for_mode, tune

@@ -49,7 +49,7 @@ def real_embeddings() -> tuple[np.ndarray, np.ndarray]:
         z = np.load(cache)
         return z["docs"], z["queries"]
     from contract.encoder import Encoder, document_text
-    from training.data import load_corpus
+    from training.beir import load_corpus
 
     corpus = load_corpus(SCIFACT / "corpus.jsonl")
     queries = [json.loads(line)["text"] for line in (SCIFACT / "queries.jsonl").open() if line.strip()]

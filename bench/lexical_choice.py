@@ -20,7 +20,7 @@ from pathlib import Path
 
 from contract.encoder import document_text
 from contract.lexical_index import TOKEN_PATTERN, LexicalIndex, _analysis
-from training.data import load_beir
+from training.beir import load_beir
 from training.evaluate import trec_metrics
 from training.lexical_build import build_lexical_index
 

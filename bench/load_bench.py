@@ -56,9 +56,10 @@ def build_bundle_if_needed(bundles: Path, distractors: int = 0) -> str:
         return store.current_version()  # type: ignore[return-value]
     from contract.encoder import Encoder, default_model_path, document_text
     from contract.onnx_encoder import OnnxQueryEncoder
+    from training.beir import load_beir
     from training.bundle_build import build_bundle
-    from training.data import Document, load_beir
     from training.onnx_export import attach_onnx, export_onnx
+    from training.retrieval_data import Document
 
     print(f"building the scifact bench bundle in {bundles} (once)", flush=True)
     test = load_beir(SCIFACT, "test")
@@ -253,7 +254,7 @@ def encode_costs(bundles: Path, version: str, backends: list[str], max_loss: flo
     """Per query encoder: ms per query (one per call, in process) and its recorded nDCG@10 on scifact test."""
     from app.encoder_choice import load_backend, recorded_ndcg_losses, time_encoder
     from contract.bundle import load_bundle
-    from training.data import load_beir
+    from training.beir import load_beir
 
     bundle = load_bundle(bundles / version)
     extras = bundle.manifest.extras
@@ -308,7 +309,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=CACHE / "load_bench.json")
     args = parser.parse_args()
 
-    from training.data import load_beir, load_queries
+    from training.beir import load_beir, load_queries
 
     bundles = args.bundles or CACHE / ("bundles" if not args.distractors else f"bundles-{args.distractors}")
     version = build_bundle_if_needed(bundles, args.distractors)

@@ -41,9 +41,9 @@ from index_bench import mixture_sampler  # noqa: E402
 from contract.index_backend import MILVUS_EXTRAS, BackendConfig  # noqa: E402
 from contract.milvus_index import connect  # noqa: E402
 from tests.servers import milvus_server  # noqa: E402
-from training.data import Document  # noqa: E402
 from training.index_factory import build_index, recall_at  # noqa: E402
 from training.milvus_publish import milvus_builder  # noqa: E402
+from training.retrieval_data import Document  # noqa: E402
 from training.shards import exact_top_k  # noqa: E402
 
 K = 10
@@ -59,7 +59,8 @@ def scifact_slice() -> tuple[np.ndarray, np.ndarray]:
         z = np.load(cache)
         return z["docs"], z["queries"]
     from contract.encoder import Encoder, document_text
-    from training.data import load_beir, subset
+    from training.beir import load_beir
+    from training.query_sample import subset
 
     data = subset(load_beir(SCIFACT, "test"), n_queries=10_000, n_distractors=DISTRACTORS, seed=0)
     enc = Encoder.load()

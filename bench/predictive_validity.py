@@ -36,8 +36,9 @@ from pathlib import Path
 from contract.config import TrainConfig
 from contract.encoder import Encoder
 from contract.report_schema import Estimate, GapReport
-from training.data import RetrievalData, load_beir
+from training.beir import load_beir
 from training.gap.report import compute_report
+from training.retrieval_data import RetrievalData
 from training.trainer import train
 
 SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from contract.config import TrainConfig
 from contract.encoder import Encoder
-from training.data import load_beir
+from training.beir import load_beir
 from training.evaluate import evaluate
 from training.train_examples import limit_queries
 from training.trainer import train

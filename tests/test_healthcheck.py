@@ -140,7 +140,7 @@ def _publish_tiny_bundle(encoder: object, bundles: Path, staging: Path) -> str:
     """Five documents, the real encoder, a flat index: enough for /readyz's canary query."""
     from training.bundle_build import build_bundle
     from training.bundle_store import BundleStore
-    from training.data import Document
+    from training.retrieval_data import Document
 
     texts = [
         "Vitamin D supplementation and bone mineral density in older adults.",

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from training.data import CORPUS_FILE, QRELS_DIR, QUERIES_FILE
+from training.beir import CORPUS_FILE, QRELS_DIR, QUERIES_FILE
 
 logger = logging.getLogger(__name__)
 

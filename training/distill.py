@@ -33,13 +33,12 @@ import torch
 
 from contract.encoder import Encoder
 from contract.errors import ConfigError
-from contract.query_encoders import SUBDIR, StaticQueryEncoder, variant_folder
-from training.data import RetrievalData
 from training.distill_config import DistillConfig, Variant
 from training.distill_loop import fit_student
 from training.distill_pairs import DistillPairs, distill_pairs
 from training.distill_students import static_init, truncated_student
 from training.negatives import mine_hard_negatives
+from training.retrieval_data import RetrievalData
 
 logger = logging.getLogger(__name__)
 
@@ -189,6 +188,3 @@ def distill_query_encoders(
         )
         out[variant] |= {"n_pairs": len(pairs.texts), "temperature": temperature}
     return out
-
-
-__all__ = ["SUBDIR", "DistillConfig", "StaticQueryEncoder", "distill_query_encoders", "variant_folder"]

@@ -47,7 +47,7 @@ def distill_cmd(
     from pydantic import ValidationError
 
     from training.data import load_split
-    from training.distill import DistillConfig
+    from training.distill_config import DistillConfig
     from training.distill_step import distill_live_bundle
 
     try:

@@ -30,9 +30,10 @@ from contract.bundle import (
 from contract.errors import ConfigError
 from contract.query_encoders import EXTRAS_KEY, SUBDIR, load_variant
 from training.bundle_store import BundleStore, PublishResult
-from training.data import RetrievalData
-from training.distill import DistillConfig, distill_query_encoders
+from training.distill import distill_query_encoders
+from training.distill_config import DistillConfig
 from training.evaluate import trec_metrics
+from training.retrieval_data import RetrievalData
 from training.served_risk import served_risks
 
 logger = logging.getLogger(__name__)

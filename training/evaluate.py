@@ -27,8 +27,8 @@ from tqdm.auto import tqdm
 
 from contract.encoder import Encoder, document_text
 from contract.errors import DataError
-from training.data import Document, RetrievalData
 from training.embedding_cache import EmbeddingCache
+from training.retrieval_data import Document, RetrievalData
 
 logger = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from contract.encoder import Encoder, document_text
 from contract.mutation_log import MutationLog, latest_per_document
-from training.data import Document
+from training.retrieval_data import Document
 
 logger = logging.getLogger(__name__)
 

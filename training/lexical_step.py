@@ -24,14 +24,15 @@ from contract.encoder import Encoder, document_text
 from contract.errors import DataError
 from contract.fusion import DEFAULT_DEPTH, MODES, FusionParams, Ranking
 from contract.lexical_index import LexicalIndex
-from training.data import RetrievalData, load_split
+from training.data import load_split
 from training.evaluate import exact_search
 from training.fusion_tuning import metrics_of, runs_for_mode, tune
 from training.lexical_build import LEXICAL_DIR, build_lexical_index
+from training.retrieval_data import RetrievalData
 from training.validation import carve_validation
 
 if TYPE_CHECKING:
-    from training.data import Document
+    from training.retrieval_data import Document
 
 logger = logging.getLogger(__name__)
 

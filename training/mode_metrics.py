@@ -9,10 +9,10 @@ from typing import Any
 from contract.encoder import Encoder, document_text
 from contract.fusion import DEFAULT_DEPTH, MODES, FusionParams
 from contract.lexical_index import LexicalIndex
-from training.data import RetrievalData
 from training.fusion_tuning import metrics_of, runs_for_mode, tune
 from training.lexical_build import lexical_index
 from training.lexical_step import mode_runs
+from training.retrieval_data import RetrievalData
 
 
 class ModeScorer:

@@ -17,7 +17,7 @@ from pathlib import Path
 from contract.config import TrainConfig
 from contract.index_backend import BackendConfig
 from training.bundle_store import PublishResult
-from training.distill import DistillConfig
+from training.distill_config import DistillConfig
 from training.embedding_cache import EmbeddingCache
 from training.publish import index_model
 from training.timing import PhaseTimer

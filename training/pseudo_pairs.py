@@ -12,7 +12,7 @@ import re
 import numpy as np
 
 from contract.encoder import document_text
-from training.data import Pair, RetrievalData
+from training.retrieval_data import Pair, RetrievalData
 
 SENTENCE_QUERY_PREFIX = "sentence:"  # pseudo-query ids: "sentence:<doc id>"
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")

@@ -33,7 +33,7 @@ from training.onnx_export import attach_onnx
 from training.timing import PhaseTimer, phase
 
 if TYPE_CHECKING:
-    from training.distill import DistillConfig
+    from training.distill_config import DistillConfig
 
 logger = logging.getLogger(__name__)
 

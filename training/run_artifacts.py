@@ -12,10 +12,10 @@ from typing import Any
 
 from contract.config import TrainConfig
 from contract.encoder import DEFAULT_MODEL_NAME, Encoder
-from training.data import RetrievalData
 from training.evaluate import EvalResult
 from training.losses.an_info_nce import AnInfoNCELoss
 from training.losses.info_nce import InfoNCELoss
+from training.retrieval_data import RetrievalData
 
 logger = logging.getLogger(__name__)
 

@@ -10,11 +10,11 @@ import numpy as np
 
 from contract.config import TrainConfig
 from contract.encoder import Encoder, document_text
-from training.data import Pair, RetrievalData
 from training.embedding_cache import EmbeddingCache
 from training.evaluate import EvalResult, encode_corpus
 from training.negatives import mine_hard_negatives, random_negatives
 from training.query_sample import sample_queries
+from training.retrieval_data import Pair, RetrievalData
 
 logger = logging.getLogger(__name__)
 

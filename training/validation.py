@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from training.data import RetrievalData
+from training.retrieval_data import RetrievalData
 
 
 def carve_validation(data: RetrievalData, fraction: float, seed: int) -> tuple[RetrievalData, RetrievalData]:

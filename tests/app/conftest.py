@@ -32,7 +32,8 @@ def doc_metadata(i: int) -> dict[str, object]:
 
 @pytest.fixture(scope="session")
 def slice_data(scifact):
-    from training.data import load_beir, subset
+    from training.beir import load_beir
+    from training.query_sample import subset
 
     data = subset(load_beir(scifact, "test"), n_queries=N_QUERIES, n_distractors=N_DISTRACTORS, seed=0)
     data.corpus = {
@@ -193,9 +194,9 @@ TINY_DISTILL = dict(
 def staged_distilled(tmp_path_factory, staged, slice_data) -> Path:
     """Bundle A plus distilled query encoders (a 1-layer transformer and a static table, a few steps each),
     trained on corpus pseudo-queries only (titles, sentences), scored on the slice's queries."""
-    from training.data import RetrievalData
-    from training.distill import DistillConfig
+    from training.distill_config import DistillConfig
     from training.distill_step import attach_query_encoders
+    from training.retrieval_data import RetrievalData
 
     folder = tmp_path_factory.mktemp("staged-distilled") / "A"
     shutil.copytree(staged["A"], folder)

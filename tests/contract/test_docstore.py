@@ -10,7 +10,7 @@ import pytest
 
 from contract.docstore import DocStore, FilterError, write_docstore
 from contract.errors import BundleInvalid
-from training.data import Document
+from training.retrieval_data import Document
 
 DOCS = [
     Document(

@@ -9,8 +9,8 @@ import pytest
 from contract.docstore import DocStore, write_docstore
 from contract.mutation_log import Mutation
 from contract.overlay import Overlay
-from training.data import Document
 from training.index_factory import build_index
+from training.retrieval_data import Document
 
 N, D = 600, 16
 

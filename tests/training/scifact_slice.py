@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from training.data import RetrievalData, load_beir, subset
+from training.beir import load_beir
+from training.query_sample import subset
+from training.retrieval_data import RetrievalData
 
 
 def write_beir(folder: Path, splits: dict[str, RetrievalData]) -> Path:

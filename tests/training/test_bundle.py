@@ -26,7 +26,7 @@ from contract.bundle import (
 from contract.errors import BundleInvalid, BundleNotFound, NoLiveBundle
 from training.bundle_build import build_bundle
 from training.bundle_store import PUBLISH_STEPS, BundleStore
-from training.data import Document
+from training.retrieval_data import Document
 
 REPO = Path(__file__).resolve().parents[2]
 TOPICS = ["protein folding", "black holes", "sourdough bread", "volcanoes", "chess openings", "tax law"]

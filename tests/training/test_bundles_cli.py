@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from training.data import Document
+from training.retrieval_data import Document
 
 REPO = Path(__file__).resolve().parents[2]
 

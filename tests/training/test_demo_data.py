@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from contract.encoder import document_text
-from training.data import load_beir
+from training.beir import load_beir
 from training.demo_data import build_demo_dataset, harvest
 
 FILES = ("corpus.jsonl", "queries.jsonl", "qrels/train.tsv", "qrels/test.tsv", "README.md")

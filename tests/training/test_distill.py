@@ -8,10 +8,10 @@ import torch
 
 from contract.encoder import default_model_path
 from contract.query_encoders import StaticQueryEncoder
-from training.data import Document, RetrievalData
 from training.distill_config import DistillConfig
 from training.distill_loop import student_loss as _student_loss
 from training.distill_pairs import distill_pairs
+from training.retrieval_data import Document, RetrievalData
 
 
 def _corpus() -> dict[str, Document]:

@@ -12,8 +12,10 @@ import pytest
 import training.evaluate as evaluate_module
 from contract.encoder import Similarity, document_text
 from contract.errors import DataError
-from training.data import Document, RetrievalData, load_beir, subset
+from training.beir import load_beir
 from training.evaluate import encode_corpus, evaluate, exact_search, trec_metrics
+from training.query_sample import subset
+from training.retrieval_data import Document, RetrievalData
 
 
 # -- hand-written reference metrics (the definitions in the scifact README) ---------------------------

@@ -6,8 +6,8 @@ import numpy as np
 
 from contract.encoder import document_text
 from contract.mutation_log import MutationLog, NewDocument
-from training.data import Document
 from training.fold import fold_log
+from training.retrieval_data import Document
 
 
 def test_fold_applies_the_log_up_to_its_head(tmp_path, shared_encoder):

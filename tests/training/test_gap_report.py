@@ -15,7 +15,7 @@ from contract.config import TrainConfig
 from contract.encoder import Similarity
 from contract.errors import ConfigError
 from contract.report_schema import REPORT_FILE, Bound, Estimate, GapReport, NotComputable, Term
-from training.data import Document, RetrievalData, load_beir, subset
+from training.beir import load_beir
 from training.gap import estimators as est
 from training.gap.report import (
     K_RULE,
@@ -26,6 +26,8 @@ from training.gap.report import (
     write_report,
 )
 from training.gap.sections import K_POOL_FRACTION
+from training.query_sample import subset
+from training.retrieval_data import Document, RetrievalData
 
 TOPICS = [
     (

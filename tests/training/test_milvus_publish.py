@@ -14,9 +14,9 @@ from contract.milvus_index import MilvusPointer, alias_name, connect
 from tests.servers import milvus_server
 from training.bundle_build import build_bundle
 from training.bundle_store import PUBLISH_STEPS, BundleStore
-from training.data import Document
 from training.index_factory import recall_at
 from training.milvus_publish import milvus_builder, typed_fields
+from training.retrieval_data import Document
 
 N, DIM = 60, 384
 

@@ -12,10 +12,11 @@ import pytest
 
 from contract.encoder import document_text
 from contract.errors import ConfigError, JobCancelled
+from training.beir import load_beir
 from training.bundle_store import BundleStore
-from training.data import load_beir, subset
 from training.evaluate import evaluate, trec_metrics
 from training.publish import index_model, resolve_run
+from training.query_sample import subset
 
 pytestmark = pytest.mark.scifact
 REPO = Path(__file__).resolve().parents[2]
@@ -160,7 +161,7 @@ def test_a_cancel_during_indexing_publishes_nothing(run_dir, slice_dir, tmp_path
 
 def test_encode_corpus_in_checkpointed_chunks_matches_one_call(shared_encoder, slice_dir, monkeypatch):
     import training.evaluate as evaluate_module
-    from training.data import load_beir
+    from training.beir import load_beir
     from training.evaluate import encode_corpus
 
     corpus = load_beir(slice_dir, "test").corpus

@@ -124,7 +124,7 @@ def test_aninfonce_with_grad_cache_can_be_cancelled_from_on_progress(slice_dir, 
 def test_shared_extra_negatives_are_never_a_positive_of_any_batch_query():
     import numpy as np
 
-    from training.data import Pair
+    from training.retrieval_data import Pair
     from training.train_examples import extra_negatives as _extra_negatives
     from training.train_step import linear_schedule
 
@@ -148,7 +148,7 @@ def test_shared_extra_negatives_are_never_a_positive_of_any_batch_query():
 def test_title_pairs_are_seeded_titles_querying_their_own_body_without_the_title():
     import numpy as np
 
-    from training.data import Document, RetrievalData
+    from training.retrieval_data import Document, RetrievalData
     from training.train_examples import title_pairs
 
     # Given: 6 documents, one without a title and one without a body; q0 is a real query

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from training.data import Document, RetrievalData
 from training.pseudo_pairs import sentence_pairs
+from training.retrieval_data import Document, RetrievalData
 from training.validation import carve_validation
 
 

@@ -240,7 +240,7 @@ def _confine(record: JobRecord, options: dict[str, Any]) -> tuple[list[str], Pat
 
 
 def _distill_config(distill: bool) -> Any:
-    from training.distill import DistillConfig
+    from training.distill_config import DistillConfig
 
     return DistillConfig() if distill else None
 
