@@ -20,7 +20,8 @@ from contract.errors import DatasetNotFound, DatasetRefused, JobCancelled, JobCo
 from contract.jobs.queue import JobQueue, resolve_dataset
 from contract.jobs.records import JobRecord, update
 from tests.servers import redis_server
-from training.jobs.tasks import Reporter, bundle_lock, execute
+from training.jobs.reporter import Reporter
+from training.jobs.tasks import bundle_lock, execute
 from training.jobs.worker import fail_dead_jobs
 
 
