@@ -50,15 +50,28 @@ def write_bundle_model_card(
 
 
 def bundle_card(manifest: dict[str, Any], gate: dict[str, Any] | None, report: dict[str, Any] | None) -> str:
-    version = manifest["version"]
-    index = manifest.get("index") or {}
+    lines = [
+        *_summary(manifest),
+        *_evaluation(manifest.get("metrics") or {}),
+        *_gate(gate),
+        *_index(manifest),
+        "",
+        *gap_section(report),
+        "",
+        *_how_to_use(manifest["version"]),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _summary(manifest: dict[str, Any]) -> list[str]:
+    """Title, what a bundle holds, and where this one came from (code, base model, loss, evaluation data)."""
     metric = manifest.get("metric") or {}
     extras = manifest.get("extras") or {}
     code = manifest.get("code_version") or {}
     loss = record_section(manifest.get("training_config") or {}, "loss")
-    recall = index.get("recall_at_10")
-    lines = [
-        f"# infonce-search bundle {version}",
+    fingerprint = extras.get("eval_fingerprint")
+    return [
+        f"# infonce-search bundle {manifest['version']}",
         "",
         "A versioned, checksummed search bundle: a fine-tuned sentence encoder (`model/`, its own card in "
         "`model/README.md`), a FAISS index of the corpus (`index.faiss`, row i = `ids.json`[i]), the documents "
@@ -70,37 +83,41 @@ def bundle_card(manifest: dict[str, Any], gate: dict[str, Any] | None, report: d
         f"- base model `{manifest.get('base_model', '?')}`, loss {loss.get('loss', 'none recorded')}, "
         f"similarity {metric.get('similarity', '?')}, dimension {manifest.get('dim', '?')}",
         f"- evaluated on `{extras.get('data', '?')}`, split `{extras.get('split', '?')}`"
-        + (
-            f" (evaluation set sha256 {str(extras['eval_fingerprint'])[:12]}…)"
-            if extras.get("eval_fingerprint")
-            else ""
-        ),
-        "",
-        "## Evaluation (exact search, the gate's numbers)",
+        + (f" (evaluation set sha256 {str(fingerprint)[:12]}…)" if fingerprint else ""),
         "",
     ]
-    test = (manifest.get("metrics") or {}).get("test") or {}
+
+
+def _evaluation(metrics: dict[str, Any]) -> list[str]:
+    lines = ["## Evaluation (exact search, the gate's numbers)", ""]
+    test = metrics.get("test") or {}
     if test:
         lines += ["| metric | value |", "|---|---:|"]
         lines += [f"| {n} | {test[n]:.4f} |" for n in METRIC_NAMES if n in test]
     else:
         lines.append("No test metrics recorded.")
-    lines += ["", "## Quality gate", ""]
-    if gate:
-        verdict = "accepted (made live)" if gate.get("accepted") else "kept as a candidate (not made live)"
-        lines.append(
-            f"- decision: **{verdict}**{' (forced)' if gate.get('forced') else ''}: {gate.get('reason')}"
-        )
-        lines.append(
-            f"- test {gate.get('metric')}: candidate {gate.get('candidate_value')}, live then "
-            f"{gate.get('live_version') or 'none'} ({gate.get('live_value')}), tolerance {gate.get('tolerance')}"
-        )
-        lines.append(
-            "- which version is live now is what the bundles folder's CURRENT names (gate.json keeps this decision)"
-        )
-    else:
-        lines.append("Not published yet: no gate decision.")
-    lines += [
+    return lines
+
+
+def _gate(gate: dict[str, Any] | None) -> list[str]:
+    lines = ["", "## Quality gate", ""]
+    if not gate:
+        return [*lines, "Not published yet: no gate decision."]
+    verdict = "accepted (made live)" if gate.get("accepted") else "kept as a candidate (not made live)"
+    return [
+        *lines,
+        f"- decision: **{verdict}**{' (forced)' if gate.get('forced') else ''}: {gate.get('reason')}",
+        f"- test {gate.get('metric')}: candidate {gate.get('candidate_value')}, live then "
+        f"{gate.get('live_version') or 'none'} ({gate.get('live_value')}), tolerance {gate.get('tolerance')}",
+        "- which version is live now is what the bundles folder's CURRENT names (gate.json keeps this decision)",
+    ]
+
+
+def _index(manifest: dict[str, Any]) -> list[str]:
+    """The index's kind, size and measured recall, and the ONNX query encoders beside it."""
+    index = manifest.get("index") or {}
+    recall = index.get("recall_at_10")
+    lines = [
         "",
         "## Index",
         "",
@@ -114,14 +131,17 @@ def bundle_card(manifest: dict[str, Any], gate: dict[str, Any] | None, report: d
             else f"{recall:.4f} on {index.get('tune_queries', '?')} real queries"
         ),
     ]
-    onnx = extras.get("onnx")
+    onnx = (manifest.get("extras") or {}).get("onnx")
     if isinstance(onnx, dict):
         losses = {k: v for k, v in onnx.items() if k.endswith("ndcg_loss") or k == "ndcg_loss"}
         lines.append(
             f"- ONNX query encoders: {', '.join(onnx.get('files', {}))}" + (f" ({losses})" if losses else "")
         )
-    lines += ["", *gap_section(report), ""]
-    lines += [
+    return lines
+
+
+def _how_to_use(version: str) -> list[str]:
+    return [
         "## How to load and query",
         "",
         "Serve it (the folder holding this version and its CURRENT file):",
@@ -154,7 +174,6 @@ def bundle_card(manifest: dict[str, Any], gate: dict[str, Any] | None, report: d
         "",
         "The encoder alone: see `model/README.md`.",
     ]
-    return "\n".join(lines) + "\n"
 
 
 def write_bundle_card(folder: Path, manifest: dict[str, Any], gate: dict[str, Any] | None) -> Path:

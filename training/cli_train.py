@@ -4,7 +4,7 @@ generated from TrainConfig (training/cli_config.py); torch loads only once a run
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -23,6 +23,9 @@ from training.cli_index import (
     distill_config,
 )
 from training.cli_support import JsonOpt, QuietOpt, configure_logging, echo_json, fail, one_line_errors
+
+if TYPE_CHECKING:
+    from training.pipeline import PipelineResult
 
 DataOpt = Annotated[
     Path,
@@ -135,6 +138,11 @@ def pipeline_cmd(
             show_progress=not quiet,
             backend=backend,
         )
+    _print_pipeline(result, as_json)
+
+
+def _print_pipeline(result: PipelineResult, as_json: bool) -> None:
+    """The pipeline's outcome: metrics, the bundle's fate and each phase's wall time (or all as JSON)."""
     if as_json:
         echo_json(
             {

@@ -62,29 +62,19 @@ def run_pipeline(
     cache_dir: str | Path | None = None,
     backend: BackendConfig | None = None,
 ) -> PipelineResult:
-    """Fine-tune on `data_dir`, write the gap report, build the index and publish the bundle.
+    """Fine-tune on `data_dir`, write the gap report, build the index and publish the bundle: live only if
+    the quality gate accepts it (or `force`); `publish.reason` says why.
 
-    The bundle goes live only if the quality gate accepts it (or `force`); `publish.reason` says why.
     `on_progress` sees every training step (and may raise to stop); `checkpoint` is called between the
-    later phases and during document encoding, and cancels by raising (see `index_model`).
-    Each phase's wall time is logged at the end and written to `<run_dir>/timings.json`.
-    Corpus embeddings are cached in `cache_dir` (default `<work_dir>/embeddings`), so a later run on the
-    same corpus does not encode it with the base model again (training.embedding_cache).
+    later phases and during document encoding, and cancels by raising (see `index_model`). Phase wall times
+    go to `<run_dir>/timings.json`; corpus embeddings are cached in `cache_dir` (default
+    `<work_dir>/embeddings`), so a later run on the same corpus skips the base model's encode.
     """
     started = time.perf_counter()
     timer = PhaseTimer()
     cache = EmbeddingCache(cache_dir if cache_dir is not None else Path(work_dir) / CACHE_SUBDIR)
     run_dir = default_run_dir(work_dir)
-    logger.info("pipeline: training into %s", run_dir)
-    trained = train(
-        config,
-        data_dir,
-        run_dir,
-        on_progress=on_progress,
-        show_progress=show_progress,
-        timer=timer,
-        cache=cache,
-    )
+    trained = _train_phase(config, data_dir, run_dir, timer, cache, on_progress, show_progress)
     if checkpoint is not None:
         checkpoint()
     logger.info("pipeline: indexing %s into %s", data_dir, bundles_dir)
@@ -109,8 +99,33 @@ def run_pipeline(
         cache=cache,
         backend=backend,
     )
+    _write_timings(timer, run_dir)
+    return PipelineResult(run_dir, trained, published, time.perf_counter() - started, timer)
+
+
+def _train_phase(
+    config: TrainConfig,
+    data_dir: str | Path,
+    run_dir: Path,
+    timer: PhaseTimer,
+    cache: EmbeddingCache,
+    on_progress: ProgressFn | None,
+    show_progress: bool,
+) -> TrainResult:
+    logger.info("pipeline: training into %s", run_dir)
+    return train(
+        config,
+        data_dir,
+        run_dir,
+        on_progress=on_progress,
+        show_progress=show_progress,
+        timer=timer,
+        cache=cache,
+    )
+
+
+def _write_timings(timer: PhaseTimer, run_dir: Path) -> None:
     timer.write(run_dir)
     logger.info(
         "pipeline phases (wall s): %s", ", ".join(f"{n} {sec:.1f}" for n, sec in timer.seconds.items())
     )
-    return PipelineResult(run_dir, trained, published, time.perf_counter() - started, timer)
