@@ -23,6 +23,8 @@ from contract.atomic import write_json_atomic
 from contract.bundle import (
     MANIFEST_FILE,
     MODEL_DIR,
+    Bundle,
+    Manifest,
     checksums,
     load_bundle,
     new_version_id,
@@ -137,12 +139,7 @@ def attach_query_encoders(
             served_q[variant], record["variants"][variant] = _score_variant(
                 bundle, folder, variant, info, texts, qids, qrels, full
             )
-        # the gap report's setting when the bundle has one, else the training k rule's default batch
-        k = bundle.report.k if bundle.report is not None else 31
-        tau = float(bundle.encoder.similarity.temperature or 0.05)
-        record["served_risk"] = served_risks(
-            served_q, doc_emb, qids, qrels, bundle.doc_ids, k=k, tau=tau, seed=config.seed
-        )
+        record["served_risk"] = _served_risk(bundle, served_q, doc_emb, qids, qrels, seed=config.seed)
         logger.info(
             "query encoders on %d queries: full %s; %s",
             len(qids),
@@ -151,14 +148,37 @@ def attach_query_encoders(
         )
     finally:
         bundle.docstore.close()
-    manifest = bundle.manifest.model_copy(deep=True)
+    _record_in_manifest(folder, bundle.manifest, record, new_version=new_version)
+    return record
+
+
+def _served_risk(
+    bundle: Bundle,
+    served_q: dict[str, np.ndarray],
+    doc_emb: np.ndarray,
+    qids: list[str],
+    qrels: Mapping[str, Mapping[str, int]],
+    *,
+    seed: int,
+) -> dict[str, Any]:
+    """Held-out risk of every served query encoder (training.served_risk) in the report's setting."""
+    # the gap report's setting when the bundle has one, else the training k rule's default batch
+    k = bundle.report.k if bundle.report is not None else 31
+    tau = float(bundle.encoder.similarity.temperature or 0.05)
+    return served_risks(served_q, doc_emb, qids, qrels, bundle.doc_ids, k=k, tau=tau, seed=seed)
+
+
+def _record_in_manifest(
+    folder: Path, manifest: Manifest, record: dict[str, Any], *, new_version: bool
+) -> None:
+    """Write the record into the staged bundle's manifest (a new version id if asked), re-checksummed."""
+    manifest = manifest.model_copy(deep=True)
     manifest.extras[EXTRAS_KEY] = record
     if new_version:
         manifest.extras["distilled_from"] = manifest.version
         manifest.version = new_version_id()
     manifest.files = checksums(folder)
     write_json_atomic(folder / MANIFEST_FILE, manifest.model_dump(mode="json"))
-    return record
 
 
 def distill_live_bundle(

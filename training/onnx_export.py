@@ -61,32 +61,59 @@ def export_onnx(
 
     `out_dir` defaults to `<model_dir>/onnx`. Files are written to temporaries and renamed into place.
     """
-    import torch
-    from sentence_transformers import SentenceTransformer
-
     model_dir = Path(model_dir)
     out = Path(out_dir) if out_dir is not None else model_dir / ONNX_SUBDIR
     _check_pipeline(model_dir)
     started = time.perf_counter()
+    st, transformer = _load_for_export(model_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    _export_fp32(st, transformer, out / FILES["fp32"])
+    files = {"fp32": FILES["fp32"]}
+    if quantize:
+        _quantize_int8(out / FILES["fp32"], out / FILES["int8"])
+        files["int8"] = FILES["int8"]
+    info = OnnxExportInfo(
+        out_dir=str(out),
+        files=files,
+        opset=OPSET,
+        max_seq_length=int(st.max_seq_length),
+        dim=embedding_dim(st),
+        seconds=round(time.perf_counter() - started, 3),
+        bytes={k: (out / v).stat().st_size for k, v in files.items()},
+    )
+    write_json_atomic(out / INFO_FILE, info.to_json())
+    logger.info("exported ONNX query encoder to %s (%s) in %.1f s", out, ", ".join(files), info.seconds)
+    return info
+
+
+def _load_for_export(model_dir: Path) -> tuple[Any, Any]:
+    """The sentence-transformers model (on cpu) and its transformer, or a ModelLoadError naming the folder."""
+    import torch
+    from sentence_transformers import SentenceTransformer
+
     try:
         st = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
     except Exception as exc:  # library errors vary; name the folder
         raise ModelLoadError(f"cannot load model from {model_dir} for ONNX export: {exc}") from exc
-    out.mkdir(parents=True, exist_ok=True)
     transformer = st[0].auto_model
     if not isinstance(transformer, torch.nn.Module):
         raise ModelLoadError(f"{model_dir}: first module has no transformer to export (auto_model)")
     if st.max_seq_length is None:
         raise ModelLoadError(f"{model_dir}: max_seq_length is not set; ONNX export needs it")
-    max_seq_length = int(st.max_seq_length)
+    return st, transformer
+
+
+def _export_fp32(st: Any, transformer: Any, path: Path) -> None:
+    """The pooled, normalised encoder as one ONNX graph with dynamic batch and token axes."""
+    import torch
+
     graph = _pooled_encoder(transformer.eval())
     sample = st.tokenizer(
         ["an example query", "a second, longer example query"], padding=True, return_tensors="pt"
     )
     names = ["input_ids", "attention_mask", "token_type_ids"]
     axes = {n: {0: "batch", 1: "tokens"} for n in names} | {"sentence_embedding": {0: "batch"}}
-    fp32 = out / FILES["fp32"]
-    with atomic_path(fp32) as tmp, torch.no_grad():
+    with atomic_path(path) as tmp, torch.no_grad():
         # dynamo=False: the TorchScript exporter handles BERT's dynamic shapes without onnxscript
         torch.onnx.export(
             graph,
@@ -98,31 +125,20 @@ def export_onnx(
             opset_version=OPSET,
             dynamo=False,
         )
-    files = {"fp32": FILES["fp32"]}
-    if quantize:
-        from onnxruntime.quantization import QuantType, quantize_dynamic
 
-        with atomic_path(out / FILES["int8"]) as tmp8:
-            quantize_dynamic(
-                str(fp32),
-                str(tmp8),
-                weight_type=QuantType.QInt8,
-                per_channel=True,
-                op_types_to_quantize=["MatMul"],
-            )
-        files["int8"] = FILES["int8"]
-    info = OnnxExportInfo(
-        out_dir=str(out),
-        files=files,
-        opset=OPSET,
-        max_seq_length=max_seq_length,
-        dim=embedding_dim(st),
-        seconds=round(time.perf_counter() - started, 3),
-        bytes={k: (out / v).stat().st_size for k, v in files.items()},
-    )
-    write_json_atomic(out / INFO_FILE, info.to_json())
-    logger.info("exported ONNX query encoder to %s (%s) in %.1f s", out, ", ".join(files), info.seconds)
-    return info
+
+def _quantize_int8(fp32: Path, path: Path) -> None:
+    """Dynamic int8 quantisation of the MatMul weights, per channel."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    with atomic_path(path) as tmp8:
+        quantize_dynamic(
+            str(fp32),
+            str(tmp8),
+            weight_type=QuantType.QInt8,
+            per_channel=True,
+            op_types_to_quantize=["MatMul"],
+        )
 
 
 def _check_pipeline(model_dir: Path) -> None:

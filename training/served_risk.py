@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from training.gap import estimators as est
+from training.gap.bootstrap import bootstrap_means, percentile_ci
+from training.gap.estimators import pad_exclusions, risk_with_random_negatives
 
 
 def served_risks(
@@ -33,6 +34,37 @@ def served_risks(
 ) -> dict[str, Any]:
     """{"k", "temperature", "n_anchors", name: {"risk_test": {...}, "delta_vs_full": {...}}} for every
     encoder in `query_emb` ((n_queries, D) rows in `qids` order; "full" is the reference)."""
+    rows, cols, exclude = _anchors(qids, qrels, doc_ids)
+    out: dict[str, Any] = {"k": k, "temperature": tau, "n_anchors": len(rows)}
+    if not rows:
+        return out
+    r, pos_col = np.asarray(rows), np.asarray(cols)
+    excl = pad_exclusions(exclude, doc_emb.shape[0])
+    method = (
+        f"bootstrap percentile over queries ({n_boot}), k={k} random pool negatives, same for every encoder"
+    )
+    losses = {}
+    for name, q in query_emb.items():
+        sim = (q @ doc_emb.T)[r]  # (n_anchors, n_docs)
+        rng = np.random.default_rng(seed)  # the same negatives for every encoder: a paired comparison
+        losses[name] = risk_with_random_negatives(sim, sim[np.arange(len(r)), pos_col], excl, k, tau, rng)
+    for name, loss in losses.items():
+        # the same resamples (seed + 1) for every encoder and for the paired differences
+        entry = {"risk_test": _mean_with_ci(loss, r, n_boot, seed + 1, level, method)}
+        if name != "full" and "full" in losses:
+            diff = loss - losses["full"]  # (n_anchors,) paired
+            entry["delta_vs_full"] = _mean_with_ci(
+                diff, r, n_boot, seed + 1, level, method + "; paired differences"
+            )
+        out[name] = entry
+    return out
+
+
+def _anchors(
+    qids: Sequence[str], qrels: Mapping[str, Mapping[str, int]], doc_ids: Sequence[str]
+) -> tuple[list[int], list[int], list[list[int]]]:
+    """One anchor per (query, relevant document): its query row, its document column, and the columns
+    of all the query's relevant documents (never drawn as its negatives)."""
     column = {d: i for i, d in enumerate(doc_ids)}
     rows, cols, exclude = [], [], []
     for qi, qid in enumerate(qids):
@@ -41,42 +73,13 @@ def served_risks(
             rows.append(qi)
             cols.append(c)
             exclude.append(relevant)
-    out: dict[str, Any] = {"k": k, "temperature": tau, "n_anchors": len(rows)}
-    if not rows:
-        return out
-    r, pos_col = np.asarray(rows), np.asarray(cols)
-    excl = est.pad_exclusions(exclude, doc_emb.shape[0])
-    method = (
-        f"bootstrap percentile over queries ({n_boot}), k={k} random pool negatives, same for every encoder"
-    )
-    losses = {}
-    for name, q in query_emb.items():
-        sim = (q @ doc_emb.T)[r]  # (n_anchors, n_docs)
-        rng = np.random.default_rng(seed)  # the same negatives for every encoder: a paired comparison
-        losses[name] = est.risk_with_random_negatives(sim, sim[np.arange(len(r)), pos_col], excl, k, tau, rng)
-    for name, loss in losses.items():
-        boot_rng = np.random.default_rng(seed + 1)  # the same resamples for every encoder
-        boot = est.bootstrap_means(loss, n_boot, boot_rng, groups=r)
-        lo, hi = est.percentile_ci(boot, level)
-        entry: dict[str, Any] = {
-            "risk_test": {
-                "value": float(loss.mean()),
-                "ci_low": lo,
-                "ci_high": hi,
-                "level": level,
-                "method": method,
-            }
-        }
-        if name != "full" and "full" in losses:
-            diff = loss - losses["full"]  # (n_anchors,) paired
-            dboot = est.bootstrap_means(diff, n_boot, np.random.default_rng(seed + 1), groups=r)
-            dlo, dhi = est.percentile_ci(dboot, level)
-            entry["delta_vs_full"] = {
-                "value": float(diff.mean()),
-                "ci_low": dlo,
-                "ci_high": dhi,
-                "level": level,
-                "method": method + "; paired differences",
-            }
-        out[name] = entry
-    return out
+    return rows, cols, exclude
+
+
+def _mean_with_ci(
+    values: np.ndarray, groups: np.ndarray, n_boot: int, seed: int, level: float, method: str
+) -> dict[str, Any]:
+    """The mean of per-anchor values with a bootstrap percentile CI that resamples queries (`groups`)."""
+    boot = bootstrap_means(values, n_boot, np.random.default_rng(seed), groups=groups)
+    lo, hi = percentile_ci(boot, level)
+    return {"value": float(values.mean()), "ci_low": lo, "ci_high": hi, "level": level, "method": method}
