@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from training.gap import bootstrap
 from training.gap import estimators as est
 
 
@@ -56,8 +57,8 @@ def served_risks(
         losses[name] = est.risk_with_random_negatives(sim, sim[np.arange(len(r)), pos_col], excl, k, tau, rng)
     for name, loss in losses.items():
         boot_rng = np.random.default_rng(seed + 1)  # the same resamples for every encoder
-        boot = est.bootstrap_means(loss, n_boot, boot_rng, groups=r)
-        lo, hi = est.percentile_ci(boot, level)
+        boot = bootstrap.bootstrap_means(loss, n_boot, boot_rng, groups=r)
+        lo, hi = bootstrap.percentile_ci(boot, level)
         entry: dict[str, Any] = {
             "risk_test": {
                 "value": float(loss.mean()),
@@ -69,8 +70,8 @@ def served_risks(
         }
         if name != "full" and "full" in losses:
             diff = loss - losses["full"]  # (n_anchors,) paired
-            dboot = est.bootstrap_means(diff, n_boot, np.random.default_rng(seed + 1), groups=r)
-            dlo, dhi = est.percentile_ci(dboot, level)
+            dboot = bootstrap.bootstrap_means(diff, n_boot, np.random.default_rng(seed + 1), groups=r)
+            dlo, dhi = bootstrap.percentile_ci(dboot, level)
             entry["delta_vs_full"] = {
                 "value": float(diff.mean()),
                 "ci_low": dlo,

@@ -16,7 +16,7 @@ from contract.encoder import Similarity
 from contract.errors import ConfigError
 from contract.report_schema import REPORT_FILE, Bound, Estimate, GapReport, NotComputable, Term
 from training.data import Document, RetrievalData, load_beir, subset
-from training.gap import estimators as est
+from training.gap import bounds
 from training.gap.report import (
     K_RULE,
     actual_training_k,
@@ -25,7 +25,7 @@ from training.gap.report import (
     training_k,
     write_report,
 )
-from training.gap.sections import K_POOL_FRACTION
+from training.gap.risk_vs_k import K_POOL_FRACTION
 
 TOPICS = [
     (
@@ -106,10 +106,10 @@ def _check_report(report: GapReport) -> None:
     # every n in a bound counts queries (the i.i.d. unit), never anchors
     tau_eff = report.model.temperature_effective
     assert report.hoeffding_halfwidth.value == pytest.approx(
-        est.hoeffding_halfwidth(tau_eff, report.n_test_queries, report.delta)
+        bounds.hoeffding_halfwidth(tau_eff, report.n_test_queries, report.delta)
     )
     assert terms.sample_variability.value == pytest.approx(
-        est.sample_variability_term(tau_eff, report.n_train_split_queries, report.delta)
+        bounds.sample_variability_term(tau_eff, report.n_train_split_queries, report.delta)
     )
     assert {n.name for n in terms.not_computable} == {"finite_k_density_ratio", "complexity_penalty"}
     assert report.gap.value == pytest.approx(report.risk_test.value - report.risk_train.value)

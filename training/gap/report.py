@@ -45,18 +45,13 @@ from contract.log_setup import progress_bars_enabled
 from contract.report_schema import REPORT_FILE, Bound, GapReport
 from training.data import Document, RetrievalData, load_split
 from training.evaluate import encode_corpus
+from training.gap import bootstrap, bounds
 from training.gap import estimators as est
 from training.gap.anchors import Anchors
 from training.gap.intervals import estimate_from_boot
 from training.gap.mutual_info import MI_SAMPLER, mi_section
-from training.gap.sections import (
-    K_POOL_FRACTION,
-    NEGATIVE_SAMPLER,
-    model_identity,
-    retrieval_section,
-    risk_vs_k_section,
-    theory_section,
-)
+from training.gap.risk_vs_k import K_POOL_FRACTION, risk_vs_k_section
+from training.gap.sections import NEGATIVE_SAMPLER, model_identity, retrieval_section, theory_section
 from training.query_sample import sample_queries
 from training.validation import carve_validation
 
@@ -196,7 +191,7 @@ def compute_report(
     # (a) the gap at the training k
     l_train = est.risk_with_random_negatives(a_train.sim, a_train.pos, a_train.exclude, k, tau, rng)
     l_test = est.risk_with_random_negatives(a_test.sim, a_test.pos, a_test.exclude, k, tau, rng)
-    g = est.gap_with_ci(
+    g = bootstrap.gap_with_ci(
         l_train,
         l_test,
         n_boot=n_boot,
@@ -211,13 +206,13 @@ def compute_report(
     gap = estimate_from_boot(
         g.gap, g.test_boot - g.train_boot, level, boot + "; splits resampled independently"
     )
-    hw = est.hoeffding_halfwidth(tau_eff, a_test.n_queries, delta)
+    hw = bounds.hoeffding_halfwidth(tau_eff, a_test.n_queries, delta)
     hoeffding = Bound(
         value=hw,
         assumptions=f"n = {a_test.n_queries} held-out queries (the i.i.d. unit: anchors of one query are "
         "dependent) that the model does not depend on; for the mean over queries of each query's mean "
         f"anchor loss, whose range is ≤ 4/τ (P1 Lemma 5); Hoeffding at confidence {1 - delta:g}",
-        vacuous=est.is_vacuous(hw, k),
+        vacuous=bounds.is_vacuous(hw, k),
     )
 
     # (b) risk versus k on held-out anchors, plug-in CE∞, k_sufficient
