@@ -36,6 +36,7 @@ from contract.errors import BundleInvalid, IndexBuildError, ModelLoadError
 from contract.index_backend import IndexOpener, is_milvus
 from contract.lexical_index import LexicalIndex
 from contract.report_schema import GapReport
+from contract.similarity import Similarity
 from contract.vector_index import IndexInfo, VectorIndex
 
 logger = logging.getLogger(__name__)
@@ -85,6 +86,7 @@ class Manifest(BaseModel):
     training_config: dict[str, Any] = Field(default_factory=dict)
     dim: int = Field(gt=0)
     metric: MetricInfo
+    similarity: Similarity | None = None  # the model's similarity.json; None in bundles built before it
     n_vectors: int = Field(ge=1)
     index: IndexInfo
     metrics: dict[str, dict[str, float]] = Field(default_factory=dict)  # e.g. {"test": {"ndcg@10": ...}}

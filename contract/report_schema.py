@@ -86,13 +86,15 @@ class ModelIdentity(_Strict):
     name: str
     metric: Literal["cosine", "aninfonce"]
     temperature: float = Field(
-        description="τ used in every risk: the InfoNCE temperature, or 1 for AnInfoNCE whose logits are "
-        "the learned similarity itself"
+        description="the divisor of the score in every risk (Similarity.logit_temperature): the InfoNCE "
+        "temperature, or 1 for AnInfoNCE whose logits are the learned similarity itself. Not the model's "
+        "temperature: that is temperature_effective"
     )
     temperature_effective: float = Field(
-        description="τ that enters the P1 bound terms and the 2/τ cap: the logits of one anchor differ by at most "
-        "2/τ_eff (so the loss spans at most 4/τ_eff, P1 Lemma 5). "
-        "Equals temperature for cosine; 1/max(Λ) for AnInfoNCE"
+        description="the model's temperature (contract.similarity.Similarity.effective_temperature, the same "
+        "number as the training log and /generalization-gap's model.temperature); it enters the P1 bound "
+        "terms and the 2/τ cap: the logits of one anchor differ by at most 2/τ_eff (so the loss spans at most "
+        "4/τ_eff, P1 Lemma 5). Equals temperature for cosine; 1/max(Λ) for AnInfoNCE"
     )
     lambda_summary: LambdaSummary | None = None
 

@@ -48,10 +48,7 @@ def build_optimizer(
         {"params": [p for p in params if p.ndim >= 2], "weight_decay": config.weight_decay},
         {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
     ]
-    if isinstance(loss_fn, AnInfoNCELoss):
-        groups += loss_fn.param_groups(config.lambda_lr)
-    elif config.learn_temperature:
-        groups.append({"params": [loss_fn.log_scale], "lr": config.lambda_lr, "weight_decay": 0.0})
+    groups += loss_fn.param_groups(config.lambda_lr)  # learned τ or Λ; none for a fixed τ
     return torch.optim.AdamW(groups, lr=config.lr)
 
 
@@ -108,11 +105,11 @@ def optimizer_step(
 
 
 def temperature_summary(loss_fn: InfoNCELoss | AnInfoNCELoss) -> dict[str, Any]:
-    """τ for InfoNCE; for AnInfoNCE the equivalent isotropic τ = 1/mean(Λ) plus Λ's range."""
-    if isinstance(loss_fn, AnInfoNCELoss):
-        lam = loss_fn.lam
-        return {
-            "temperature": float(1.0 / lam.mean()),
-            "lambda": {"min": float(lam.min()), "mean": float(lam.mean()), "max": float(lam.max())},
-        }
-    return {"temperature": loss_fn.temperature}
+    """The log's `temperature`: `Similarity.effective_temperature()` of the model as it stands (τ for
+    InfoNCE, 1/max Λ for AnInfoNCE), plus Λ's range for AnInfoNCE."""
+    similarity = loss_fn.similarity()
+    summary = similarity.lambda_summary()
+    return {
+        "temperature": similarity.effective_temperature(),
+        **({"lambda": summary} if summary is not None else {}),
+    }

@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from contract.config import TrainConfig
-from contract.encoder import Similarity
+from contract.encoder import Encoder
 from contract.errors import ConfigError
 from contract.report_schema import REPORT_FILE, Bound, Estimate, GapReport, NotComputable, Term
+from contract.similarity import Similarity
 from training.data import Document, RetrievalData, load_beir, subset
 from training.gap import bounds
 from training.gap.report import (
@@ -183,7 +184,10 @@ def _brute_ce_inf(encoder, data: RetrievalData, tau: float) -> float:
 
 def test_plugin_ce_inf_matches_a_brute_force_loop(shared_encoder):
     train, test = _toy_splits()
-    report = compute_report(shared_encoder, train, test, k=3, n_boot=200, k_max=8, temperature=0.1)
+    encoder = Encoder(
+        shared_encoder.model, Similarity(metric="cosine", temperature=0.1), source=shared_encoder.source
+    )
+    report = compute_report(encoder, train, test, k=3, n_boot=200, k_max=8)
     assert report.ce_inf_plugin.value == pytest.approx(_brute_ce_inf(shared_encoder, test, 0.1), rel=1e-4)
 
 

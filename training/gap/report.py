@@ -146,7 +146,6 @@ def compute_report(
     test: RetrievalData,
     *,
     k: int,
-    temperature: float | None = None,
     seed: int = 0,
     doc_ids: list[str] | None = None,
     doc_embeddings: np.ndarray | None = None,
@@ -162,7 +161,7 @@ def compute_report(
     """The full report for `encoder` (Whiteley 2026, arXiv 2607.09405); see the module docstring for what it assumes."""
     if k < 1:
         raise ConfigError(f"k must be >= 1, got {k}")
-    identity = model_identity(encoder, temperature)
+    identity = model_identity(encoder)
     tau, tau_eff = identity.temperature, identity.temperature_effective
     rng = np.random.default_rng(seed)
     n_train_split_queries = len(train.queries)

@@ -35,31 +35,31 @@ NEGATIVE_SAMPLER = (
 )
 
 
-def model_identity(encoder: Encoder, temperature: float | None) -> ModelIdentity:
-    """Metric, τ used in the risks and τ_eff used in the bounds (see training.gap.report's docstring)."""
+def model_identity(encoder: Encoder) -> ModelIdentity:
+    """Metric, τ used in the risks (`Similarity.logit_temperature`) and τ_eff used in the bounds
+    (`Similarity.effective_temperature`; see training.gap.report's docstring)."""
     parts = encoder.source.rstrip("/").split("/") if encoder.source else ["in-memory"]
     # a training run saves its model as <run>/model: the run folder is the name people know
     name = parts[-2] if parts[-1] == "model" and len(parts) > 1 else parts[-1]
     if encoder.source and encoder.source == str(default_model_path()):
         name = DEFAULT_MODEL_NAME
-    if encoder.metric == "aninfonce":
-        lam = np.asarray(encoder.similarity.lam, dtype=np.float64)
+    similarity = encoder.similarity
+    tau, tau_eff = similarity.logit_temperature(), similarity.effective_temperature()
+    if tau is None or tau <= 0 or tau_eff is None or tau_eff <= 0:
+        raise ConfigError(f"the gap report needs a positive temperature τ for {name}, got {tau_eff}")
+    summary = None
+    if similarity.lam:
+        lam = np.asarray(similarity.lam, dtype=np.float64)
         summary = LambdaSummary(
             min=float(lam.min()), median=float(np.median(lam)), max=float(lam.max()), mean=float(lam.mean())
         )
-        return ModelIdentity(
-            path=encoder.source,
-            name=name,
-            metric="aninfonce",
-            temperature=1.0,
-            temperature_effective=1.0 / float(lam.max()),
-            lambda_summary=summary,
-        )
-    tau = temperature if temperature is not None else encoder.similarity.temperature
-    if tau is None or tau <= 0:
-        raise ConfigError(f"the gap report needs a positive temperature τ for {name}, got {tau}")
     return ModelIdentity(
-        path=encoder.source, name=name, metric="cosine", temperature=tau, temperature_effective=tau
+        path=encoder.source,
+        name=name,
+        metric=similarity.metric,
+        temperature=tau,
+        temperature_effective=tau_eff,
+        lambda_summary=summary,
     )
 
 
