@@ -25,8 +25,8 @@ import numpy as np
 from contract.report_schema import Estimate
 from training.gap import bootstrap, bounds
 from training.gap import estimators as est
+from training.gap.anchors import Anchors
 from training.gap.mutual_info import MAX_FIRST_ORDER, mi_section
-from training.gap.report import Anchors
 from training.gap.risk_vs_k import K_POOL_FRACTION, risk_vs_k_section
 from training.gap.simulate import SphereWorld, sample_uniform_cosine, true_risk
 

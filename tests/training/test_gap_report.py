@@ -18,15 +18,9 @@ from contract.report_schema import REPORT_FILE, Bound, Estimate, GapReport, NotC
 from contract.similarity import Similarity
 from training.data import Document, RetrievalData, load_beir, subset
 from training.gap import bounds
-from training.gap.report import (
-    K_RULE,
-    actual_training_k,
-    compute_report,
-    report_after_training,
-    training_k,
-    write_report,
-)
+from training.gap.report import compute_report, report_after_training, write_report
 from training.gap.risk_vs_k import K_POOL_FRACTION
+from training.gap.training_k import K_RULE, actual_training_k, training_k
 
 TOPICS = [
     (

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -45,6 +46,20 @@ class CurveSection:
     c1: Estimate
     k_sufficient: KSufficient
     notes: list[str] = field(default_factory=list)
+
+    def report_fields(self) -> dict[str, Any]:
+        """(b) risk versus k, the 1/k fit, CE∞ and k_sufficient, as GapReport fields."""
+        return {
+            "k_grid_rule": self.k_grid_rule,
+            "risk_vs_k": self.rows,
+            "fit": self.fit,
+            "ce_inf_plugin": self.ce_inf_plugin,
+            "ce_inf_corrected": self.ce_inf_corrected,
+            "ce_inf_fit": self.ce_inf_fit,
+            "first_order_d1": self.d1,
+            "first_order_c1": self.c1,
+            "k_sufficient": self.k_sufficient,
+        }
 
 
 def risk_vs_k_section(
