@@ -127,7 +127,7 @@ class LiveBundle:
             "metric": m.metric.similarity,
             "index_metric": m.metric.index,
             "dim": m.dim,
-            "temperature": self.encoder.similarity.temperature,
+            "temperature": self.encoder.similarity.effective_temperature(),  # contract.similarity
             "index": m.index.factory,
             "n_vectors": m.n_vectors,
             "query_encoder": self.backend,

@@ -23,10 +23,11 @@ import time
 import numpy as np
 
 from contract.report_schema import Estimate
+from training.gap import bootstrap, bounds
 from training.gap import estimators as est
+from training.gap.anchors import Anchors
 from training.gap.mutual_info import MAX_FIRST_ORDER, mi_section
-from training.gap.report import Anchors
-from training.gap.sections import K_POOL_FRACTION, risk_vs_k_section
+from training.gap.risk_vs_k import K_POOL_FRACTION, risk_vs_k_section
 from training.gap.simulate import SphereWorld, sample_uniform_cosine, true_risk
 
 WORLDS = [
@@ -132,7 +133,7 @@ def coverage_table(n_sims: int, n_boot: int, seed: int) -> None:
             for s in range(n_sims):
                 l_train = train_world.risk_samples(n, k, rng)
                 l_test = test_world.risk_samples(n, k, rng)
-                g = est.gap_with_ci(l_train, l_test, n_boot=n_boot, rng=np.random.default_rng(seed + s))
+                g = bootstrap.gap_with_ci(l_train, l_test, n_boot=n_boot, rng=np.random.default_rng(seed + s))
                 covered += g.gap_ci[0] <= true_gap <= g.gap_ci[1]
                 widths.append(g.gap_ci[1] - g.gap_ci[0])
             p = covered / n_sims
@@ -245,7 +246,7 @@ def mi_toy_table(seed: int) -> None:
     r = est.risk_with_random_negatives(a.sim, a.pos, a.exclude, 63, 0.05, rng).mean()
     ce = est.plugin_ce_inf_terms(a.sim, a.pos, a.exclude, 0.05).mean()
     print(
-        f"| corpus minus the query's relevant documents (schema 1) | {est.mi_lower_bound(r, 63):.3f} | {-ce:.3f} |"
+        f"| corpus minus the query's relevant documents (schema 1) | {bounds.mi_lower_bound(r, 63):.3f} | {-ce:.3f} |"
     )
     mi = mi_section(a, 63, 0.05, 500, 0.95, rng)
     assert isinstance(mi.mi_k, Estimate) and isinstance(mi.mi_inf, Estimate)

@@ -36,6 +36,8 @@ from contract.errors import BundleInvalid, IndexBuildError, ModelLoadError
 from contract.index_backend import IndexOpener, is_milvus
 from contract.lexical_index import LexicalIndex
 from contract.report_schema import GapReport
+from contract.run_record import TrainingRecord
+from contract.similarity import Similarity
 from contract.vector_index import IndexInfo, VectorIndex
 
 logger = logging.getLogger(__name__)
@@ -82,9 +84,10 @@ class Manifest(BaseModel):
     version: str
     created_at: datetime
     base_model: str
-    training_config: dict[str, Any] = Field(default_factory=dict)
+    training_config: TrainingRecord = Field(default_factory=TrainingRecord)  # the run's config.json
     dim: int = Field(gt=0)
     metric: MetricInfo
+    similarity: Similarity | None = None  # the model's similarity.json; None in bundles built before it
     n_vectors: int = Field(ge=1)
     index: IndexInfo
     metrics: dict[str, dict[str, float]] = Field(default_factory=dict)  # e.g. {"test": {"ndcg@10": ...}}

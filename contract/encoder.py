@@ -20,7 +20,6 @@ import json
 import logging
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,12 +32,11 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from contract.errors import ModelLoadError
+from contract.similarity import SIMILARITY_FILE, Metric, Similarity
 
 logger = logging.getLogger(__name__)
 
-Metric = Literal["cosine", "aninfonce"]
 TextKind = Literal["query", "document"]
-SIMILARITY_FILE = "similarity.json"
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
 
 
@@ -53,33 +51,6 @@ def document_text(title: str | None, text: str) -> str:
     """How a document is presented to the encoder, in every phase (title, then body)."""
     title = (title or "").strip()
     return f"{title} {text}".strip() if title else text
-
-
-@dataclass
-class Similarity:
-    """The learned similarity a model was trained with; saved as similarity.json."""
-
-    metric: Metric = "cosine"
-    temperature: float | None = 0.05  # InfoNCE τ (final value if it was learned)
-    lam: list[float] | None = None  # AnInfoNCE diagonal Λ, one entry per embedding dimension
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"metric": self.metric, "temperature": self.temperature, "lambda": self.lam, **self.extra}
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Similarity:
-        data = dict(data)
-        metric = data.pop("metric", "cosine")
-        if metric not in ("cosine", "aninfonce"):
-            raise ModelLoadError(
-                f"{SIMILARITY_FILE}: unknown metric {metric!r} (expected cosine or aninfonce)"
-            )
-        lam = data.pop("lambda", None)
-        temperature = data.pop("temperature", None)
-        if metric == "aninfonce" and not lam:
-            raise ModelLoadError(f"{SIMILARITY_FILE}: metric 'aninfonce' needs a 'lambda' vector")
-        return cls(metric=metric, temperature=temperature, lam=lam, extra=data)
 
 
 class Encoder:

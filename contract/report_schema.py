@@ -12,7 +12,7 @@ Field names are part of the public API (`GET /generalization-gap`): add fields, 
 `SCHEMA_VERSION` when a field's meaning changes. Version 2: sample_variability is a `Term`; n in every
 bound counts queries; ce_inf_fit and the MI figures may be `NotComputable`; the MI bounds use negatives
 from the positives' marginal; ce_inf_corrected, k_sufficient's interval, the k grid rule and
-n_train_split_queries are new. Version-1 reports (older bundles) are upgraded on load by `_upgrade_v1`.
+n_train_split_queries are new. Version-1 reports (older bundles) are upgraded on load (contract/report_v1.py).
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from contract.report_v1 import upgrade_v1
 
 SCHEMA_VERSION = "2"
 REPORT_FILE = "report.json"
@@ -86,13 +88,15 @@ class ModelIdentity(_Strict):
     name: str
     metric: Literal["cosine", "aninfonce"]
     temperature: float = Field(
-        description="τ used in every risk: the InfoNCE temperature, or 1 for AnInfoNCE whose logits are "
-        "the learned similarity itself"
+        description="the divisor of the score in every risk (Similarity.logit_temperature): the InfoNCE "
+        "temperature, or 1 for AnInfoNCE whose logits are the learned similarity itself. Not the model's "
+        "temperature: that is temperature_effective"
     )
     temperature_effective: float = Field(
-        description="τ that enters the P1 bound terms and the 2/τ cap: the logits of one anchor differ by at most "
-        "2/τ_eff (so the loss spans at most 4/τ_eff, P1 Lemma 5). "
-        "Equals temperature for cosine; 1/max(Λ) for AnInfoNCE"
+        description="the model's temperature (contract.similarity.Similarity.effective_temperature, the same "
+        "number as the training log and /generalization-gap's model.temperature); it enters the P1 bound "
+        "terms and the 2/τ cap: the logits of one anchor differ by at most 2/τ_eff (so the loss spans at most "
+        "4/τ_eff, P1 Lemma 5). Equals temperature for cosine; 1/max(Λ) for AnInfoNCE"
     )
     lambda_summary: LambdaSummary | None = None
 
@@ -155,10 +159,27 @@ class RetrievalMetrics(_Strict):
     mrr_at_10: float
 
 
+class ModeMetrics(_Strict):
+    """Held-out metrics of one retrieval mode of the bundle, as its index step measured them."""
+
+    mode: Literal["dense", "lexical", "hybrid"]
+    served: bool = Field(description="the bundle's default mode: what POST /search uses when no mode is sent")
+    ndcg_at_10: float | None = None
+    recall_at_10: float | None = None
+    mrr_at_10: float | None = None
+    metrics: dict[str, float] = Field(default_factory=dict, description="every metric recorded for the mode")
+
+
 class RetrievalComparison(_Strict):
     train: RetrievalMetrics = Field(description="metrics on a random sample of training queries")
     test: RetrievalMetrics
     ndcg_at_10_gap: Estimate = Field(description="train − test nDCG@10 (positive = worse on held-out)")
+    by_mode: list[ModeMetrics] = Field(
+        default_factory=list,
+        description="the test split in every retrieval mode the bundle has (dense, and lexical and hybrid when "
+        "it has a BM25 index), from its manifest (metrics['test.<mode>']); `served` marks its default mode. "
+        "train, test and the gap above are dense. Filled by the API from the live bundle; empty in report.json",
+    )
 
 
 class ServedQueryEncoder(_Strict):
@@ -260,46 +281,5 @@ class GapReport(_Strict):
     @classmethod
     def _upgrade(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("schema_version") == "1":
-            return _upgrade_v1(data)
+            return upgrade_v1(data, SCHEMA_VERSION)
         return data
-
-
-_REGENERATE = "written by report schema 1; regenerate the report (python -m training report) for this value"
-
-
-def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
-    """A schema-1 report relabelled so that it claims nothing it cannot support (older bundles stay loadable).
-
-    Schema 1 served the MI figures under the corpus sampler (not lower bounds), the rejected fit's
-    intercept as an estimate, and sample variability as a bound with n = anchors: those become
-    `not_computable` or a `term`; fields schema 1 lacked are marked not computable or unknown.
-    """
-    data = dict(data)
-    data["schema_version"] = SCHEMA_VERSION
-    terms = dict(data.get("theory_terms", {}))
-    if isinstance(terms.get("sample_variability"), dict):
-        sv = dict(terms["sample_variability"], kind="term")
-        sv["assumptions"] = sv.get("assumptions", "") + " [schema 1: n counted anchors, not queries]"
-        terms["sample_variability"] = sv
-    data["theory_terms"] = terms
-    for name in ("mi_lower_bound_k", "mi_lower_bound_inf"):
-        data[name] = {
-            "kind": "not_computable",
-            "name": name,
-            "reason": "schema 1 drew negatives uniformly from the corpus minus the query's positives, under "
-            "which this is not a lower bound on MI; " + _REGENERATE,
-        }
-    fit = data.get("fit", {})
-    if isinstance(fit, dict) and not fit.get("accepted", True):
-        data["ce_inf_fit"] = {
-            "kind": "not_computable",
-            "name": "ce_inf_fit",
-            "reason": "the a + b/k fit was not accepted: R̂(k) was not in the 1/k regime within the grid",
-        }
-    data.setdefault("mi_sampler", "unknown (schema 1)")
-    data.setdefault("k_grid_rule", "schema 1: k = 1, 2, 4, … up to k_max, not capped by the pool size")
-    data.setdefault("n_train_split_queries", data.get("n_train_queries", 0))
-    data.setdefault(
-        "ce_inf_corrected", {"kind": "not_computable", "name": "ce_inf_corrected", "reason": _REGENERATE}
-    )
-    return data

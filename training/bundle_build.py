@@ -146,6 +146,7 @@ def build_bundle(
         training_config=training_config,
         dim=encoder.dim,
         metric=MetricInfo(index=encoder.index_metric, similarity=encoder.metric),
+        similarity=encoder.similarity,
         n_vectors=len(ids),
         index=info,
         metrics=metrics or {},

@@ -142,7 +142,7 @@ def index_model(
             report_dir = run / RUN_REPORT
         if (run / MANIFEST_FILE).is_file():  # re-indexing with a published bundle's model: keep its story
             previous = read_manifest(run)
-            training_config = previous.training_config
+            training_config = previous.training_config.model_dump(mode="json")
             extras = {**{k: v for k, v in previous.extras.items() if k == "training_metrics"}, **extras}
             extras["reindexed_from"] = previous.version
 

@@ -1,8 +1,9 @@
-"""What a training run leaves behind: the saved model (renamed into place), config.json's content with
-the run's metadata, and the optional gap report."""
+"""What a training run leaves behind: the saved model (renamed into place), config.json (with the run's
+metadata), metrics.json, train_log.jsonl, and the optional gap report."""
 
 from __future__ import annotations
 
+import json
 import logging
 import platform
 import shutil
@@ -10,12 +11,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from contract.atomic import write_json_atomic, write_text_atomic
 from contract.config import TrainConfig
 from contract.encoder import DEFAULT_MODEL_NAME, Encoder
 from training.evaluate import EvalResult
 from training.losses.an_info_nce import AnInfoNCELoss
 from training.losses.info_nce import InfoNCELoss
 from training.retrieval_data import RetrievalData
+from training.train_run import Fitted, Run
 
 logger = logging.getLogger(__name__)
 
@@ -113,3 +116,31 @@ def run_metadata(config: TrainConfig, base_source: str) -> dict[str, Any]:
         "versions": {"python": platform.python_version(), **{n: version(n) for n in libraries}},
         "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def write_run_files(
+    run: Run,
+    fitted: Fitted,
+    config: TrainConfig,
+    data_dir: str | Path,
+    out_dir: Path,
+    tuned: EvalResult,
+    validation: dict[str, Any],
+    tuned_modes: dict[str, Any] | None,
+) -> tuple[Path, Path, Path]:
+    """config.json, metrics.json and train_log.jsonl (each atomically); returns their paths."""
+    config_path = write_json_atomic(
+        out_dir / "config.json",
+        run_config(config, run.base_source, fitted.loss_fn, data_dir, (len(run.pairs), run.n_pseudo), tuned),
+        newline=True,
+    )
+    metrics = {
+        "base": run.base.summary(),
+        "tuned": tuned.summary(),
+        "train_seconds": round(fitted.train_seconds, 3),
+        **({"validation": validation} if validation else {}),
+        "by_mode": {"base": run.base_modes, "tuned": tuned_modes},
+    }
+    metrics_path = write_json_atomic(out_dir / "metrics.json", metrics, newline=True)
+    log = "".join(json.dumps(r) + "\n" for r in fitted.log)
+    return config_path, metrics_path, write_text_atomic(out_dir / "train_log.jsonl", log)

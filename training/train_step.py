@@ -1,10 +1,10 @@
-"""One optimiser step and its parts: the loss, AdamW with its parameter groups, the linear schedule,
-embedding with gradients, and the temperature the loop logs."""
+"""One optimiser step and its parts: the loss, AdamW with its parameter groups, the planned batches and
+the linear schedule, embedding with gradients, and the temperature the loop logs."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -16,8 +16,12 @@ from training.device import Precision
 from training.grad_cache import cached_loss_backward
 from training.losses.an_info_nce import AnInfoNCELoss
 from training.losses.info_nce import InfoNCELoss
+from training.negatives import no_duplicate_batches
+from training.train_run import Run
 
 logger = logging.getLogger(__name__)
+
+ProgressFn = Callable[[dict[str, Any]], None]
 
 
 def linear_schedule(step: int, warmup: int, total: int) -> float:
@@ -48,10 +52,7 @@ def build_optimizer(
         {"params": [p for p in params if p.ndim >= 2], "weight_decay": config.weight_decay},
         {"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0},
     ]
-    if isinstance(loss_fn, AnInfoNCELoss):
-        groups += loss_fn.param_groups(config.lambda_lr)
-    elif config.learn_temperature:
-        groups.append({"params": [loss_fn.log_scale], "lr": config.lambda_lr, "weight_decay": 0.0})
+    groups += loss_fn.param_groups(config.lambda_lr)  # learned τ or Λ; none for a fixed τ
     return torch.optim.AdamW(groups, lr=config.lr)
 
 
@@ -108,11 +109,62 @@ def optimizer_step(
 
 
 def temperature_summary(loss_fn: InfoNCELoss | AnInfoNCELoss) -> dict[str, Any]:
-    """τ for InfoNCE; for AnInfoNCE the equivalent isotropic τ = 1/mean(Λ) plus Λ's range."""
-    if isinstance(loss_fn, AnInfoNCELoss):
-        lam = loss_fn.lam
-        return {
-            "temperature": float(1.0 / lam.mean()),
-            "lambda": {"min": float(lam.min()), "mean": float(lam.mean()), "max": float(lam.max())},
+    """The log's `temperature`: `Similarity.effective_temperature()` of the model as it stands (τ for
+    InfoNCE, 1/max Λ for AnInfoNCE), plus Λ's range for AnInfoNCE."""
+    similarity = loss_fn.similarity()
+    summary = similarity.lambda_summary()
+    return {
+        "temperature": similarity.effective_temperature(),
+        **({"lambda": summary} if summary is not None else {}),
+    }
+
+
+def plan_steps(run: Run, config: TrainConfig) -> tuple[list[list[list[int]]], int, int]:
+    """Every epoch's batches (drawn up front, seeded), the number of steps and of warmup steps."""
+    epochs = [
+        no_duplicate_batches(
+            [p.query_id for p in run.pairs],
+            [p.positive_id for p in run.pairs],
+            config.batch_size,
+            run.rng,
+            positives={q: set(r) for q, r in run.qrels.items()},
+        )
+        for _ in range(config.epochs)
+    ]
+    total_steps = sum(len(e) for e in epochs)
+    if config.max_steps is not None:
+        total_steps = min(total_steps, config.max_steps)
+    warmup = int(config.warmup_ratio * total_steps)
+    logger.info(
+        "training on %d pairs (%d from corpus titles): %d epochs, %d steps of %d pairs (%d warmup), loss %s, "
+        "on %s (%s)",
+        len(run.pairs),
+        run.n_pseudo,
+        config.epochs,
+        total_steps,
+        config.batch_size,
+        warmup,
+        config.loss,
+        run.device,
+        run.precision.name,
+    )
+    return epochs, total_steps, warmup
+
+
+def report_progress(
+    on_progress: ProgressFn | None, record: dict[str, Any], elapsed: float, total_steps: int
+) -> None:
+    """The loop's per-step event for `on_progress` (jobs show it): step, loss, temperature, ETA."""
+    if on_progress is None:
+        return
+    step = record["step"]
+    on_progress(
+        {
+            "step": step,
+            "total_steps": total_steps,
+            "epoch": record["epoch"],
+            "loss": record["loss"],
+            "temperature": record["temperature"],
+            "eta_s": elapsed / step * (total_steps - step),
         }
-    return {"temperature": loss_fn.temperature}
+    )

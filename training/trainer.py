@@ -13,11 +13,9 @@ Outputs in out_dir: model/, config.json, metrics.json, train_log.jsonl (and repo
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,20 +24,16 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from contract.atomic import write_json_atomic, write_text_atomic
 from contract.config import TrainConfig
 from contract.encoder import Encoder, document_text
-from training.data import Pair, RetrievalData, load_split, training_pairs
-from training.device import Precision, precision_for, resolve_device
+from training.data import RetrievalData, load_split, training_pairs
+from training.device import precision_for, resolve_device
 from training.embedding_cache import EmbeddingCache
 from training.evaluate import EvalResult, evaluate
-from training.losses.an_info_nce import AnInfoNCELoss
-from training.losses.info_nce import InfoNCELoss
 from training.mode_metrics import ModeScorer
 from training.model_card import write_run_card
-from training.negatives import no_duplicate_batches
 from training.pseudo_pairs import sentence_pairs
-from training.run_artifacts import gap_report, run_config, save_model
+from training.run_artifacts import gap_report, save_model, write_run_files
 from training.timing import PhaseTimer, phase
 from training.train_examples import (
     extra_negatives,
@@ -48,18 +42,20 @@ from training.train_examples import (
     title_pairs,
     with_pseudo_qrels,
 )
+from training.train_run import Fitted, Run
 from training.train_step import (
+    ProgressFn,
     build_loss,
     build_optimizer,
     linear_schedule,
     optimizer_step,
+    plan_steps,
+    report_progress,
     temperature_summary,
 )
 from training.validation import carve_validation
 
 logger = logging.getLogger(__name__)
-
-ProgressFn = Callable[[dict[str, Any]], None]
 
 
 @dataclass
@@ -107,39 +103,6 @@ def train(
     return finalize(
         run, fitted, config, data_dir, out_dir, show_progress=show_progress, timer=timer, cache=cache
     )
-
-
-@dataclass
-class Run:
-    """What `prepare` hands the loop: data, the base model and its evaluation, and the training examples."""
-
-    device: torch.device
-    precision: Precision
-    rng: np.random.Generator
-    train_data: RetrievalData
-    eval_data: RetrievalData
-    encoder: Encoder
-    base_source: str
-    eval_seq_length: int  # evaluation and the saved model keep the base model's limit
-    base: EvalResult
-    pairs: list[Pair]  # labelled pairs, then corpus-title pseudo-pairs
-    n_pseudo: int
-    doc_texts: list[str]  # corpus position -> document_text
-    position: dict[str, int]  # document id -> corpus position
-    qrels: dict[str, dict[str, int]]  # with each pseudo-query's own document
-    known: dict[str, set[int]]  # query id -> positions of its known positives (never negatives)
-    mined: list[list[int]]  # per pair: mined hard-negative positions
-    val_data: RetrievalData | None = None  # the validation carve: held out of training (training.validation)
-    base_val: dict[str, float | int] | None = None  # base metrics on it, measured before training
-    modes: ModeScorer | None = None  # metrics per retrieval mode (training.mode_metrics)
-    base_modes: dict[str, Any] | None = None
-
-
-@dataclass
-class Fitted:
-    loss_fn: InfoNCELoss | AnInfoNCELoss
-    log: list[dict[str, Any]]
-    train_seconds: float
 
 
 def prepare(
@@ -243,7 +206,7 @@ def fit(
             log.append(record)
             bar.set_postfix(loss=f"{record['loss']:.4f}", tau=f"{record['temperature']:.4f}")
             bar.update(1)
-            _progress(on_progress, record, time.perf_counter() - start, total_steps)
+            report_progress(on_progress, record, time.perf_counter() - start, total_steps)
     bar.close()
     train_seconds = time.perf_counter() - start
     if timer is not None:
@@ -251,56 +214,6 @@ def fit(
     model.eval()
     model.max_seq_length = run.eval_seq_length
     return Fitted(loss_fn, log, train_seconds)
-
-
-def plan_steps(run: Run, config: TrainConfig) -> tuple[list[list[list[int]]], int, int]:
-    """Every epoch's batches (drawn up front, seeded), the number of steps and of warmup steps."""
-    epochs = [
-        no_duplicate_batches(
-            [p.query_id for p in run.pairs],
-            [p.positive_id for p in run.pairs],
-            config.batch_size,
-            run.rng,
-            positives={q: set(r) for q, r in run.qrels.items()},
-        )
-        for _ in range(config.epochs)
-    ]
-    total_steps = sum(len(e) for e in epochs)
-    if config.max_steps is not None:
-        total_steps = min(total_steps, config.max_steps)
-    warmup = int(config.warmup_ratio * total_steps)
-    logger.info(
-        "training on %d pairs (%d from corpus titles): %d epochs, %d steps of %d pairs (%d warmup), loss %s, "
-        "on %s (%s)",
-        len(run.pairs),
-        run.n_pseudo,
-        config.epochs,
-        total_steps,
-        config.batch_size,
-        warmup,
-        config.loss,
-        run.device,
-        run.precision.name,
-    )
-    return epochs, total_steps, warmup
-
-
-def _progress(
-    on_progress: ProgressFn | None, record: dict[str, Any], elapsed: float, total_steps: int
-) -> None:
-    if on_progress is None:
-        return
-    step = record["step"]
-    on_progress(
-        {
-            "step": step,
-            "total_steps": total_steps,
-            "epoch": record["epoch"],
-            "loss": record["loss"],
-            "temperature": record["temperature"],
-            "eta_s": elapsed / step * (total_steps - step),
-        }
-    )
 
 
 def finalize(
@@ -322,25 +235,7 @@ def finalize(
         tuned_val = _validate(tuned_encoder, run.val_data, tuned) if run.val_data is not None else {}
         tuned_modes = run.modes.score(tuned_encoder, tuned.doc_embeddings) if run.modes is not None else None
     validation = {"base": run.base_val, "tuned": tuned_val} if run.base_val and tuned_val else {}
-    config_path = write_json_atomic(
-        out_dir / "config.json",
-        run_config(config, run.base_source, fitted.loss_fn, data_dir, (len(run.pairs), run.n_pseudo), tuned),
-        newline=True,
-    )
-    metrics_path = write_json_atomic(
-        out_dir / "metrics.json",
-        {
-            "base": run.base.summary(),
-            "tuned": tuned.summary(),
-            "train_seconds": round(fitted.train_seconds, 3),
-            **({"validation": validation} if validation else {}),
-            "by_mode": {"base": run.base_modes, "tuned": tuned_modes},
-        },
-        newline=True,
-    )
-    log_path = write_text_atomic(
-        out_dir / "train_log.jsonl", "".join(json.dumps(r) + "\n" for r in fitted.log)
-    )
+    paths = write_run_files(run, fitted, config, data_dir, out_dir, tuned, validation, tuned_modes)
     with phase(timer, "gap report"):
         report_dir = gap_report(
             tuned_encoder, run.train_data, run.eval_data, tuned, config, out_dir, fitted.log
@@ -357,9 +252,9 @@ def finalize(
     return TrainResult(
         out_dir=out_dir,
         model_dir=model_dir,
-        config_path=config_path,
-        metrics_path=metrics_path,
-        log_path=log_path,
+        config_path=paths[0],
+        metrics_path=paths[1],
+        log_path=paths[2],
         report_dir=report_dir,
         base_metrics=run.base.metrics,
         tuned_metrics=tuned.metrics,

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from training.gap import bootstrap, bounds, inverse_k_fit
 from training.gap import estimators as est
 
 
@@ -84,33 +85,33 @@ def test_first_order_terms_equal_their_definitions():
     ("tau", "value"), [(0.05, 33.1), (0.1, 13.1), (0.2, 3.1), (0.5, 0.052), (1.0, 0.0072)]
 )
 def test_finite_k_log_term_matches_the_theory_table(tau, value):
-    got = est.finite_k_log_term(tau, 1023)
+    got = bounds.finite_k_log_term(tau, 1023)
     assert got == pytest.approx(math.log(1 + math.exp(2 / tau) / 1023))
     assert got == pytest.approx(value, rel=0.02)
 
 
 def test_bound_terms_closed_forms_and_vacuous_flags():
-    assert est.sample_variability_term(0.05, 10_000) == pytest.approx(3.26, abs=0.01)
-    assert est.sample_variability_term(0.5, 1_000_000) == pytest.approx(0.033, abs=0.001)
-    assert est.prop1_upper_term(0.5, 1023) == pytest.approx((math.e**4 - 1) ** 2 / (8 * 1023))
-    assert est.prop1_upper_term(0.5, 1023) == pytest.approx(0.35, abs=0.01)
-    assert est.prop1_upper_term(0.001, 10) == 1e300  # beyond float range: capped, and vacuous
-    assert est.hoeffding_halfwidth(0.05, 300) == pytest.approx(80 * math.sqrt(math.log(40) / 600))
+    assert bounds.sample_variability_term(0.05, 10_000) == pytest.approx(3.26, abs=0.01)
+    assert bounds.sample_variability_term(0.5, 1_000_000) == pytest.approx(0.033, abs=0.001)
+    assert bounds.prop1_upper_term(0.5, 1023) == pytest.approx((math.e**4 - 1) ** 2 / (8 * 1023))
+    assert bounds.prop1_upper_term(0.5, 1023) == pytest.approx(0.35, abs=0.01)
+    assert bounds.prop1_upper_term(0.001, 10) == 1e300  # beyond float range: capped, and vacuous
+    assert bounds.hoeffding_halfwidth(0.05, 300) == pytest.approx(80 * math.sqrt(math.log(40) / 600))
     k = 31
-    assert est.is_vacuous(math.log(32) + 1e-9, k)
-    assert not est.is_vacuous(math.log(32) - 1e-9, k)
-    assert est.is_vacuous(est.finite_k_log_term(0.05, k), k)
-    assert not est.is_vacuous(est.finite_k_log_term(1.0, k), k)
+    assert bounds.is_vacuous(math.log(32) + 1e-9, k)
+    assert not bounds.is_vacuous(math.log(32) - 1e-9, k)
+    assert bounds.is_vacuous(bounds.finite_k_log_term(0.05, k), k)
+    assert not bounds.is_vacuous(bounds.finite_k_log_term(1.0, k), k)
 
 
 def test_mi_lower_bound_is_log_k_plus_1_minus_the_infonce_loss():
     # R̂ = mean l_NCE − log k, so log(1 + 1/k) − R̂ = log(k+1) − mean l_NCE
-    assert est.mi_lower_bound(1.0 - math.log(7), 7) == pytest.approx(math.log(8) - 1.0)
+    assert bounds.mi_lower_bound(1.0 - math.log(7), 7) == pytest.approx(math.log(8) - 1.0)
 
 
 def test_wls_recovers_an_exact_a_plus_b_over_k():
     ks = np.array([2, 4, 8, 16, 32])
-    a, b, r2 = est.wls_inverse_k(ks, -1.5 + 3.0 / ks, np.ones(5))
+    a, b, r2 = inverse_k_fit.wls_inverse_k(ks, -1.5 + 3.0 / ks, np.ones(5))
     assert (a, b, r2) == (pytest.approx(-1.5), pytest.approx(3.0), pytest.approx(1.0))
 
 
@@ -119,7 +120,7 @@ def test_fit_range_rule_drops_the_curved_small_k_points():
     # a + b/k plus a 1/k² curvature that is far above the noise for k < 32 only
     r = -1.0 + 2.0 / np.array(ks) + 8.0 / np.array(ks, dtype=float) ** 2
     var = np.full(len(ks), 1e-6)
-    fit = est.fit_inverse_k(ks, r, var)
+    fit = inverse_k_fit.fit_inverse_k(ks, r, var)
     assert fit.accepted
     assert 16 <= fit.k_min <= 128
     assert fit.a == pytest.approx(-1.0, abs=2e-3)
@@ -129,7 +130,7 @@ def test_fit_range_rule_drops_the_curved_small_k_points():
 def test_fit_without_a_linear_range_is_flagged():
     ks = est.power_of_two_grid(64)
     r = -np.log(np.array(ks, dtype=float))  # the −log k regime: never linear in 1/k
-    fit = est.fit_inverse_k(ks, r, np.full(len(ks), 1e-8))
+    fit = inverse_k_fit.fit_inverse_k(ks, r, np.full(len(ks), 1e-8))
     assert not fit.accepted
     assert (fit.k_min, fit.k_max, fit.n_points) == (16, 64, 3)
 
@@ -139,22 +140,22 @@ def test_bootstrap_fit_intercepts_equal_refits():
     ks = [4, 8, 16, 32]
     var = rng.uniform(0.5, 2.0, 4)
     curves = rng.normal(size=(5, 4))
-    got = est.bootstrap_fit_intercepts(curves, ks, var, k_min=8)
+    got = inverse_k_fit.bootstrap_fit_intercepts(curves, ks, var, k_min=8)
     for row, a in zip(curves, got, strict=True):
-        assert a == pytest.approx(est.wls_inverse_k(np.array(ks[1:]), row[1:], 1 / var[1:])[0])
+        assert a == pytest.approx(inverse_k_fit.wls_inverse_k(np.array(ks[1:]), row[1:], 1 / var[1:])[0])
 
 
 def test_k_sufficient_needs_every_larger_k_below_eps():
     ks = [1, 2, 4, 8, 16]
-    assert est.k_sufficient(ks, np.array([0.5, 0.005, 0.02, 0.009, -0.001]), 0.01) == 8
-    assert est.k_sufficient(ks, np.array([0.5, 0.3, 0.2, 0.1, 0.05]), 0.01) is None
+    assert inverse_k_fit.k_sufficient(ks, np.array([0.5, 0.005, 0.02, 0.009, -0.001]), 0.01) == 8
+    assert inverse_k_fit.k_sufficient(ks, np.array([0.5, 0.3, 0.2, 0.1, 0.05]), 0.01) is None
 
 
 def test_bootstrap_means_with_groups_is_a_ratio_of_resampled_sums():
     rng = np.random.default_rng(0)
     values = np.array([1.0, 3.0, 10.0])
     groups = np.array([0, 0, 1])  # query 0 has two anchors
-    boot = est.bootstrap_means(values, 4000, rng, groups)
+    boot = bootstrap.bootstrap_means(values, 4000, rng, groups)
     # each replicate resamples 2 groups: {0,0} -> 2, {1,1} -> 10, {0,1} -> (1+3+10)/3
     assert set(np.round(boot, 9)) <= {2.0, 10.0, round(14 / 3, 9)}
     assert np.mean(boot == 2.0) == pytest.approx(0.25, abs=0.03)
@@ -163,13 +164,13 @@ def test_bootstrap_means_with_groups_is_a_ratio_of_resampled_sums():
 def test_bootstrap_standard_error_matches_the_closed_form():
     rng = np.random.default_rng(1)
     values = rng.normal(size=400)
-    boot = est.bootstrap_means(values, 4000, rng)
+    boot = bootstrap.bootstrap_means(values, 4000, rng)
     assert boot.std() == pytest.approx(values.std() / math.sqrt(400), rel=0.08)
 
 
 def test_gap_ci_orders_and_contains_the_point_estimate():
     rng = np.random.default_rng(7)
-    g = est.gap_with_ci(rng.normal(0, 1, 300), rng.normal(0.5, 1, 300), n_boot=1000, rng=rng)
+    g = bootstrap.gap_with_ci(rng.normal(0, 1, 300), rng.normal(0.5, 1, 300), n_boot=1000, rng=rng)
     assert g.gap == pytest.approx(g.test - g.train)
     assert g.gap_ci[0] <= g.gap <= g.gap_ci[1]
     assert g.train_ci[0] <= g.train <= g.train_ci[1]
@@ -184,16 +185,21 @@ def test_k_sufficient_interval_applies_the_rule_to_each_replicate():
             [0.5, 0.3, 0.2, 0.02],  # never within the grid
         ]
     )
-    assert est.k_sufficient_interval(ks, boot[:2], 0.01, level=0.5) == (2, 4)
-    assert est.k_sufficient_interval(ks, boot, 0.01, level=0.99) == (2, None)  # None: beyond the grid
-    assert est.k_sufficient_interval(ks, boot[[2, 2]], 0.01) == (None, None)
+    assert inverse_k_fit.k_sufficient_interval(ks, boot[:2], 0.01, level=0.5) == (2, 4)
+    assert inverse_k_fit.k_sufficient_interval(ks, boot, 0.01, level=0.99) == (
+        2,
+        None,
+    )  # None: beyond the grid
+    assert inverse_k_fit.k_sufficient_interval(ks, boot[[2, 2]], 0.01) == (None, None)
 
 
 def test_fit_ranges_never_start_below_the_k_floor():
     ks = est.power_of_two_grid(1024)
     r = -1.5 + 3.0 / np.array(ks, dtype=float)  # exactly linear in 1/k from k = 1
-    assert est.fit_inverse_k(ks, r, np.full(len(ks), 1e-6)).k_min == 2
-    fit = est.fit_inverse_k(ks, r, np.full(len(ks), 1e-6), k_floor=100)  # e.g. d1 ≈ 100
+    assert inverse_k_fit.fit_inverse_k(ks, r, np.full(len(ks), 1e-6)).k_min == 2
+    fit = inverse_k_fit.fit_inverse_k(ks, r, np.full(len(ks), 1e-6), k_floor=100)  # e.g. d1 ≈ 100
     assert fit.accepted and fit.k_min == 128
-    late = est.fit_inverse_k(ks, r, np.full(len(ks), 1e-6), k_floor=600)  # one grid point left above d1
+    late = inverse_k_fit.fit_inverse_k(
+        ks, r, np.full(len(ks), 1e-6), k_floor=600
+    )  # one grid point left above d1
     assert not late.accepted

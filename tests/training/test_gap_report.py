@@ -12,20 +12,15 @@ import numpy as np
 import pytest
 
 from contract.config import TrainConfig
-from contract.encoder import Similarity
+from contract.encoder import Encoder
 from contract.errors import ConfigError
 from contract.report_schema import REPORT_FILE, Bound, Estimate, GapReport, NotComputable, Term
+from contract.similarity import Similarity
 from training.beir import load_beir
-from training.gap import estimators as est
-from training.gap.report import (
-    K_RULE,
-    actual_training_k,
-    compute_report,
-    report_after_training,
-    training_k,
-    write_report,
-)
-from training.gap.sections import K_POOL_FRACTION
+from training.gap import bounds
+from training.gap.report import compute_report, report_after_training, write_report
+from training.gap.risk_vs_k import K_POOL_FRACTION
+from training.gap.training_k import K_RULE, actual_training_k, training_k
 from training.query_sample import subset
 from training.retrieval_data import Document, RetrievalData
 
@@ -108,10 +103,10 @@ def _check_report(report: GapReport) -> None:
     # every n in a bound counts queries (the i.i.d. unit), never anchors
     tau_eff = report.model.temperature_effective
     assert report.hoeffding_halfwidth.value == pytest.approx(
-        est.hoeffding_halfwidth(tau_eff, report.n_test_queries, report.delta)
+        bounds.hoeffding_halfwidth(tau_eff, report.n_test_queries, report.delta)
     )
     assert terms.sample_variability.value == pytest.approx(
-        est.sample_variability_term(tau_eff, report.n_train_split_queries, report.delta)
+        bounds.sample_variability_term(tau_eff, report.n_train_split_queries, report.delta)
     )
     assert {n.name for n in terms.not_computable} == {"finite_k_density_ratio", "complexity_penalty"}
     assert report.gap.value == pytest.approx(report.risk_test.value - report.risk_train.value)
@@ -185,7 +180,10 @@ def _brute_ce_inf(encoder, data: RetrievalData, tau: float) -> float:
 
 def test_plugin_ce_inf_matches_a_brute_force_loop(shared_encoder):
     train, test = _toy_splits()
-    report = compute_report(shared_encoder, train, test, k=3, n_boot=200, k_max=8, temperature=0.1)
+    encoder = Encoder(
+        shared_encoder.model, Similarity(metric="cosine", temperature=0.1), source=shared_encoder.source
+    )
+    report = compute_report(encoder, train, test, k=3, n_boot=200, k_max=8)
     assert report.ce_inf_plugin.value == pytest.approx(_brute_ce_inf(shared_encoder, test, 0.1), rel=1e-4)
 
 

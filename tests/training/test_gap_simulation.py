@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from training.gap import bootstrap, inverse_k_fit
 from training.gap import estimators as est
 from training.gap.simulate import SphereWorld, sample_uniform_cosine, true_risk
 
@@ -37,7 +38,7 @@ def test_plugin_and_inverse_k_fit_land_within_5_percent_of_true_ce_inf():
 
     ks = est.power_of_two_grid(2048)
     per_anchor, var = est.risk_curve(sim, pos, exclude, ks, WORLD.tau, rng)
-    fit = est.fit_inverse_k(ks, per_anchor.mean(0), var)
+    fit = inverse_k_fit.fit_inverse_k(ks, per_anchor.mean(0), var)
     assert fit.accepted
     assert abs(fit.a - truth) < 0.05 * abs(truth)
     # the fitted slope agrees with the first-order coefficient d1 − c1 (Whiteley 2026, arXiv 2607.09405, second order)
@@ -69,7 +70,7 @@ def test_bootstrap_ci_of_the_gap_covers_the_true_gap():
     l_test = test_world.risk_samples(n * n_sims, k, rng).reshape(n_sims, n)
     covered = 0
     for s in range(n_sims):
-        g = est.gap_with_ci(l_train[s], l_test[s], n_boot=600, rng=np.random.default_rng(100 + s))
+        g = bootstrap.gap_with_ci(l_train[s], l_test[s], n_boot=600, rng=np.random.default_rng(100 + s))
         covered += g.gap_ci[0] <= true_gap <= g.gap_ci[1]
     assert true_gap > 0.1  # the scenario has a real gap to cover
     assert covered / n_sims >= 0.90
@@ -99,7 +100,7 @@ def _sphere_anchors(world: SphereWorld, n: int, n_pool: int, seed: int):
 )
 def test_a_rejected_fit_is_not_served_as_an_estimate_of_ce_inf(world):
     from contract.report_schema import Estimate, NotComputable
-    from training.gap.sections import risk_vs_k_section
+    from training.gap.risk_vs_k import risk_vs_k_section
 
     a = _sphere_anchors(world, 600, 4000, 0)
     curve = risk_vs_k_section(a, world.tau, 8192, 300, 0.95, 0.01, np.random.default_rng(1))
@@ -113,7 +114,7 @@ def test_a_rejected_fit_is_not_served_as_an_estimate_of_ce_inf(world):
 
 def test_accepted_fit_is_an_estimate_near_the_truth():
     from contract.report_schema import Estimate
-    from training.gap.sections import risk_vs_k_section
+    from training.gap.risk_vs_k import risk_vs_k_section
 
     a = _sphere_anchors(WORLD, 600, 4000, 2)
     curve = risk_vs_k_section(a, WORLD.tau, 8192, 300, 0.95, 0.01, np.random.default_rng(3))
@@ -124,7 +125,7 @@ def test_accepted_fit_is_an_estimate_near_the_truth():
 
 def test_finite_pool_correction_restores_coverage_of_the_population_ce_inf():
     from contract.report_schema import Estimate, NotComputable
-    from training.gap.sections import risk_vs_k_section
+    from training.gap.risk_vs_k import risk_vs_k_section
 
     # a small pool: log μ̂ over N = 200 documents is biased by ≈ −c1/N = −14.1/200 ≈ −0.07 nats
     world = SphereWorld(dim=8, kappa=10.0, tau=0.1)

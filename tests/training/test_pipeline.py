@@ -26,7 +26,7 @@ def test_pipeline_command_publishes_a_live_bundle_with_its_report(pipeline_run):
     bundle = load_bundle(bundles / version)  # validates checksums, dims and counts
     manifest = bundle.manifest
     # the config travels with the artifact, the report came along, the gate metric is the exact one
-    assert manifest.training_config["config"]["max_steps"] == 2
+    assert manifest.training_config.config is not None and manifest.training_config.config.max_steps == 2
     assert manifest.base_model == "all-MiniLM-L6-v2"  # a name, not the run's {path, name, package} record
     assert bundle.report is not None and bundle.report.n_test > 0
     assert 0.0 <= manifest.metrics["test"]["ndcg@10"] <= 1.0

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from contract.config import TrainConfig
 from contract.encoder import document_text
 from contract.errors import ConfigError, JobCancelled
 from training.beir import load_beir
@@ -75,7 +76,7 @@ def test_index_model_publishes_a_servable_bundle(run_dir, slice_dir, shared_enco
     m = bundle.manifest
     data = load_beir(slice_dir, "test")
     assert m.n_vectors == len(data.corpus) == len(bundle.doc_ids)
-    assert m.training_config == {"loss": "infonce", "epochs": 1}
+    assert m.training_config.config == TrainConfig(loss="infonce", epochs=1)  # typed (contract.run_record)
     assert m.extras["training_metrics"]["base"]["ndcg@10"] == 0.6
     # the index was tuned on the real test queries, and the recall it reports is measured
     assert m.index.kind == "hnsw" and m.index.tune_queries == len(data.queries)

@@ -11,7 +11,7 @@ import torch
 from contract.config import TrainConfig
 from contract.encoder import Encoder
 from tests.training.scifact_slice import scifact_slice
-from training.gap.report import training_k
+from training.gap.training_k import training_k
 from training.trainer import train
 
 pytestmark = pytest.mark.scifact

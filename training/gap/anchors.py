@@ -7,6 +7,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from contract.encoder import Encoder
+from contract.errors import ConfigError
+from contract.log_setup import progress_bars_enabled
+from training.data import Document, RetrievalData
+from training.evaluate import encode_corpus
+from training.gap.estimators import pad_exclusions
+
 
 @dataclass
 class Anchors:
@@ -18,3 +25,53 @@ class Anchors:
     groups: np.ndarray  # (n_anchors,) query index, the bootstrap unit; anchors are stored query by query
     n_queries: int
     pos_col: np.ndarray  # (n_anchors,) pool column of each anchor's positive
+
+
+def build_anchors(
+    encoder: Encoder, data: RetrievalData, query_emb: np.ndarray, doc_emb: np.ndarray, column: dict[str, int]
+) -> Anchors:
+    """`data`'s (query, relevant document) pairs as rows of its query × pool similarity matrix."""
+    sim = encoder.similarity_matrix(query_emb, doc_emb)  # (n_queries, n_pool)
+    rows, cols, groups, exclude = [], [], [], []
+    for qi, qid in enumerate(data.queries):
+        relevant = [column[d] for d in data.qrels.get(qid, {})]
+        for c in relevant:
+            rows.append(qi)
+            cols.append(c)
+            groups.append(qi)
+            exclude.append(relevant)
+    rows_arr = np.asarray(rows, dtype=np.int64)
+    return Anchors(
+        sim=sim[rows_arr],  # (n_anchors, n_pool)
+        pos=np.asarray(sim[rows_arr, cols], dtype=np.float64),
+        exclude=pad_exclusions(exclude, doc_emb.shape[0]),
+        groups=np.asarray(groups),
+        n_queries=len(data.queries),
+        pos_col=np.asarray(cols, dtype=np.int64),
+    )
+
+
+def pool_embeddings(
+    encoder: Encoder,
+    corpus: dict[str, Document],
+    doc_ids: list[str] | None,
+    doc_embeddings: np.ndarray | None,
+) -> np.ndarray:
+    """Embeddings of `corpus` in its order, reusing the rows of doc_embeddings given for doc_ids."""
+    if doc_ids is None or doc_embeddings is None:
+        return encode_corpus(encoder, corpus, show_progress=progress_bars_enabled())[1]
+    if len(doc_ids) != len(doc_embeddings):
+        raise ConfigError(f"doc_ids has {len(doc_ids)} entries but doc_embeddings {len(doc_embeddings)} rows")
+    if list(corpus) == list(doc_ids):
+        return np.asarray(doc_embeddings, dtype=np.float32)
+    given = {d: i for i, d in enumerate(doc_ids)}
+    order = list(corpus)
+    out = np.empty((len(order), doc_embeddings.shape[1]), dtype=np.float32)  # (n_pool, dim)
+    have = [j for j, d in enumerate(order) if d in given]
+    out[have] = doc_embeddings[[given[order[j]] for j in have]]
+    missing = [j for j, d in enumerate(order) if d not in given]
+    if missing:
+        out[missing] = encode_corpus(
+            encoder, {order[j]: corpus[order[j]] for j in missing}, show_progress=progress_bars_enabled()
+        )[1]
+    return out

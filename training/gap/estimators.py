@@ -20,27 +20,6 @@ import math
 
 import numpy as np
 
-# the bootstrap, the 1/k fit and the bound terms live in their own modules; `est.<name>` stays the one
-# namespace through which the report, its sections and served_risk read every estimator
-from training.gap.bootstrap import GapEstimate, bootstrap_means, gap_with_ci, percentile_ci
-from training.gap.bounds import (
-    finite_k_log_term,
-    hoeffding_halfwidth,
-    is_vacuous,
-    mi_lower_bound,
-    prop1_upper_term,
-    sample_variability_term,
-)
-from training.gap.inverse_k_fit import (
-    FIT_RULE,
-    InverseKFitResult,
-    bootstrap_fit_intercepts,
-    fit_inverse_k,
-    k_sufficient,
-    k_sufficient_interval,
-    wls_inverse_k,
-)
-
 logger = logging.getLogger(__name__)
 
 _CHUNK_ELEMENTS = 4_000_000  # float64 elements per temporary block (32 MB)
@@ -175,34 +154,3 @@ def first_order_terms(
 def power_of_two_grid(k_max: int) -> list[int]:
     """[1, 2, 4, …, 2^⌊log2 k_max⌋]."""
     return [2**e for e in range(int(math.log2(max(k_max, 1))) + 1)]
-
-
-__all__ = [
-    "FIT_RULE",
-    "GapEstimate",
-    "InverseKFitResult",
-    "bootstrap_fit_intercepts",
-    "bootstrap_means",
-    "finite_k_log_term",
-    "first_order_terms",
-    "fit_inverse_k",
-    "gap_with_ci",
-    "hoeffding_halfwidth",
-    "infonce_risk",
-    "is_vacuous",
-    "k_sufficient",
-    "k_sufficient_interval",
-    "logsumexp_rows",
-    "mi_lower_bound",
-    "pad_exclusions",
-    "percentile_ci",
-    "plugin_ce_inf_terms",
-    "pool_log_mu",
-    "power_of_two_grid",
-    "prop1_upper_term",
-    "risk_curve",
-    "risk_with_random_negatives",
-    "sample_negatives",
-    "sample_variability_term",
-    "wls_inverse_k",
-]

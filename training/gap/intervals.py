@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from contract.report_schema import Estimate
-from training.gap import estimators as est
+from training.gap import bootstrap
 
 
 def estimate_from_boot(value: float, boot: np.ndarray, level: float, method: str) -> Estimate:
     """An Estimate with the percentile CI of `boot`; widened (and said so) if it misses the point value,
     which a biased statistic such as a fit intercept can do."""
-    lo, hi = est.percentile_ci(boot, level)
+    lo, hi = bootstrap.percentile_ci(boot, level)
     if not lo <= value <= hi:
         method += "; interval widened to include the point estimate"
     return Estimate(value=value, ci_low=min(lo, value), ci_high=max(hi, value), level=level, method=method)

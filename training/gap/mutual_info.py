@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from contract.report_schema import Estimate, NotComputable
+from training.gap import bootstrap
 from training.gap import estimators as est
 from training.gap.anchors import Anchors
 from training.gap.intervals import estimate_from_boot, widen
@@ -120,7 +121,7 @@ def mi_section(
     else:
         terms = marginal_infonce(a, k, tau, rng)
         mi_k = estimate_from_boot(
-            float(terms.mean()), est.bootstrap_means(terms, n_boot, rng, a.groups), level, method
+            float(terms.mean()), bootstrap.bootstrap_means(terms, n_boot, rng, a.groups), level, method
         )
     if n_q < 2:
         return MISection(
@@ -139,7 +140,7 @@ def mi_section(
         mi_inf = widen(
             estimate_from_boot(
                 float(bound.mean()),
-                est.bootstrap_means(bound, n_boot, rng, a.groups),
+                bootstrap.bootstrap_means(bound, n_boot, rng, a.groups),
                 level,
                 f"−CE∞ with μ(a) over the positives' marginal, each anchor's log μ̂ raised by c1(a)/P "
                 f"(mean {float(corr.mean()):.3g} nats); {method}",

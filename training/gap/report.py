@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -44,105 +45,32 @@ from contract.errors import ConfigError
 from contract.log_setup import progress_bars_enabled
 from contract.report_schema import REPORT_FILE, Bound, GapReport
 from training.data import Document, RetrievalData, load_split
-from training.evaluate import encode_corpus
-from training.gap import estimators as est
-from training.gap.anchors import Anchors
-from training.gap.intervals import estimate_from_boot
-from training.gap.mutual_info import MI_SAMPLER, mi_section
-from training.gap.sections import (
-    K_POOL_FRACTION,
-    NEGATIVE_SAMPLER,
-    model_identity,
-    retrieval_section,
-    risk_vs_k_section,
-    theory_section,
-)
+from training.gap.anchors import Anchors, build_anchors, pool_embeddings
+from training.gap.gap_at_k import gap_at_k_section, pool_notes
+from training.gap.mutual_info import MI_SAMPLER, MISection, mi_section
+from training.gap.risk_vs_k import risk_vs_k_section
+from training.gap.sections import NEGATIVE_SAMPLER, model_identity, retrieval_section, theory_section
+from training.gap.training_k import actual_training_k
 from training.query_sample import sample_queries
 from training.validation import carve_validation
 
 logger = logging.getLogger(__name__)
 
 REPORT_DIR = "report"
-K_RULE = (
-    "k = batch_size − 1 (in-batch) + batch_size × hard_negatives (mined negatives are shared by the whole "
-    "batch) + random_negatives: the negatives one training row was scored against"
-)
 
 
-def training_k(config: TrainConfig) -> int:
-    """The most negatives one training row can see (rule: `K_RULE`): an upper bound on the actual k."""
-    return config.batch_size - 1 + config.batch_size * config.hard_negatives + config.random_negatives
+@dataclass
+class _Scored:
+    """Both splits scored against one pool: the inputs every section reads."""
 
-
-def actual_training_k(records: list[dict[str, Any]], config: TrainConfig) -> tuple[int, str]:
-    """The k training rows actually saw, from the trainer's per-step log, and the rule that says how.
-
-    Mined negatives shared by a batch are deduplicated (and dropped when they are a positive of another
-    row) and an epoch's tail batch is smaller, so `training_k(config)` is only an upper bound. Steps logged
-    before `n_negatives` existed give batch_size − 1 + n_extra_negatives (exact except in tail batches).
-    """
-    upper = training_k(config)
-    if not records:
-        return upper, K_RULE
-    per_step = np.array(
-        [r.get("n_negatives", config.batch_size - 1 + r.get("n_extra_negatives", 0)) for r in records]
-    )
-    k = max(1, round(float(per_step.mean())))
-    rule = (
-        f"mean negatives per training row over the {len(per_step)} steps (min {per_step.min()}, max "
-        f"{per_step.max()}; in-batch + deduplicated mined + random), rounded; the configuration's upper "
-        f"bound is {upper} ({K_RULE})"
-    )
-    return k, rule
-
-
-def _anchors(
-    encoder: Encoder, data: RetrievalData, query_emb: np.ndarray, doc_emb: np.ndarray, column: dict[str, int]
-) -> Anchors:
-    sim = encoder.similarity_matrix(query_emb, doc_emb)  # (n_queries, n_pool)
-    rows, cols, groups, exclude = [], [], [], []
-    for qi, qid in enumerate(data.queries):
-        relevant = [column[d] for d in data.qrels.get(qid, {})]
-        for c in relevant:
-            rows.append(qi)
-            cols.append(c)
-            groups.append(qi)
-            exclude.append(relevant)
-    rows_arr = np.asarray(rows, dtype=np.int64)
-    return Anchors(
-        sim=sim[rows_arr],  # (n_anchors, n_pool)
-        pos=np.asarray(sim[rows_arr, cols], dtype=np.float64),
-        exclude=est.pad_exclusions(exclude, doc_emb.shape[0]),
-        groups=np.asarray(groups),
-        n_queries=len(data.queries),
-        pos_col=np.asarray(cols, dtype=np.int64),
-    )
-
-
-def _pool_embeddings(
-    encoder: Encoder,
-    corpus: dict[str, Document],
-    doc_ids: list[str] | None,
-    doc_embeddings: np.ndarray | None,
-) -> np.ndarray:
-    """Embeddings of `corpus` in its order, reusing the rows of doc_embeddings given for doc_ids."""
-    if doc_ids is None or doc_embeddings is None:
-        return encode_corpus(encoder, corpus, show_progress=progress_bars_enabled())[1]
-    if len(doc_ids) != len(doc_embeddings):
-        raise ConfigError(f"doc_ids has {len(doc_ids)} entries but doc_embeddings {len(doc_embeddings)} rows")
-    if list(corpus) == list(doc_ids):
-        return np.asarray(doc_embeddings, dtype=np.float32)
-    given = {d: i for i, d in enumerate(doc_ids)}
-    order = list(corpus)
-    out = np.empty((len(order), doc_embeddings.shape[1]), dtype=np.float32)  # (n_pool, dim)
-    have = [j for j, d in enumerate(order) if d in given]
-    out[have] = doc_embeddings[[given[order[j]] for j in have]]
-    missing = [j for j, d in enumerate(order) if d not in given]
-    if missing:
-        out[missing] = encode_corpus(
-            encoder, {order[j]: corpus[order[j]] for j in missing}, show_progress=progress_bars_enabled()
-        )[1]
-    return out
+    train: RetrievalData  # the sampled training queries
+    test: RetrievalData
+    corpus: dict[str, Document]  # the pool: both splits' documents
+    doc_emb: np.ndarray  # (n_pool, dim)
+    q_train: np.ndarray  # (n_train_queries, dim)
+    q_test: np.ndarray  # (n_test_queries, dim)
+    a_train: Anchors
+    a_test: Anchors
 
 
 def compute_report(
@@ -151,7 +79,6 @@ def compute_report(
     test: RetrievalData,
     *,
     k: int,
-    temperature: float | None = None,
     seed: int = 0,
     doc_ids: list[str] | None = None,
     doc_embeddings: np.ndarray | None = None,
@@ -164,119 +91,80 @@ def compute_report(
     k_rule: str = "given by the caller",
     level: float = 0.95,
 ) -> GapReport:
-    """The full report for `encoder` (Whiteley 2026, arXiv 2607.09405); see the module docstring for what it assumes."""
+    """The full report for `encoder` (Whiteley 2026, arXiv 2607.09405); see the module docstring for what it
+    assumes. τ is the encoder's own (contract.similarity: risks divide by `logit_temperature`, the bound
+    terms use `effective_temperature`)."""
     if k < 1:
         raise ConfigError(f"k must be >= 1, got {k}")
-    identity = model_identity(encoder, temperature)
+    identity = model_identity(encoder)
     tau, tau_eff = identity.temperature, identity.temperature_effective
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(seed)  # one stream, drawn in the order of the sections below
     n_train_split_queries = len(train.queries)
-    train = sample_queries(train, max_train_queries, seed)
-    test = sample_queries(test, max_test_queries, seed)
+    scored = _score_splits(
+        encoder,
+        sample_queries(train, max_train_queries, seed),
+        sample_queries(test, max_test_queries, seed),
+        doc_ids,
+        doc_embeddings,
+    )
+    a_train, a_test, n_pool = scored.a_train, scored.a_test, len(scored.corpus)
+    logger.info("gap report: %d train / %d test anchors, pool %d, k %d, τ %.4g", len(a_train.pos),
+                len(a_test.pos), n_pool, k, tau)  # fmt: skip
+    at_k = gap_at_k_section(a_train, a_test, k, tau, tau_eff, delta, n_boot, level, rng)  # (a)
+    curve = risk_vs_k_section(a_test, tau, k_max, n_boot, level, eps, rng)  # (b)
+    mi = mi_section(a_test, k, tau, n_boot, level, rng)  # (d), the positives' marginal
+    retrieval = retrieval_section(
+        encoder, scored.train, scored.test, scored.corpus, scored.doc_emb, scored.q_train, scored.q_test,
+        n_boot=n_boot, level=level, rng=rng,
+    )  # fmt: skip
+    return GapReport(
+        model=identity, k=k, k_rule=k_rule, negative_sampler=NEGATIVE_SAMPLER, seed=seed, delta=delta,
+        n_bootstrap=n_boot, n_train_queries=a_train.n_queries, n_test_queries=a_test.n_queries,
+        n_train_split_queries=n_train_split_queries, pool_size=n_pool,
+        **at_k.report_fields(),
+        **curve.report_fields(),
+        theory_terms=theory_section(tau_eff, k, n_train_split_queries, delta),  # (c)
+        **_mi_fields(mi, k, tau_eff),
+        retrieval=retrieval,
+        notes=list(curve.notes) + pool_notes(a_test, n_pool, k),
+    )  # fmt: skip
+
+
+def _score_splits(
+    encoder: Encoder,
+    train: RetrievalData,
+    test: RetrievalData,
+    doc_ids: list[str] | None,
+    doc_embeddings: np.ndarray | None,
+) -> _Scored:
+    """Both splits' queries encoded and their anchors scored against the union of their corpora."""
     corpus = {**train.corpus, **test.corpus}
     column = {d: i for i, d in enumerate(corpus)}
-    doc_emb = _pool_embeddings(encoder, corpus, doc_ids, doc_embeddings)  # (n_pool, dim)
-    q_train = encoder.encode(
-        list(train.queries.values()), kind="query", show_progress=progress_bars_enabled()
-    )  # (nq, dim)
-    q_test = encoder.encode(
-        list(test.queries.values()), kind="query", show_progress=progress_bars_enabled()
-    )  # (nq, dim)
-    a_train = _anchors(encoder, train, q_train, doc_emb, column)
-    a_test = _anchors(encoder, test, q_test, doc_emb, column)
-    logger.info(
-        "gap report: %d train / %d test anchors, pool %d, k %d, τ %.4g",
-        len(a_train.pos),
-        len(a_test.pos),
-        len(corpus),
-        k,
-        tau,
-    )
+    doc_emb = pool_embeddings(encoder, corpus, doc_ids, doc_embeddings)  # (n_pool, dim)
+    show = progress_bars_enabled()
+    q_train = encoder.encode(list(train.queries.values()), kind="query", show_progress=show)  # (nq, dim)
+    q_test = encoder.encode(list(test.queries.values()), kind="query", show_progress=show)  # (nq, dim)
+    return _Scored(
+        train, test, corpus, doc_emb, q_train, q_test,
+        build_anchors(encoder, train, q_train, doc_emb, column),
+        build_anchors(encoder, test, q_test, doc_emb, column),
+    )  # fmt: skip
 
-    # (a) the gap at the training k
-    l_train = est.risk_with_random_negatives(a_train.sim, a_train.pos, a_train.exclude, k, tau, rng)
-    l_test = est.risk_with_random_negatives(a_test.sim, a_test.pos, a_test.exclude, k, tau, rng)
-    g = est.gap_with_ci(
-        l_train,
-        l_test,
-        n_boot=n_boot,
-        level=level,
-        rng=rng,
-        groups_train=a_train.groups,
-        groups_test=a_test.groups,
-    )
-    boot = f"bootstrap percentile over queries ({n_boot} resamples), k={k} random pool negatives per anchor"
-    risk_train = estimate_from_boot(g.train, g.train_boot, level, boot)
-    risk_test = estimate_from_boot(g.test, g.test_boot, level, boot)
-    gap = estimate_from_boot(
-        g.gap, g.test_boot - g.train_boot, level, boot + "; splits resampled independently"
-    )
-    hw = est.hoeffding_halfwidth(tau_eff, a_test.n_queries, delta)
-    hoeffding = Bound(
-        value=hw,
-        assumptions=f"n = {a_test.n_queries} held-out queries (the i.i.d. unit: anchors of one query are "
-        "dependent) that the model does not depend on; for the mean over queries of each query's mean "
-        f"anchor loss, whose range is ≤ 4/τ (P1 Lemma 5); Hoeffding at confidence {1 - delta:g}",
-        vacuous=est.is_vacuous(hw, k),
-    )
 
-    # (b) risk versus k on held-out anchors, plug-in CE∞, k_sufficient
-    curve = risk_vs_k_section(a_test, tau, k_max, n_boot, level, eps, rng)
-    notes = list(curve.notes)
-    min_pool = int(len(corpus) - (a_test.exclude >= 0).sum(axis=1).max())
-    if k > min_pool // K_POOL_FRACTION:
-        notes.append(
-            f"the training k = {k} exceeds 1/{K_POOL_FRACTION} of the pool ({min_pool} documents): risk_train, "
-            "risk_test and gap describe negatives drawn from this corpus, with repeats, not from an unbounded "
-            "population"
-        )
-
-    # (d) mutual information, under the positives' marginal (training.gap.mutual_info)
-    mi = mi_section(a_test, k, tau, n_boot, level, rng)
-    retrieval = retrieval_section(
-        encoder, train, test, corpus, doc_emb, q_train, q_test, n_boot=n_boot, level=level, rng=rng
-    )
-    return GapReport(
-        model=identity,
-        k=k,
-        k_rule=k_rule,
-        negative_sampler=NEGATIVE_SAMPLER,
-        n_train=len(l_train),
-        n_test=len(l_test),
-        n_train_queries=a_train.n_queries,
-        n_test_queries=a_test.n_queries,
-        n_train_split_queries=n_train_split_queries,
-        pool_size=len(corpus),
-        seed=seed,
-        delta=delta,
-        n_bootstrap=n_boot,
-        risk_train=risk_train,
-        risk_test=risk_test,
-        gap=gap,
-        hoeffding_halfwidth=hoeffding,
-        k_grid_rule=curve.k_grid_rule,
-        risk_vs_k=curve.rows,
-        fit=curve.fit,
-        ce_inf_plugin=curve.ce_inf_plugin,
-        ce_inf_corrected=curve.ce_inf_corrected,
-        ce_inf_fit=curve.ce_inf_fit,
-        first_order_d1=curve.d1,
-        first_order_c1=curve.c1,
-        k_sufficient=curve.k_sufficient,
-        theory_terms=theory_section(tau_eff, k, n_train_split_queries, delta),
-        mi_sampler=MI_SAMPLER,
-        mi_lower_bound_k=mi.mi_k,
-        mi_cap_log_k_plus_1=Bound(
+def _mi_fields(mi: MISection, k: int, tau_eff: float) -> dict[str, Any]:
+    """(d) the MI lower bounds and their two caps, as GapReport fields."""
+    return {
+        "mi_sampler": MI_SAMPLER,
+        "mi_lower_bound_k": mi.mi_k,
+        "mi_cap_log_k_plus_1": Bound(
             value=math.log(k + 1), assumptions="I_NCE ≤ log(k+1) (Poole et al. 2019, arXiv 1905.06922)"
         ),
-        mi_cap_two_over_tau=Bound(
+        "mi_cap_two_over_tau": Bound(
             value=2.0 / tau_eff,
             assumptions="the critic s/τ lies in [−1/τ_eff, 1/τ_eff], so I_NCE(k) ≤ 2/τ_eff for every k",
         ),
-        mi_lower_bound_inf=mi.mi_inf,
-        retrieval=retrieval,
-        notes=notes,
-    )
+        "mi_lower_bound_inf": mi.mi_inf,
+    }
 
 
 def write_report(report: GapReport, folder: str | Path) -> Path:

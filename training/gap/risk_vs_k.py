@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from contract.report_schema import Estimate, InverseKFit, KSufficient, NotComputable, RiskAtK
+from training.gap import bootstrap, inverse_k_fit
 from training.gap import estimators as est
 from training.gap.anchors import Anchors
 from training.gap.intervals import estimate_from_boot, widen
@@ -45,6 +47,20 @@ class CurveSection:
     k_sufficient: KSufficient
     notes: list[str] = field(default_factory=list)
 
+    def report_fields(self) -> dict[str, Any]:
+        """(b) risk versus k, the 1/k fit, CE∞ and k_sufficient, as GapReport fields."""
+        return {
+            "k_grid_rule": self.k_grid_rule,
+            "risk_vs_k": self.rows,
+            "fit": self.fit,
+            "ce_inf_plugin": self.ce_inf_plugin,
+            "ce_inf_corrected": self.ce_inf_corrected,
+            "ce_inf_fit": self.ce_inf_fit,
+            "first_order_d1": self.d1,
+            "first_order_c1": self.c1,
+            "k_sufficient": self.k_sufficient,
+        }
+
 
 def risk_vs_k_section(
     a: Anchors, tau: float, k_max: int, n_boot: int, level: float, eps: float, rng: np.random.Generator
@@ -59,7 +75,7 @@ def risk_vs_k_section(
     bias = c1 / allowed  # (n,) first-order Jensen bias of log μ̂ over a pool of N: E log μ̂ ≈ log μ − c1/N
     # one set of bootstrap replicates for every column keeps Δ(k) = R(k) − CE∞ jointly resampled
     cols = np.column_stack([curve, ce_terms, ce_terms + bias, d1, c1])  # (n_anchors, n_k + 4)
-    boot = est.bootstrap_means(cols, n_boot, rng, a.groups)  # (B, n_k + 4)
+    boot = bootstrap.bootstrap_means(cols, n_boot, rng, a.groups)  # (B, n_k + 4)
     point = cols.mean(axis=0)
     n_k = len(ks)
     r, ce = point[:n_k], float(point[n_k])
@@ -119,7 +135,7 @@ def _inverse_k_fit(
     method: str,
 ) -> tuple[InverseKFit, Estimate | NotComputable, list[str]]:
     """The a + b/k fit, its intercept as a CE∞ estimate when accepted, and the note when not."""
-    f = est.fit_inverse_k(ks, r, var_arr, k_floor=d1_hat)
+    f = inverse_k_fit.fit_inverse_k(ks, r, var_arr, k_floor=d1_hat)
     fit = InverseKFit(
         a=f.a,
         b=f.b,
@@ -131,7 +147,7 @@ def _inverse_k_fit(
         b_predicted=d1_hat - c1_hat,
     )
     if f.accepted:
-        a_boot = est.bootstrap_fit_intercepts(b_r, ks, var_arr, f.k_min)
+        a_boot = inverse_k_fit.bootstrap_fit_intercepts(b_r, ks, var_arr, f.k_min)
         return fit, estimate_from_boot(f.a, a_boot, level, f"intercept of the WLS a + b/k fit; {method}"), []
     ce_fit = NotComputable(
         name="ce_inf_fit",
@@ -170,8 +186,8 @@ def _k_sufficient(
     ks: list[int], delta: np.ndarray, boot_delta: np.ndarray, eps: float, level: float, method: str
 ) -> KSufficient:
     """The smallest grid k past which |Δ(k)| < eps, with the same rule on each bootstrap replicate of Δ."""
-    k_suff = est.k_sufficient(ks, delta, eps)
-    k_lo, k_hi = est.k_sufficient_interval(ks, boot_delta, eps, level)
+    k_suff = inverse_k_fit.k_sufficient(ks, delta, eps)
+    k_lo, k_hi = inverse_k_fit.k_sufficient_interval(ks, boot_delta, eps, level)
     return KSufficient(
         eps=eps,
         k=k_suff,

@@ -1,6 +1,6 @@
-"""The report's sections built from similarity matrices: model identity, (b) risk versus k
-(training.gap.risk_vs_k, re-exported here), (c) bound terms, and retrieval metrics side by side.
-`training.gap.report` assembles them into a `GapReport`."""
+"""The report's sections built from similarity matrices: model identity, (c) bound terms, and retrieval
+metrics side by side ((b) risk versus k is training.gap.risk_vs_k). `training.gap.report` assembles them
+into a `GapReport`."""
 
 from __future__ import annotations
 
@@ -23,9 +23,8 @@ from contract.report_schema import (
     TheoryTerms,
 )
 from training.evaluate import EvalResult, evaluate
-from training.gap import estimators as est
+from training.gap import bootstrap, bounds
 from training.gap.intervals import estimate_from_boot
-from training.gap.risk_vs_k import K_POOL_FRACTION, CurveSection, k_grid, risk_vs_k_section
 
 if TYPE_CHECKING:
     from training.data import Document, RetrievalData
@@ -36,31 +35,31 @@ NEGATIVE_SAMPLER = (
 )
 
 
-def model_identity(encoder: Encoder, temperature: float | None) -> ModelIdentity:
-    """Metric, τ used in the risks and τ_eff used in the bounds (see training.gap.report's docstring)."""
+def model_identity(encoder: Encoder) -> ModelIdentity:
+    """Metric, τ used in the risks (`Similarity.logit_temperature`) and τ_eff used in the bounds
+    (`Similarity.effective_temperature`; see training.gap.report's docstring)."""
     parts = encoder.source.rstrip("/").split("/") if encoder.source else ["in-memory"]
     # a training run saves its model as <run>/model: the run folder is the name people know
     name = parts[-2] if parts[-1] == "model" and len(parts) > 1 else parts[-1]
     if encoder.source and encoder.source == str(default_model_path()):
         name = DEFAULT_MODEL_NAME
-    if encoder.metric == "aninfonce":
-        lam = np.asarray(encoder.similarity.lam, dtype=np.float64)
+    similarity = encoder.similarity
+    tau, tau_eff = similarity.logit_temperature(), similarity.effective_temperature()
+    if tau is None or tau <= 0 or tau_eff is None or tau_eff <= 0:
+        raise ConfigError(f"the gap report needs a positive temperature τ for {name}, got {tau_eff}")
+    summary = None
+    if similarity.lam:
+        lam = np.asarray(similarity.lam, dtype=np.float64)
         summary = LambdaSummary(
             min=float(lam.min()), median=float(np.median(lam)), max=float(lam.max()), mean=float(lam.mean())
         )
-        return ModelIdentity(
-            path=encoder.source,
-            name=name,
-            metric="aninfonce",
-            temperature=1.0,
-            temperature_effective=1.0 / float(lam.max()),
-            lambda_summary=summary,
-        )
-    tau = temperature if temperature is not None else encoder.similarity.temperature
-    if tau is None or tau <= 0:
-        raise ConfigError(f"the gap report needs a positive temperature τ for {name}, got {tau}")
     return ModelIdentity(
-        path=encoder.source, name=name, metric="cosine", temperature=tau, temperature_effective=tau
+        path=encoder.source,
+        name=name,
+        metric=similarity.metric,
+        temperature=tau,
+        temperature_effective=tau_eff,
+        lambda_summary=summary,
     )
 
 
@@ -69,9 +68,9 @@ def theory_section(tau_eff: float, k: int, n_train_queries: int, delta: float) -
 
     n is the number of training queries: P1's tuples are i.i.d., and anchors of one query are not.
     """
-    sv = est.sample_variability_term(tau_eff, n_train_queries, delta)
-    fk = est.finite_k_log_term(tau_eff, k)
-    p1 = est.prop1_upper_term(tau_eff, k)
+    sv = bounds.sample_variability_term(tau_eff, n_train_queries, delta)
+    fk = bounds.finite_k_log_term(tau_eff, k)
+    p1 = bounds.prop1_upper_term(tau_eff, k)
     return TheoryTerms(
         vacuous_threshold=math.log(k + 1),
         sample_variability=Term(
@@ -79,19 +78,19 @@ def theory_section(tau_eff: float, k: int, n_train_queries: int, delta: float) -
             assumptions=f"(12/τ)·sqrt(log(2/δ)/(2n)), n = {n_train_queries} training queries (the i.i.d. "
             f"unit), δ = {delta}: one term of P1 Thm 1 / Prop. 3, i.i.d. tuples with random negatives (A); "
             "not a bound, since the complexity term it adds to is not computable",
-            vacuous=est.is_vacuous(sv, k),
+            vacuous=bounds.is_vacuous(sv, k),
         ),
         finite_k_log=Bound(
             value=fk,
             assumptions="log(1 + e^{2/τ}/k) ≥ R(k) − CE∞: P1 Prop. 1 lower side (also Thm 1's finite-k bias); "
             "any embedding",
-            vacuous=est.is_vacuous(fk, k),
+            vacuous=bounds.is_vacuous(fk, k),
         ),
         prop1_upper=Bound(
             value=p1,
             assumptions="(e^{2/τ} − 1)²/(8k) ≥ CE∞ − R(k): P1 Prop. 1 upper side; any embedding "
             "(values beyond float range are reported as 1e300)",
-            vacuous=est.is_vacuous(p1, k),
+            vacuous=bounds.is_vacuous(p1, k),
         ),
         not_computable=[
             NotComputable(
@@ -146,8 +145,8 @@ def retrieval_section(
             )
         )
     tr, te = results
-    b_tr = est.bootstrap_means(tr.per_query_ndcg, n_boot, rng)
-    b_te = est.bootstrap_means(te.per_query_ndcg, n_boot, rng)
+    b_tr = bootstrap.bootstrap_means(tr.per_query_ndcg, n_boot, rng)
+    b_te = bootstrap.bootstrap_means(te.per_query_ndcg, n_boot, rng)
     gap = tr.metrics["ndcg@10"] - te.metrics["ndcg@10"]
     return RetrievalComparison(
         train=_metrics(tr),
@@ -156,15 +155,3 @@ def retrieval_section(
             gap, b_tr - b_te, level, f"bootstrap percentile over queries of each split ({n_boot} resamples)"
         ),
     )
-
-
-__all__ = [
-    "K_POOL_FRACTION",
-    "NEGATIVE_SAMPLER",
-    "CurveSection",
-    "k_grid",
-    "model_identity",
-    "retrieval_section",
-    "risk_vs_k_section",
-    "theory_section",
-]

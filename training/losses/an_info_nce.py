@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from contract.encoder import Similarity
 from contract.errors import ConfigError
+from contract.similarity import Similarity
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +106,9 @@ class AnInfoNCELoss(nn.Module):
 
     def similarity(self) -> Similarity:
         """What serving must use: the learned Λ (L2 search on √Λ-scaled vectors)."""
-        return Similarity(metric="aninfonce", temperature=None, lam=[float(x) for x in self.lam])
+        return Similarity(
+            metric="aninfonce", temperature=None, learned=True, lam=[float(x) for x in self.lam]
+        )
 
     def get_config_dict(self) -> dict[str, Any]:
         lam = self.lam

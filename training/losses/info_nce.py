@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from contract.encoder import Similarity
 from contract.errors import ConfigError
+from contract.similarity import Similarity
 
 logger = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ class InfoNCELoss(nn.Module):
 
     def similarity(self) -> Similarity:
         """What serving must use: cosine, with the final τ recorded for the gap report."""
-        return Similarity(metric="cosine", temperature=self.temperature)
+        return Similarity(metric="cosine", temperature=self.temperature, learned=self.learn_temperature)
 
     def get_config_dict(self) -> dict[str, Any]:
         return {
