@@ -23,7 +23,7 @@ from app.encoder_choice import choose_backend, load_backend
 from app.errors import InvalidInputError
 from app.query_cache import QueryCache
 from app.schemas import Hit
-from contract.bundle import Bundle
+from contract.bundle import Bundle, mismatches
 from contract.encoder import Encoder, TextKind
 from contract.overlay import Overlay
 
@@ -102,7 +102,10 @@ class LiveBundle:
         return self.bundle.index.ntotal
 
     def consistency_problems(self) -> list[str]:
-        """Why encoder, index and documents might not belong together (empty = consistent)."""
+        """Why encoder, index and documents might not belong together (empty = consistent).
+
+        The parts against the manifest are contract.bundle.mismatches, the check load_bundle ends with;
+        the folder, the version and the encoder's source are what can drift while a bundle serves."""
         b, m = self.bundle, self.bundle.manifest
         problems = []
         if not Path(b.path).is_dir():  # deleted while serving: this process still holds it in memory
@@ -111,14 +114,7 @@ class LiveBundle:
             problems.append(f"manifest version {m.version} != bundle {self.version}")
         if Path(self.encoder.source).resolve().parent != Path(b.path).resolve():
             problems.append(f"encoder {self.encoder.source} is not from bundle folder {b.path}")
-        if self.encoder.dim != b.index.dim:
-            problems.append(f"encoder dim {self.encoder.dim} != index dim {b.index.dim}")
-        if not (b.index.ntotal == len(b.doc_ids) == len(b.docstore) == m.n_vectors):
-            problems.append(
-                f"index has {b.index.ntotal} vectors, ids {len(b.doc_ids)}, documents {len(b.docstore)}, "
-                f"manifest {m.n_vectors}"
-            )
-        return problems
+        return problems + mismatches(b)
 
     def model_identity(self) -> dict[str, Any]:
         m = self.bundle.manifest

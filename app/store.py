@@ -224,7 +224,7 @@ class BundleHolder:
                 self._poll_failed = True
 
     async def activate(self, version: str) -> LiveBundle:
-        """Validate `version` by loading it, then point CURRENT at it. A bad version never becomes CURRENT.
+        """Validate `version` by loading it (once), then point CURRENT at it. A bad version never becomes CURRENT.
 
         Load, swap and the CURRENT write happen under one lock, so the poller can never read the old
         CURRENT in between and swap the previous version back in.
@@ -238,6 +238,7 @@ class BundleHolder:
         self._failed.discard(version)
         async with self._lock:
             live = await self._load_locked(version, follow_current=False)
+            # the load above loaded the model; the folder's activation only validates (never loads it)
             await asyncio.to_thread(self.store.activate, version)
             self.last_failure, self.fallback_from = None, None  # CURRENT names what serves again
             self.metrics.fallback.set(0)

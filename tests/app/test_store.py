@@ -76,3 +76,36 @@ def test_polls_during_an_activation_never_swap_the_old_version_back(tmp_path, st
     assert seen == [(b, b)]  # activation finished with live and CURRENT agreeing
     assert holder.live is not None and holder.live.version == b, "a poll swapped the old version back in"
     assert store.current_version() == b
+
+
+def test_activation_loads_the_model_once_and_publishing_never(tmp_path, staged, monkeypatch):
+    """validate() is the only check publish and BundleFolder.activate run: the one model load of an
+    activation through the API is the load of the bundle it then serves."""
+    from contract.encoder import Encoder
+
+    loads: list[str] = []
+    real_load = Encoder.load.__func__  # type: ignore[attr-defined]
+
+    def counting_load(cls, path=None, **kwargs):
+        loads.append(str(path))
+        return real_load(cls, path, **kwargs)
+
+    monkeypatch.setattr(Encoder, "load", classmethod(counting_load))
+    bundles = tmp_path / "bundles"
+    a = publish(staged["A"], bundles)
+    b = publish(staged["B"], bundles, force=False)  # worse test metric: published, not live
+    assert loads == []  # publishing validates without loading the model
+    BundleStore(bundles).activate(b)  # the CLI's roll forward: validate only
+    BundleStore(bundles).activate(a)
+    assert loads == []
+    holder = BundleHolder(make_settings(bundles, reload_poll_seconds=0), AppMetrics())
+
+    async def scenario() -> None:
+        await holder.sync()  # serves a: one load
+        assert len(loads) == 1
+        await holder.activate(b)  # load b to serve it, then point CURRENT at it
+        assert holder.live is not None and holder.live.version == b
+
+    asyncio.run(scenario())
+    assert len(loads) == 2 and loads[1].endswith(f"{b}/model")
+    assert BundleStore(bundles).current_version() == b
