@@ -10,18 +10,20 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import TypedDict
 
 from fastapi import FastAPI
 
 from app.batching import DirectRunner, Inference, MicroBatcher
+from app.bundle_listing import read_gate_log
 from app.errors import install_error_handlers
+from app.hot_swap import HotSwap
 from app.metrics import AppMetrics, MetricsMiddleware
 from app.middleware import BodyLimitMiddleware
 from app.openapi import install_openapi
 from app.routes import bundles, documents, embed, gap, health, jobs, metrics, search, ui
 from app.settings import Settings
-from app.store import BundleHolder
 from contract.log_setup import configure_logging
 
 logger = logging.getLogger(__name__)
@@ -33,7 +35,7 @@ documents + generalization-gap report). Errors always have the body
 
 class State(TypedDict):
     settings: Settings
-    holder: BundleHolder
+    hot_swap: HotSwap
     runner: MicroBatcher | DirectRunner
     metrics: AppMetrics
 
@@ -46,7 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[State]:
         inference = Inference()
-        holder = BundleHolder(settings, app_metrics)
+        hot_swap = HotSwap(settings, app_metrics)
         runner: MicroBatcher | DirectRunner
         if settings.microbatch_enabled:
             runner = MicroBatcher(
@@ -65,16 +67,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 slice_tokens=settings.fair_slice_tokens,
             )
         await runner.start()
-        await holder.start()
+        await hot_swap.start()
         # series read at scrape time: gate decisions from the bundles folder, jobs from the job store
-        app_metrics.records.gate_log = holder.gate_log
+        app_metrics.records.gate_log = partial(read_gate_log, hot_swap.folder.root)
         app_metrics.records.job_counts = lambda: jobs.job_counts(app, settings)
         # also on app.state, for operators' scripts and tests that need to look inside
-        app.state.holder, app.state.runner, app.state.inference = holder, runner, inference
+        app.state.hot_swap, app.state.runner, app.state.inference = hot_swap, runner, inference
         try:
-            yield {"settings": settings, "holder": holder, "runner": runner, "metrics": app_metrics}
+            yield {"settings": settings, "hot_swap": hot_swap, "runner": runner, "metrics": app_metrics}
         finally:
-            await holder.stop()
+            await hot_swap.stop()
             await runner.stop()
             inference.shutdown()
 

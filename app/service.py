@@ -116,7 +116,9 @@ class LiveBundle:
             problems.append(f"encoder {self.encoder.source} is not from bundle folder {b.path}")
         return problems + mismatches(b)
 
-    def model_identity(self) -> dict[str, Any]:
+    def serving_summary(self) -> dict[str, Any]:
+        """What this bundle serves with: base model, similarity, index, query encoder, code version (the
+        `model` of /generalization-gap and /ui/overview; the report's own `model` is the trained one)."""
         m = self.bundle.manifest
         return {
             "base_model": m.base_model,

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from contract.docstore import FIELD_RE, RANGE_OPS, FilterError, compile_filter
-from contract.errors import BundleInvalid, ConfigError, IndexUnavailable
+from contract.errors import BundleInvalid, ConfigError, IndexUnavailable, InvalidQuery
 from contract.index_backend import MILVUS_EXTRAS, BackendConfig, Rows, is_milvus
 from contract.vector_index import IndexInfo, as_matrix
 
@@ -250,7 +250,7 @@ class MilvusIndex:
         return self._search(self.collection, queries, k, filter_expression(filter, self.fields))
 
     def _search(self, target: str, queries: np.ndarray, k: int, expr: str) -> Rows:
-        q = as_matrix(queries, "queries", self.dim)  # (nq, d)
+        q = as_matrix(queries, "queries", self.dim, error=InvalidQuery)  # (nq, d)
         if k < 1:
             raise FilterError(f"k must be >= 1, got {k}")
         try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.deps import HolderDep
+from app.deps import HotSwapDep
 from app.encoder_choice import served_section
 from app.errors import ReportMissingError
 from app.schemas import GapResponse
@@ -21,10 +21,10 @@ router = APIRouter(tags=["report"])
     },
     summary="Generalization-gap report of the live model",
 )
-async def generalization_gap(holder: HolderDep) -> GapResponse:
+async def generalization_gap(hot_swap: HotSwapDep) -> GapResponse:
     """The estimated generalization gap (risks, gap, bounds; all in nats) reported when the live bundle
     was built, with the bundle version and the model identity."""
-    live = holder.require()
+    live = hot_swap.require()
     report = live.bundle.report
     if report is None:
         raise ReportMissingError(
@@ -32,4 +32,4 @@ async def generalization_gap(holder: HolderDep) -> GapResponse:
         )
     served = served_section(live.bundle, live.backend, report)
     report = report.model_copy(update={"served_query_encoder": served})
-    return GapResponse(version=live.version, model=live.model_identity(), report=report)
+    return GapResponse(version=live.version, model=live.serving_summary(), report=report)

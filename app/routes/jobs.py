@@ -1,7 +1,7 @@
 """POST /jobs, GET /jobs, GET /jobs/{id}, POST /jobs/{id}/cancel: retrain and reindex as queued jobs.
 
 The API only records and enqueues (contract.jobs.queue); a separate worker process runs the job
-(`python -m training worker`). When a job publishes a new live bundle, the holder's CURRENT poll swaps it in.
+(`python -m training worker`). When a job publishes a new live bundle, the API's CURRENT poll (app/hot_swap.py) swaps it in.
 """
 
 from __future__ import annotations

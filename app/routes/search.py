@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body
 
 from app import retrieval_modes
-from app.deps import HolderDep, RunnerDep, SettingsDep
+from app.deps import HotSwapDep, RunnerDep, SettingsDep
 from app.errors import InvalidInputError, ResponseTooLargeError
 from app.schemas import SEARCH_EXAMPLES, Hit, QueryResult, SearchRequest, SearchResponse, Timings
 from app.service import SearchSpec
@@ -36,14 +36,14 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 )
 async def search(
     body: Annotated[SearchRequest, Body(openapi_examples=SEARCH_EXAMPLES)],
-    holder: HolderDep,
+    hot_swap: HotSwapDep,
     runner: RunnerDep,
     settings: SettingsDep,
 ) -> SearchResponse:
     """Top-k documents per query, best first. Scores are the learned similarity of the live model
     (cosine for InfoNCE; -1/2 * sum_c lambda_c (u_c - v_c)^2 for AnInfoNCE), see `metric`."""
     started = time.perf_counter()
-    live = holder.require()  # one bundle for the whole request, even if a swap happens meanwhile
+    live = hot_swap.require()  # one bundle for the whole request, even if a swap happens meanwhile
     field = next(n for n in ("query", "queries", "vector", "vectors") if getattr(body, n) is not None)
     if body.n_queries > settings.max_batch:
         raise InvalidInputError(

@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from huey import Huey, RedisHuey, SqliteHuey
 from huey.api import TaskWrapper
@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from contract.config import TrainConfig
 from contract.errors import JobConflict, JobOptionsInvalid
+from contract.index_backend import IndexBackend, IndexKind
 from contract.jobs.confine import confine_dataset, confine_options, resolve_dataset
 from contract.jobs.records import (
     FINISHED,
@@ -44,7 +45,6 @@ logger = logging.getLogger(__name__)
 
 QUEUE_NAME = "infonce-search"
 DEFAULT_HEARTBEAT_TIMEOUT_S = 30.0
-IndexKind = Literal["auto", "flat", "hnsw", "ivf", "ivfpq"]
 
 __all__ = [
     "DEFAULT_HEARTBEAT_TIMEOUT_S",
@@ -66,7 +66,7 @@ class RetrainOptions(TrainConfig):
     """retrain options: every TrainConfig field, plus how the candidate bundle is indexed and gated."""
 
     index_kind: IndexKind = "auto"
-    index_backend: Literal["faiss", "milvus"] = "faiss"  # milvus: the worker's --milvus-uri (docs/deploy.md)
+    index_backend: IndexBackend = "faiss"  # milvus: the worker's --milvus-uri (docs/deploy.md)
     force: bool = False  # True: publish live even if the quality gate would keep it as a candidate
     onnx: bool = True  # export + quality-check the ONNX query encoders into the bundle
     distill: bool = False  # also train + score the distilled query encoders (training.distill_step)
@@ -78,7 +78,7 @@ class ReindexOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     index_kind: IndexKind = "auto"
-    index_backend: Literal["faiss", "milvus"] = "faiss"  # milvus: the worker's --milvus-uri (docs/deploy.md)
+    index_backend: IndexBackend = "faiss"  # milvus: the worker's --milvus-uri (docs/deploy.md)
     # the gate applies unless the submitter asks for force=True: a reindex publishes a corpus the service
     # then answers from, so it must not become live behind the operator's back (a planted dataset would)
     force: bool = False

@@ -1,4 +1,4 @@
-"""BundleHolder (app/store.py) races, made deterministic by acting at the exact moment that matters.
+"""HotSwap (app/hot_swap.py) races, made deterministic by acting at the exact moment that matters.
 
 The load-dependent version of these lives in test_lifecycle.py (hot swap under concurrent requests).
 """
@@ -10,8 +10,8 @@ import time
 
 import pytest
 
+from app.hot_swap import HotSwap
 from app.metrics import AppMetrics
-from app.store import BundleHolder
 from tests.app.conftest import make_settings, publish
 from training.bundle_store import BundleStore
 
@@ -22,7 +22,7 @@ def test_a_load_that_current_moved_away_from_is_not_swapped_in(tmp_path, staged)
     bundles = tmp_path / "bundles"
     a = publish(staged["A"], bundles)
     store = BundleStore(bundles)
-    holder = BundleHolder(make_settings(bundles, reload_poll_seconds=0), AppMetrics())
+    holder = HotSwap(make_settings(bundles, reload_poll_seconds=0), AppMetrics())
     real_open = holder._open
 
     def open_while_another_process_rolls_back(version: str):
@@ -52,15 +52,15 @@ def test_polls_during_an_activation_never_swap_the_old_version_back(tmp_path, st
     b = publish(staged["B"], bundles)
     store = BundleStore(bundles)
     store.activate(a)
-    holder = BundleHolder(make_settings(bundles, reload_poll_seconds=0), AppMetrics())
+    holder = HotSwap(make_settings(bundles, reload_poll_seconds=0), AppMetrics())
     seen: list[tuple[str | None, str | None]] = []
-    real_activate = holder.store.activate
+    real_activate = holder.folder.activate
 
     def slow_current_write(version: str) -> None:
         time.sleep(0.3)  # widen the window between the swap and the CURRENT write
         real_activate(version)
 
-    holder.store.activate = slow_current_write  # type: ignore[method-assign]
+    holder.folder.activate = slow_current_write  # type: ignore[method-assign]
 
     async def scenario() -> None:
         await holder.sync()
@@ -98,7 +98,7 @@ def test_activation_loads_the_model_once_and_publishing_never(tmp_path, staged, 
     BundleStore(bundles).activate(b)  # the CLI's roll forward: validate only
     BundleStore(bundles).activate(a)
     assert loads == []
-    holder = BundleHolder(make_settings(bundles, reload_poll_seconds=0), AppMetrics())
+    holder = HotSwap(make_settings(bundles, reload_poll_seconds=0), AppMetrics())
 
     async def scenario() -> None:
         await holder.sync()  # serves a: one load
