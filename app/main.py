@@ -24,6 +24,7 @@ from app.middleware import BodyLimitMiddleware
 from app.openapi import install_openapi
 from app.routes import bundles, documents, embed, gap, health, jobs, metrics, search, ui
 from app.settings import Settings
+from contract.jobs.queue import JobQueue
 from contract.log_setup import configure_logging
 
 logger = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ class State(TypedDict):
     hot_swap: HotSwap
     runner: MicroBatcher | DirectRunner
     metrics: AppMetrics
+    job_queue: JobQueue
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -66,19 +68,31 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 metrics=app_metrics,
                 slice_tokens=settings.fair_slice_tokens,
             )
+        # the job store the worker reads (the same SEARCH_QUEUE_URL; contract.jobs.queue's defaults)
+        assert settings.queue_url is not None  # Settings fills in the default
+        job_queue = JobQueue(settings.queue_url, heartbeat_timeout_s=settings.job_heartbeat_timeout_s)
         await runner.start()
         await hot_swap.start()
         # series read at scrape time: gate decisions from the bundles folder, jobs from the job store
         app_metrics.records.gate_log = partial(read_gate_log, hot_swap.folder.root)
-        app_metrics.records.job_counts = lambda: jobs.job_counts(app, settings)
+        app_metrics.records.job_counts = partial(jobs.job_counts, job_queue)
         # also on app.state, for operators' scripts and tests that need to look inside
         app.state.hot_swap, app.state.runner, app.state.inference = hot_swap, runner, inference
+        app.state.job_queue = job_queue
+        state: State = {
+            "settings": settings,
+            "hot_swap": hot_swap,
+            "runner": runner,
+            "metrics": app_metrics,
+            "job_queue": job_queue,
+        }
         try:
-            yield {"settings": settings, "hot_swap": hot_swap, "runner": runner, "metrics": app_metrics}
+            yield state
         finally:
             await hot_swap.stop()
             await runner.stop()
             inference.shutdown()
+            job_queue.close()
 
     app = FastAPI(
         title="infonce-search",

@@ -30,6 +30,7 @@ from contract.config import TrainConfig
 from contract.errors import JobConflict, JobOptionsInvalid
 from contract.index_backend import IndexBackend, IndexKind
 from contract.jobs.confine import confine_dataset, confine_options, resolve_dataset
+from contract.jobs.defaults import DEFAULT_HEARTBEAT_TIMEOUT_S, default_queue_url
 from contract.jobs.records import (
     FINISHED,
     JobRecord,
@@ -44,7 +45,6 @@ from contract.jobs.records import (
 logger = logging.getLogger(__name__)
 
 QUEUE_NAME = "infonce-search"
-DEFAULT_HEARTBEAT_TIMEOUT_S = 30.0
 
 __all__ = [
     "DEFAULT_HEARTBEAT_TIMEOUT_S",
@@ -100,11 +100,6 @@ def validate_options(job_type: str, options: dict[str, Any]) -> dict[str, Any]:
         first = e.errors()[0]
         field = ".".join(str(part) for part in first["loc"])
         raise JobOptionsInvalid(field, first["msg"]) from None
-
-
-def default_queue_url(bundles_dir: str | Path) -> str:
-    """The API's default (app.settings): a SQLite file `jobs.db` beside the bundles folder."""
-    return f"sqlite:///{(Path(bundles_dir).parent / 'jobs.db').as_posix()}"
 
 
 Execute = Callable[[str, RecordStore], None]
@@ -179,6 +174,11 @@ class JobQueue:
         self.huey.enqueue(self._run_job.s(record.id, id=record.id))
         logger.info("job %s queued: %s %s", record.id, job_type, dataset)
         return record
+
+    def close(self) -> None:
+        """Release the queue's connections (the API closes it when its lifespan ends)."""
+        self.records.close()
+        self.huey.storage.close()
 
     def get(self, job_id: str) -> JobRecord:
         return self.records.get(job_id).as_seen(self.heartbeat_timeout_s)
