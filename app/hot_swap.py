@@ -28,7 +28,8 @@ from app.metrics import AppMetrics
 from app.mutations import MutationApplier
 from app.query_cache import QueryCache
 from app.schemas import LoadFailure
-from app.service import LiveBundle, SearchSpec, open_live_bundle
+from app.search_spec import SearchSpec
+from app.service import LiveBundle, open_live_bundle
 from app.settings import Settings
 from contract.bundle import load_bundle
 from contract.bundle_folder import BundleFolder

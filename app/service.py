@@ -18,20 +18,17 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from app import retrieval_modes
+from app import query_vectors, retrieval_modes
 from app.encoder_choice import choose_backend, load_backend
-from app.errors import InvalidInputError
 from app.query_cache import QueryCache
 from app.schemas import Hit
+from app.search_spec import SearchAnswer, SearchSpec
 from contract.bundle import Bundle, mismatches
 from contract.encoder import Encoder, TextKind
 from contract.overlay import Overlay
 
 logger = logging.getLogger(__name__)
 
-# largest accepted AnInfoNCE query norm after sqrt(Lambda) scaling: its squared distance to any document
-# stays far below float32's 3.4e38, so scores are finite
-MAX_QUERY_NORM = 1e15
 # Settings.encode_batch_size when unset. Measured on scifact queries (bench/load_bench.py prints it):
 # torch encodes one query in 11.9 ms but 4.9 ms/query in length-sorted chunks of 8; onnxruntime costs
 # about the same either way (int8 2.1 vs 1.9 ms), so for it batching texts only adds padding.
@@ -39,37 +36,13 @@ MAX_QUERY_NORM = 1e15
 DEFAULT_ENCODE_BATCH_SIZE = {"torch": 8, "onnx": 1, "onnx-int8": 1, "distilled": 1, "static": 64}
 
 
+Rows = list[tuple[np.ndarray, np.ndarray]]  # per query: (positions int64, scores float32), best first
+
+
 class QueryEncoder(Protocol):
     # matches both Encoder.encode (kind: TextKind, plus batch_size/show_progress) and
     # OnnxQueryEncoder.encode (kind: str, plus batch_size); extra defaulted keywords are allowed
     def encode(self, texts: Sequence[str], *, kind: TextKind = ..., batch_size: int = ...) -> np.ndarray: ...
-
-
-@dataclass
-class SearchSpec:
-    """One request, validated: text queries or index-space vectors, and what to return."""
-
-    texts: list[str] | None
-    vectors: np.ndarray | None  # (n, dim) index space, when the request gave vectors
-    k: int
-    filter: dict[str, Any] | None = None
-    min_score: float | None = None
-    include: Sequence[str] = ()
-    tokens: list[int] | None = None  # per text, as the encoder will see them (app/fairness.py)
-    embed: TextKind | None = None  # POST /embed: return the index-space vectors of `texts`, no search
-    mode: str = "dense"  # dense | lexical | hybrid, resolved against the bundle (app/retrieval_modes.py)
-
-    @property
-    def n(self) -> int:
-        return len(self.texts) if self.texts is not None else len(self.vectors)  # type: ignore[arg-type]
-
-
-@dataclass
-class SearchAnswer:
-    hits: list[list[Hit]]  # per query, best first
-    encode_ms: float  # shared by the micro-batch the request was part of
-    search_ms: float
-    vectors: np.ndarray | None = None  # (n, dim) index space, for an `embed` spec
 
 
 @dataclass
@@ -157,35 +130,8 @@ class LiveBundle:
         return [len(row) for row in ids["input_ids"]]
 
     def vectors_to_index_space(self, vectors: Sequence[Sequence[float]], field_name: str) -> np.ndarray:
-        dim = self.bundle.index.dim
-        bad = [i for i, v in enumerate(vectors) if len(v) != dim]
-        if bad:
-            where = field_name if field_name == "vector" else f"{field_name}[{bad[0]}]"
-            raise InvalidInputError(
-                f"body.{where}: has {len(vectors[bad[0]])} numbers, the model's dimension is {dim}"
-            )
-        wide = np.asarray(vectors, dtype=np.float64)  # (n, dim); float64 so huge norms do not overflow
-        if not np.isfinite(wide).all():
-            raise InvalidInputError(f"body.{field_name}: contains NaN or infinite values")
-        if self.encoder.metric == "cosine":
-            # scores are cosines only for unit queries (the documents are unit rows): normalise, so a
-            # vector of 1e38s scores like its direction instead of 6e37 (or inf, then null, at 3e38).
-            # Divide by the largest entry first: squaring 1e300 would overflow even float64.
-            peak = np.abs(wide).max(axis=1, keepdims=True)  # (n, 1)
-            if not (peak > 0).all():
-                raise InvalidInputError(f"body.{field_name}: a zero vector has no direction to search")
-            unit = wide / peak
-            unit /= np.linalg.norm(unit, axis=1, keepdims=True)
-            return self.encoder.to_index_space(unit.astype(np.float32))
-        out = self.encoder.to_index_space(wide.astype(np.float32))  # (n, dim)
-        # -1/2 ||q - d||^2 must stay finite in float32 (max 3.4e38) for every document d
-        if not (
-            np.isfinite(out).all() and (np.linalg.norm(out.astype(np.float64), axis=1) < MAX_QUERY_NORM).all()
-        ):
-            raise InvalidInputError(
-                f"body.{field_name}: the vector's norm is too large (at most {MAX_QUERY_NORM:g})"
-            )
-        return out
+        """A request's raw vectors -> index-space queries (n, dim); 422 naming the field when unusable."""
+        return query_vectors.to_index_space(self.encoder, self.bundle.index.dim, vectors, field_name)
 
     def allowed_positions(self, filter_: dict[str, Any] | None) -> np.ndarray | None:
         if not filter_:
@@ -205,6 +151,29 @@ class LiveBundle:
         the failing request's slot only, when it can be pinned to one request.
         """
         t0 = time.perf_counter()
+        queries = self._queries(specs)
+        t1 = time.perf_counter()
+        rows = self._search(specs, queries)
+        t2 = time.perf_counter()
+        encode_ms, search_ms = (t1 - t0) * 1000, (t2 - t1) * 1000
+        out: list[SearchAnswer | Exception] = []
+        for i, (s, r) in enumerate(zip(specs, rows, strict=True)):
+            if s.embed is not None:
+                out.append(SearchAnswer([], encode_ms, 0.0, vectors=queries[i]))
+                continue
+            if isinstance(r, Exception):
+                out.append(r)
+                continue
+            try:
+                out.append(
+                    SearchAnswer(self.hits(r, min_score=s.min_score, include=s.include), encode_ms, search_ms)
+                )
+            except Exception as exc:
+                out.append(exc)
+        return out
+
+    def _queries(self, specs: Sequence[SearchSpec]) -> list[np.ndarray]:
+        """Each spec's index-space queries (n_i, dim): every text encoded in one call, vectors as given."""
         texts = [
             t
             for s in specs
@@ -227,8 +196,11 @@ class LiveBundle:
             else:
                 assert s.vectors is not None
                 queries.append(s.vectors)
-        t1 = time.perf_counter()
-        rows: list[list[tuple[np.ndarray, np.ndarray]] | Exception] = [[] for _ in specs]
+        return queries
+
+    def _search(self, specs: Sequence[SearchSpec], queries: list[np.ndarray]) -> list[Rows | Exception]:
+        """(positions, scores) per query of each search spec: plain dense ones in one call, the rest alone."""
+        rows: list[Rows | Exception] = [[] for _ in specs]
         plain = [i for i, s in enumerate(specs) if not s.filter and s.embed is None and s.mode == "dense"]
         if plain:
             stacked = np.concatenate([queries[i] for i in plain])  # (n_plain, dim)
@@ -257,23 +229,7 @@ class LiveBundle:
                     )
                 except Exception as exc:  # one request's bad filter must not fail its batch-mates
                     rows[i] = exc
-        t2 = time.perf_counter()
-        encode_ms, search_ms = (t1 - t0) * 1000, (t2 - t1) * 1000
-        out: list[SearchAnswer | Exception] = []
-        for i, (s, r) in enumerate(zip(specs, rows, strict=True)):
-            if s.embed is not None:
-                out.append(SearchAnswer([], encode_ms, 0.0, vectors=queries[i]))
-                continue
-            if isinstance(r, Exception):
-                out.append(r)
-                continue
-            try:
-                out.append(
-                    SearchAnswer(self.hits(r, min_score=s.min_score, include=s.include), encode_ms, search_ms)
-                )
-            except Exception as exc:
-                out.append(exc)
-        return out
+        return rows
 
     def hits(
         self, rows: list[tuple[np.ndarray, np.ndarray]], *, min_score: float | None, include: Sequence[str]

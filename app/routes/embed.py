@@ -27,7 +27,8 @@ from app.embed_schemas import (
     OpenAIUsage,
 )
 from app.errors import InvalidInputError, ResponseTooLargeError
-from app.service import LiveBundle, SearchAnswer, SearchSpec
+from app.search_spec import SearchAnswer, SearchSpec
+from app.service import LiveBundle
 from app.settings import Settings
 
 router = APIRouter(tags=["embed"])

@@ -11,7 +11,7 @@ from fastapi import APIRouter
 from app.deps import HotSwapDep, RunnerDep, SettingsDep
 from app.errors import NotReadyError, QueueFullError
 from app.schemas import ReadyResponse
-from app.service import SearchSpec
+from app.search_spec import SearchSpec
 from contract.errors import NoLiveBundle
 from contract.index_backend import readiness_problems
 
