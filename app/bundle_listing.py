@@ -11,8 +11,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from app.bundle_schemas import BundleEntry, BundlesResponse, Unreadable
 from app.hot_swap import HotSwap
-from app.schemas import BundleEntry, BundlesResponse, Unreadable
 from contract.bundle_folder import GATE_LOG
 
 logger = logging.getLogger(__name__)

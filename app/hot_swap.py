@@ -24,10 +24,10 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from app.bundle_schemas import LoadFailure
 from app.metrics import AppMetrics
 from app.mutations import MutationApplier
 from app.query_cache import QueryCache
-from app.schemas import LoadFailure
 from app.search_spec import SearchSpec
 from app.service import LiveBundle, open_live_bundle
 from app.settings import Settings

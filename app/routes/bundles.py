@@ -7,8 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from app.bundle_listing import describe
+from app.bundle_schemas import ActivateResponse, BundlesResponse
 from app.deps import ApiKeyDep, HotSwapDep
-from app.schemas import ActivateResponse, BundlesResponse
 
 router = APIRouter(tags=["bundles"])
 
