@@ -8,7 +8,9 @@ inference executor, never on the event loop.
 
 from __future__ import annotations
 
+import copy
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -58,6 +60,8 @@ class LiveBundle:
     cache: QueryCache | None = None  # query embeddings (app/query_cache.py); shared across bundles
     # documents upserted / deleted since the bundle was built (contract/overlay.py, app/mutations.py)
     overlay: Overlay = field(init=False)
+    _counter: Any = field(init=False, default=None, repr=False)  # count_tokens' own tokenizer copy
+    _count_lock: threading.Lock = field(init=False, default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
         self.overlay = Overlay.for_bundle(self.bundle)
@@ -123,10 +127,18 @@ class LiveBundle:
         return self.encoder.to_index_space(emb)  # (n, dim)
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        """Tokens per text as the serving model sees them (its tokenizer, cut at its max length)."""
+        """Tokens per text as the serving model sees them (its tokenizer, cut at its max length).
+
+        Runs on request threads while the inference thread encodes: a fast tokenizer keeps its padding
+        and truncation mode as state, so sharing the model's one made a concurrent encode fail ("expected
+        sequence of length 18 at dim 1 (got 10)", tests/app/test_lifecycle.py's hot swap under load).
+        Requests count with a copy of it, one at a time."""
         model = self.encoder.model
         limit = int(model.max_seq_length or 512)
-        ids = model.tokenizer(list(texts), add_special_tokens=True, truncation=True, max_length=limit)
+        with self._count_lock:
+            if self._counter is None:
+                self._counter = copy.deepcopy(model.tokenizer)
+            ids = self._counter(list(texts), add_special_tokens=True, truncation=True, max_length=limit)
         return [len(row) for row in ids["input_ids"]]
 
     def vectors_to_index_space(self, vectors: Sequence[Sequence[float]], field_name: str) -> np.ndarray:
