@@ -1,9 +1,8 @@
 """`Client` (sync) and `AsyncClient` for the infonce-search API, on httpx.
 
 Both build the same requests and read answers the same way (infonce_search/api_requests.py): a 2xx
-body as
-plain JSON (dicts and lists, exactly the server's documented shapes, see /docs), anything else as the
-typed exception of `infonce_search.errors`. This package imports neither `app` nor `training`: it is
+body as plain JSON (dicts and lists, exactly the server's documented shapes, see /docs), anything else
+as the typed exception of `infonce_search.errors`. This package imports neither `app` nor `training`: it is
 all a remote caller needs.
 """
 
