@@ -26,7 +26,7 @@ from pydantic import AliasChoices, BaseModel, Field
 from contract.atomic import fsync_dir, write_text_atomic
 from contract.bundle import GATE_FILE, VERSION_RE, Bundle, load_bundle, read_manifest, validate
 from contract.errors import BundleInvalid, BundleNotFound, NoLiveBundle
-from contract.mutation_log import seq_of_manifest
+from contract.mutation_types import seq_of_manifest
 
 if TYPE_CHECKING:
     from contract.index_backend import IndexOpener, IndexPointer
