@@ -42,6 +42,22 @@ class State(TypedDict):
     job_queue: JobQueue
 
 
+def _runner(settings: Settings, inference: Inference, metrics: AppMetrics) -> MicroBatcher | DirectRunner:
+    """How searches reach the inference thread: micro-batched, or one request per call."""
+    if settings.microbatch_enabled:
+        return MicroBatcher(
+            inference,
+            max_size=settings.microbatch_max_size,
+            max_wait_s=settings.microbatch_max_wait_ms / 1000,
+            queue_max=settings.queue_max,
+            metrics=metrics,
+            slice_tokens=settings.fair_slice_tokens,
+        )
+    return DirectRunner(
+        inference, queue_max=settings.queue_max, metrics=metrics, slice_tokens=settings.fair_slice_tokens
+    )
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_format)  # root WARNING, ours at log_level
@@ -51,23 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[State]:
         inference = Inference()
         hot_swap = HotSwap(settings, app_metrics)
-        runner: MicroBatcher | DirectRunner
-        if settings.microbatch_enabled:
-            runner = MicroBatcher(
-                inference,
-                max_size=settings.microbatch_max_size,
-                max_wait_s=settings.microbatch_max_wait_ms / 1000,
-                queue_max=settings.queue_max,
-                metrics=app_metrics,
-                slice_tokens=settings.fair_slice_tokens,
-            )
-        else:
-            runner = DirectRunner(
-                inference,
-                queue_max=settings.queue_max,
-                metrics=app_metrics,
-                slice_tokens=settings.fair_slice_tokens,
-            )
+        runner = _runner(settings, inference, app_metrics)
         # the job store the worker reads (the same SEARCH_QUEUE_URL; contract.jobs.queue's defaults)
         assert settings.queue_url is not None  # Settings fills in the default
         job_queue = JobQueue(settings.queue_url, heartbeat_timeout_s=settings.job_heartbeat_timeout_s)

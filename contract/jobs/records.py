@@ -153,7 +153,6 @@ class SqliteRecords:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()  # sqlite3 connections are per thread
         self._opened: list[sqlite3.Connection] = []  # every thread's connection, so close() reaches all
-        self._opened_lock = threading.Lock()
         with self._tx() as db:
             db.execute(
                 "CREATE TABLE IF NOT EXISTS job (id TEXT PRIMARY KEY, created_at REAL NOT NULL, doc TEXT NOT NULL)"
@@ -165,20 +164,17 @@ class SqliteRecords:
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            # still one connection per thread; check_same_thread=False only lets close() end them all
+            # still one per thread: check_same_thread=False only lets close() end them all
             conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn
-            with self._opened_lock:
-                self._opened.append(conn)
+            self._opened.append(conn)  # list.append is atomic: threads never lose one
         return conn
 
     def close(self) -> None:
         """Close every thread's connection (the API's lifespan ends); a later call opens a new one."""
-        with self._opened_lock:
-            opened, self._opened = self._opened, []
-            self._local = threading.local()
+        opened, self._opened, self._local = self._opened, [], threading.local()
         for conn in opened:
             conn.close()
 
