@@ -22,8 +22,8 @@ def test_a_load_that_current_moved_away_from_is_not_swapped_in(tmp_path, staged)
     bundles = tmp_path / "bundles"
     a = publish(staged["A"], bundles)
     store = BundleStore(bundles)
-    holder = HotSwap(make_settings(bundles, reload_poll_seconds=0), AppMetrics())
-    real_open = holder._open
+    hot_swap = HotSwap(make_settings(bundles, reload_poll_seconds=0), AppMetrics())
+    real_open = hot_swap._open
 
     def open_while_another_process_rolls_back(version: str):
         live = real_open(version)
@@ -31,19 +31,19 @@ def test_a_load_that_current_moved_away_from_is_not_swapped_in(tmp_path, staged)
         return live
 
     async def scenario() -> str:
-        await holder.sync()
-        assert holder.live is not None and holder.live.version == a
+        await hot_swap.sync()
+        assert hot_swap.live is not None and hot_swap.live.version == a
         b = publish(staged["B"], bundles)
         assert store.current_version() == b
-        holder._open = open_while_another_process_rolls_back  # type: ignore[method-assign]
-        await holder.sync()  # loads b; CURRENT says a by the time the load is done
+        hot_swap._open = open_while_another_process_rolls_back  # type: ignore[method-assign]
+        await hot_swap.sync()  # loads b; CURRENT says a by the time the load is done
         return b
 
     b = asyncio.run(scenario())
     assert b != a
-    assert holder.live is not None and holder.live.version == a, "a stale version was swapped in"
+    assert hot_swap.live is not None and hot_swap.live.version == a, "a stale version was swapped in"
     assert store.current_version() == a
-    assert b not in holder._failed  # not a failure: a later poll may load b again if CURRENT names it
+    assert b not in hot_swap._failed  # not a failure: a later poll may load b again if CURRENT names it
 
 
 def test_polls_during_an_activation_never_swap_the_old_version_back(tmp_path, staged):
@@ -52,29 +52,29 @@ def test_polls_during_an_activation_never_swap_the_old_version_back(tmp_path, st
     b = publish(staged["B"], bundles)
     store = BundleStore(bundles)
     store.activate(a)
-    holder = HotSwap(make_settings(bundles, reload_poll_seconds=0), AppMetrics())
+    hot_swap = HotSwap(make_settings(bundles, reload_poll_seconds=0), AppMetrics())
     seen: list[tuple[str | None, str | None]] = []
-    real_activate = holder.folder.activate
+    real_activate = hot_swap.folder.activate
 
     def slow_current_write(version: str) -> None:
         time.sleep(0.3)  # widen the window between the swap and the CURRENT write
         real_activate(version)
 
-    holder.folder.activate = slow_current_write  # type: ignore[method-assign]
+    hot_swap.folder.activate = slow_current_write  # type: ignore[method-assign]
 
     async def scenario() -> None:
-        await holder.sync()
-        assert holder.live is not None and holder.live.version == a
-        activation = asyncio.create_task(holder.activate(b))
+        await hot_swap.sync()
+        assert hot_swap.live is not None and hot_swap.live.version == a
+        activation = asyncio.create_task(hot_swap.activate(b))
         await asyncio.sleep(0)  # activation holds the lock and is loading b in a thread
-        polls = [asyncio.create_task(holder.sync()) for _ in range(3)]  # what the poller would do now
+        polls = [asyncio.create_task(hot_swap.sync()) for _ in range(3)]  # what the poller would do now
         await activation
-        seen.append((holder.live.version if holder.live else None, store.current_version()))
+        seen.append((hot_swap.live.version if hot_swap.live else None, store.current_version()))
         await asyncio.gather(*polls)
 
     asyncio.run(scenario())
     assert seen == [(b, b)]  # activation finished with live and CURRENT agreeing
-    assert holder.live is not None and holder.live.version == b, "a poll swapped the old version back in"
+    assert hot_swap.live is not None and hot_swap.live.version == b, "a poll swapped the old version back in"
     assert store.current_version() == b
 
 
@@ -98,13 +98,13 @@ def test_activation_loads_the_model_once_and_publishing_never(tmp_path, staged, 
     BundleStore(bundles).activate(b)  # the CLI's roll forward: validate only
     BundleStore(bundles).activate(a)
     assert loads == []
-    holder = HotSwap(make_settings(bundles, reload_poll_seconds=0), AppMetrics())
+    hot_swap = HotSwap(make_settings(bundles, reload_poll_seconds=0), AppMetrics())
 
     async def scenario() -> None:
-        await holder.sync()  # serves a: one load
+        await hot_swap.sync()  # serves a: one load
         assert len(loads) == 1
-        await holder.activate(b)  # load b to serve it, then point CURRENT at it
-        assert holder.live is not None and holder.live.version == b
+        await hot_swap.activate(b)  # load b to serve it, then point CURRENT at it
+        assert hot_swap.live is not None and hot_swap.live.version == b
 
     asyncio.run(scenario())
     assert len(loads) == 2 and loads[1].endswith(f"{b}/model")
