@@ -37,7 +37,8 @@ from typing import Any, TypeVar
 from app.errors import QueueFullError
 from app.fairness import run_sliced
 from app.metrics import AppMetrics
-from app.service import LiveBundle, SearchAnswer, SearchSpec
+from app.search_spec import SearchAnswer, SearchSpec
+from app.service import LiveBundle
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

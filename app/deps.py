@@ -9,17 +9,17 @@ from fastapi import Depends, Request
 
 from app.batching import DirectRunner, MicroBatcher
 from app.errors import MissingApiKeyError, WrongApiKeyError
+from app.hot_swap import HotSwap
 from app.metrics import AppMetrics
 from app.settings import Settings
-from app.store import BundleHolder
 
 
 def get_settings(request: Request) -> Settings:
     return request.state.settings
 
 
-def get_holder(request: Request) -> BundleHolder:
-    return request.state.holder
+def get_hot_swap(request: Request) -> HotSwap:
+    return request.state.hot_swap
 
 
 def get_runner(request: Request) -> MicroBatcher | DirectRunner:
@@ -31,7 +31,7 @@ def get_metrics(request: Request) -> AppMetrics:
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-HolderDep = Annotated[BundleHolder, Depends(get_holder)]
+HotSwapDep = Annotated[HotSwap, Depends(get_hot_swap)]
 RunnerDep = Annotated[MicroBatcher | DirectRunner, Depends(get_runner)]
 MetricsDep = Annotated[AppMetrics, Depends(get_metrics)]
 

@@ -1,7 +1,6 @@
 """Every error the API returns, from one table (text-embeddings-inference style).
 
 ServiceError                 base (500 internal)
-├── NoLiveBundleError        503 no_live_bundle: nothing is loaded yet, or CURRENT is missing
 ├── NotReadyError            503 not_ready: /readyz checks failed (the reason is in the message)
 ├── QueueFullError           429 queue_full: the micro-batching queue is at `queue_max`
 ├── MissingApiKeyError       401 missing_api_key
@@ -13,7 +12,8 @@ ServiceError                 base (500 internal)
     │                            token budget)
     └── ResponseTooLargeError 422 response_too_large: the answer would exceed max_response_bytes
 
-Domain errors from `contract.errors` map through `DOMAIN_STATUS` (most specific class wins). Request
+Domain errors from `contract.errors` map through `DOMAIN_STATUS` (most specific class wins); among
+them `NoLiveBundle`, 503 no_live_bundle: nothing is loaded yet, or CURRENT is missing. Request
 shape errors come from pydantic and are reshaped to the same body, naming the field:
 `{"error": {"code": "invalid_request", "message": "body.top_k: …", "details": [...]}}`.
 Anything else is a 500 with a generic message; its stack trace goes to the log, never to the client.
@@ -44,11 +44,6 @@ class ServiceError(Exception):
         super().__init__(message)
         self.message = message
         self.headers = headers
-
-
-class NoLiveBundleError(ServiceError):
-    status_code = 503
-    code = "no_live_bundle"
 
 
 class NotReadyError(ServiceError):
@@ -104,6 +99,7 @@ DOMAIN_STATUS: dict[type[domain.InfonceSearchError], int] = {
     domain.ModelLoadError: 409,
     domain.BundleError: 409,
     domain.IndexBuildError: 422,
+    domain.InvalidQuery: 422,  # a search the index cannot answer as asked: the client's input
     domain.DataError: 422,
     domain.ConfigError: 422,
     domain.JobError: 409,
@@ -145,7 +141,8 @@ async def _service_error(request: Request, exc: Exception) -> JSONResponse:
 async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, domain.InfonceSearchError)
     status = domain_status(exc)
-    log = logger.error if status >= 500 else logger.info
+    # nothing live is a state, not a fault: every request says so until a bundle loads
+    log = logger.error if status >= 500 and not isinstance(exc, domain.NoLiveBundle) else logger.info
     log("%s %s -> %d %s: %s", request.method, request.url.path, status, exc.code, exc)
     return JSONResponse(error_body(exc.code, str(exc)), status_code=status)
 

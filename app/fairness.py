@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from app.service import SearchAnswer, SearchSpec
+from app.search_spec import SearchAnswer, SearchSpec
 
 
 def slices(spec: SearchSpec, max_tokens: int) -> list[SearchSpec]:

@@ -10,18 +10,21 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import TypedDict
 
 from fastapi import FastAPI
 
 from app.batching import DirectRunner, Inference, MicroBatcher
+from app.bundle_listing import read_gate_log
 from app.errors import install_error_handlers
+from app.hot_swap import HotSwap
 from app.metrics import AppMetrics, MetricsMiddleware
 from app.middleware import BodyLimitMiddleware
 from app.openapi import install_openapi
 from app.routes import bundles, documents, embed, gap, health, jobs, metrics, search, ui
 from app.settings import Settings
-from app.store import BundleHolder
+from contract.jobs.queue import JobQueue
 from contract.log_setup import configure_logging
 
 logger = logging.getLogger(__name__)
@@ -33,9 +36,26 @@ documents + generalization-gap report). Errors always have the body
 
 class State(TypedDict):
     settings: Settings
-    holder: BundleHolder
+    hot_swap: HotSwap
     runner: MicroBatcher | DirectRunner
     metrics: AppMetrics
+    job_queue: JobQueue
+
+
+def _runner(settings: Settings, inference: Inference, metrics: AppMetrics) -> MicroBatcher | DirectRunner:
+    """How searches reach the inference thread: micro-batched, or one request per call."""
+    if settings.microbatch_enabled:
+        return MicroBatcher(
+            inference,
+            max_size=settings.microbatch_max_size,
+            max_wait_s=settings.microbatch_max_wait_ms / 1000,
+            queue_max=settings.queue_max,
+            metrics=metrics,
+            slice_tokens=settings.fair_slice_tokens,
+        )
+    return DirectRunner(
+        inference, queue_max=settings.queue_max, metrics=metrics, slice_tokens=settings.fair_slice_tokens
+    )
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -46,37 +66,33 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[State]:
         inference = Inference()
-        holder = BundleHolder(settings, app_metrics)
-        runner: MicroBatcher | DirectRunner
-        if settings.microbatch_enabled:
-            runner = MicroBatcher(
-                inference,
-                max_size=settings.microbatch_max_size,
-                max_wait_s=settings.microbatch_max_wait_ms / 1000,
-                queue_max=settings.queue_max,
-                metrics=app_metrics,
-                slice_tokens=settings.fair_slice_tokens,
-            )
-        else:
-            runner = DirectRunner(
-                inference,
-                queue_max=settings.queue_max,
-                metrics=app_metrics,
-                slice_tokens=settings.fair_slice_tokens,
-            )
+        hot_swap = HotSwap(settings, app_metrics)
+        runner = _runner(settings, inference, app_metrics)
+        # the job store the worker reads (the same SEARCH_QUEUE_URL; contract.jobs.queue's defaults)
+        assert settings.queue_url is not None  # Settings fills in the default
+        job_queue = JobQueue(settings.queue_url, heartbeat_timeout_s=settings.job_heartbeat_timeout_s)
         await runner.start()
-        await holder.start()
+        await hot_swap.start()
         # series read at scrape time: gate decisions from the bundles folder, jobs from the job store
-        app_metrics.records.gate_log = holder.gate_log
-        app_metrics.records.job_counts = lambda: jobs.job_counts(app, settings)
+        app_metrics.records.gate_log = partial(read_gate_log, hot_swap.folder.root)
+        app_metrics.records.job_counts = partial(jobs.job_counts, job_queue)
         # also on app.state, for operators' scripts and tests that need to look inside
-        app.state.holder, app.state.runner, app.state.inference = holder, runner, inference
+        app.state.hot_swap, app.state.runner, app.state.inference = hot_swap, runner, inference
+        app.state.job_queue = job_queue
+        state: State = {
+            "settings": settings,
+            "hot_swap": hot_swap,
+            "runner": runner,
+            "metrics": app_metrics,
+            "job_queue": job_queue,
+        }
         try:
-            yield {"settings": settings, "holder": holder, "runner": runner, "metrics": app_metrics}
+            yield state
         finally:
-            await holder.stop()
+            await hot_swap.stop()
             await runner.stop()
             inference.shutdown()
+            job_queue.close()
 
     app = FastAPI(
         title="infonce-search",

@@ -46,6 +46,14 @@ class AppMetrics:
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
         GCCollector(registry=r)
+        self._request_metrics(r)
+        self._work_metrics(r)
+        self._bundle_metrics(r)
+        self.records = _RecordsCollector()
+        r.register(self.records)
+
+    def _request_metrics(self, r: CollectorRegistry) -> None:
+        """HTTP traffic: requests and latency by route template."""
         self.requests = Counter(
             "search_http_requests",
             "HTTP requests by route template and status.",
@@ -59,6 +67,9 @@ class AppMetrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
+
+    def _work_metrics(self, r: CollectorRegistry) -> None:
+        """The inference path: encoder and index time, micro-batch sizes, queue depth."""
         self.encode_seconds = Histogram(
             "search_encode_duration_seconds",
             "Encoder time per micro-batch (or per request with micro-batching off), queries or /embed texts.",
@@ -80,6 +91,9 @@ class AppMetrics:
         self.queue_depth = Gauge(
             "search_queue_depth", "Searches waiting for the inference thread.", registry=r
         )
+
+    def _bundle_metrics(self, r: CollectorRegistry) -> None:
+        """What serves: the live bundle, its index, the query cache, loads and fallback."""
         self.bundle = Info(
             "search_bundle", "The live bundle: version, query encoder backend, metric.", registry=r
         )
@@ -101,8 +115,6 @@ class AppMetrics:
             "1 while serving an older version because the one CURRENT names failed to load at startup.",
             registry=r,
         )
-        self.records = _RecordsCollector()
-        r.register(self.records)
 
     def set_live(
         self, version: str, *, n_vectors: int, recall: float | None, backend: str, metric: str

@@ -37,8 +37,9 @@ from contract.encoder import document_text
 from contract.mutation_log import Mutation, MutationLog, MutationLogError, NewDocument, ReplicaState
 
 
-class BundleHolder(Protocol):
-    """What this module needs of app.store.BundleHolder (which imports this module)."""
+class LiveSlot(Protocol):
+    """Where the served bundle is held: `live` is swapped by one assignment (app.hot_swap.HotSwap is
+    one; it imports this module)."""
 
     live: LiveBundle | None
 
@@ -121,19 +122,19 @@ class MutationApplier:
         return applied
 
     # -- event loop ---------------------------------------------------------------------------------
-    async def catch_up(self, holder: BundleHolder) -> None:
+    async def catch_up(self, slot: LiveSlot) -> None:
         """Apply everything in the log to what this process serves now (writes and poller ticks)."""
         async with self._lock:
-            live = holder.live
+            live = slot.live
             if live is not None:
                 await asyncio.to_thread(self.replay, live)
             await asyncio.to_thread(self._observe, live)
 
-    async def swap_in(self, holder: BundleHolder, live: LiveBundle) -> LiveBundle | None:
+    async def swap_in(self, slot: LiveSlot, live: LiveBundle) -> LiveBundle | None:
         """Bring a freshly loaded bundle up to the log's head and make it live, under the apply lock."""
         async with self._lock:
             await asyncio.to_thread(self.replay, live)
-            previous, holder.live = holder.live, live  # the swap: one reference
+            previous, slot.live = slot.live, live  # the swap: one reference
         await asyncio.to_thread(self._observe, live)
         return previous
 

@@ -8,7 +8,9 @@ inference executor, never on the event loop.
 
 from __future__ import annotations
 
+import copy
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -18,20 +20,17 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from app import retrieval_modes
+from app import query_vectors, retrieval_modes
 from app.encoder_choice import choose_backend, load_backend
-from app.errors import InvalidInputError
 from app.query_cache import QueryCache
 from app.schemas import Hit
-from contract.bundle import Bundle
+from app.search_spec import SearchAnswer, SearchSpec
+from contract.bundle import Bundle, mismatches
 from contract.encoder import Encoder, TextKind
 from contract.overlay import Overlay
 
 logger = logging.getLogger(__name__)
 
-# largest accepted AnInfoNCE query norm after sqrt(Lambda) scaling: its squared distance to any document
-# stays far below float32's 3.4e38, so scores are finite
-MAX_QUERY_NORM = 1e15
 # Settings.encode_batch_size when unset. Measured on scifact queries (bench/load_bench.py prints it):
 # torch encodes one query in 11.9 ms but 4.9 ms/query in length-sorted chunks of 8; onnxruntime costs
 # about the same either way (int8 2.1 vs 1.9 ms), so for it batching texts only adds padding.
@@ -39,37 +38,13 @@ MAX_QUERY_NORM = 1e15
 DEFAULT_ENCODE_BATCH_SIZE = {"torch": 8, "onnx": 1, "onnx-int8": 1, "distilled": 1, "static": 64}
 
 
+Rows = list[tuple[np.ndarray, np.ndarray]]  # per query: (positions int64, scores float32), best first
+
+
 class QueryEncoder(Protocol):
     # matches both Encoder.encode (kind: TextKind, plus batch_size/show_progress) and
     # OnnxQueryEncoder.encode (kind: str, plus batch_size); extra defaulted keywords are allowed
     def encode(self, texts: Sequence[str], *, kind: TextKind = ..., batch_size: int = ...) -> np.ndarray: ...
-
-
-@dataclass
-class SearchSpec:
-    """One request, validated: text queries or index-space vectors, and what to return."""
-
-    texts: list[str] | None
-    vectors: np.ndarray | None  # (n, dim) index space, when the request gave vectors
-    k: int
-    filter: dict[str, Any] | None = None
-    min_score: float | None = None
-    include: Sequence[str] = ()
-    tokens: list[int] | None = None  # per text, as the encoder will see them (app/fairness.py)
-    embed: TextKind | None = None  # POST /embed: return the index-space vectors of `texts`, no search
-    mode: str = "dense"  # dense | lexical | hybrid, resolved against the bundle (app/retrieval_modes.py)
-
-    @property
-    def n(self) -> int:
-        return len(self.texts) if self.texts is not None else len(self.vectors)  # type: ignore[arg-type]
-
-
-@dataclass
-class SearchAnswer:
-    hits: list[list[Hit]]  # per query, best first
-    encode_ms: float  # shared by the micro-batch the request was part of
-    search_ms: float
-    vectors: np.ndarray | None = None  # (n, dim) index space, for an `embed` spec
 
 
 @dataclass
@@ -85,6 +60,8 @@ class LiveBundle:
     cache: QueryCache | None = None  # query embeddings (app/query_cache.py); shared across bundles
     # documents upserted / deleted since the bundle was built (contract/overlay.py, app/mutations.py)
     overlay: Overlay = field(init=False)
+    _counter: Any = field(init=False, default=None, repr=False)  # count_tokens' own tokenizer copy
+    _count_lock: threading.Lock = field(init=False, default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
         self.overlay = Overlay.for_bundle(self.bundle)
@@ -102,7 +79,10 @@ class LiveBundle:
         return self.bundle.index.ntotal
 
     def consistency_problems(self) -> list[str]:
-        """Why encoder, index and documents might not belong together (empty = consistent)."""
+        """Why encoder, index and documents might not belong together (empty = consistent).
+
+        The parts against the manifest are contract.bundle.mismatches, the check load_bundle ends with;
+        the folder, the version and the encoder's source are what can drift while a bundle serves."""
         b, m = self.bundle, self.bundle.manifest
         problems = []
         if not Path(b.path).is_dir():  # deleted while serving: this process still holds it in memory
@@ -111,16 +91,11 @@ class LiveBundle:
             problems.append(f"manifest version {m.version} != bundle {self.version}")
         if Path(self.encoder.source).resolve().parent != Path(b.path).resolve():
             problems.append(f"encoder {self.encoder.source} is not from bundle folder {b.path}")
-        if self.encoder.dim != b.index.dim:
-            problems.append(f"encoder dim {self.encoder.dim} != index dim {b.index.dim}")
-        if not (b.index.ntotal == len(b.doc_ids) == len(b.docstore) == m.n_vectors):
-            problems.append(
-                f"index has {b.index.ntotal} vectors, ids {len(b.doc_ids)}, documents {len(b.docstore)}, "
-                f"manifest {m.n_vectors}"
-            )
-        return problems
+        return problems + mismatches(b)
 
-    def model_identity(self) -> dict[str, Any]:
+    def serving_summary(self) -> dict[str, Any]:
+        """What this bundle serves with: base model, similarity, index, query encoder, code version (the
+        `model` of /generalization-gap and /ui/overview; the report's own `model` is the trained one)."""
         m = self.bundle.manifest
         return {
             "base_model": m.base_model,
@@ -152,42 +127,23 @@ class LiveBundle:
         return self.encoder.to_index_space(emb)  # (n, dim)
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        """Tokens per text as the serving model sees them (its tokenizer, cut at its max length)."""
+        """Tokens per text as the serving model sees them (its tokenizer, cut at its max length).
+
+        Runs on request threads while the inference thread encodes: a fast tokenizer keeps its padding
+        and truncation mode as state, so sharing the model's one made a concurrent encode fail ("expected
+        sequence of length 18 at dim 1 (got 10)", tests/app/test_lifecycle.py's hot swap under load).
+        Requests count with a copy of it, one at a time."""
         model = self.encoder.model
         limit = int(model.max_seq_length or 512)
-        ids = model.tokenizer(list(texts), add_special_tokens=True, truncation=True, max_length=limit)
+        with self._count_lock:
+            if self._counter is None:
+                self._counter = copy.deepcopy(model.tokenizer)
+            ids = self._counter(list(texts), add_special_tokens=True, truncation=True, max_length=limit)
         return [len(row) for row in ids["input_ids"]]
 
     def vectors_to_index_space(self, vectors: Sequence[Sequence[float]], field_name: str) -> np.ndarray:
-        dim = self.bundle.index.dim
-        bad = [i for i, v in enumerate(vectors) if len(v) != dim]
-        if bad:
-            where = field_name if field_name == "vector" else f"{field_name}[{bad[0]}]"
-            raise InvalidInputError(
-                f"body.{where}: has {len(vectors[bad[0]])} numbers, the model's dimension is {dim}"
-            )
-        wide = np.asarray(vectors, dtype=np.float64)  # (n, dim); float64 so huge norms do not overflow
-        if not np.isfinite(wide).all():
-            raise InvalidInputError(f"body.{field_name}: contains NaN or infinite values")
-        if self.encoder.metric == "cosine":
-            # scores are cosines only for unit queries (the documents are unit rows): normalise, so a
-            # vector of 1e38s scores like its direction instead of 6e37 (or inf, then null, at 3e38).
-            # Divide by the largest entry first: squaring 1e300 would overflow even float64.
-            peak = np.abs(wide).max(axis=1, keepdims=True)  # (n, 1)
-            if not (peak > 0).all():
-                raise InvalidInputError(f"body.{field_name}: a zero vector has no direction to search")
-            unit = wide / peak
-            unit /= np.linalg.norm(unit, axis=1, keepdims=True)
-            return self.encoder.to_index_space(unit.astype(np.float32))
-        out = self.encoder.to_index_space(wide.astype(np.float32))  # (n, dim)
-        # -1/2 ||q - d||^2 must stay finite in float32 (max 3.4e38) for every document d
-        if not (
-            np.isfinite(out).all() and (np.linalg.norm(out.astype(np.float64), axis=1) < MAX_QUERY_NORM).all()
-        ):
-            raise InvalidInputError(
-                f"body.{field_name}: the vector's norm is too large (at most {MAX_QUERY_NORM:g})"
-            )
-        return out
+        """A request's raw vectors -> index-space queries (n, dim); 422 naming the field when unusable."""
+        return query_vectors.to_index_space(self.encoder, self.bundle.index.dim, vectors, field_name)
 
     def allowed_positions(self, filter_: dict[str, Any] | None) -> np.ndarray | None:
         if not filter_:
@@ -207,6 +163,29 @@ class LiveBundle:
         the failing request's slot only, when it can be pinned to one request.
         """
         t0 = time.perf_counter()
+        queries = self._queries(specs)
+        t1 = time.perf_counter()
+        rows = self._search(specs, queries)
+        t2 = time.perf_counter()
+        encode_ms, search_ms = (t1 - t0) * 1000, (t2 - t1) * 1000
+        out: list[SearchAnswer | Exception] = []
+        for i, (s, r) in enumerate(zip(specs, rows, strict=True)):
+            if s.embed is not None:
+                out.append(SearchAnswer([], encode_ms, 0.0, vectors=queries[i]))
+                continue
+            if isinstance(r, Exception):
+                out.append(r)
+                continue
+            try:
+                out.append(
+                    SearchAnswer(self.hits(r, min_score=s.min_score, include=s.include), encode_ms, search_ms)
+                )
+            except Exception as exc:
+                out.append(exc)
+        return out
+
+    def _queries(self, specs: Sequence[SearchSpec]) -> list[np.ndarray]:
+        """Each spec's index-space queries (n_i, dim): every text encoded in one call, vectors as given."""
         texts = [
             t
             for s in specs
@@ -229,8 +208,11 @@ class LiveBundle:
             else:
                 assert s.vectors is not None
                 queries.append(s.vectors)
-        t1 = time.perf_counter()
-        rows: list[list[tuple[np.ndarray, np.ndarray]] | Exception] = [[] for _ in specs]
+        return queries
+
+    def _search(self, specs: Sequence[SearchSpec], queries: list[np.ndarray]) -> list[Rows | Exception]:
+        """(positions, scores) per query of each search spec: plain dense ones in one call, the rest alone."""
+        rows: list[Rows | Exception] = [[] for _ in specs]
         plain = [i for i, s in enumerate(specs) if not s.filter and s.embed is None and s.mode == "dense"]
         if plain:
             stacked = np.concatenate([queries[i] for i in plain])  # (n_plain, dim)
@@ -259,23 +241,7 @@ class LiveBundle:
                     )
                 except Exception as exc:  # one request's bad filter must not fail its batch-mates
                     rows[i] = exc
-        t2 = time.perf_counter()
-        encode_ms, search_ms = (t1 - t0) * 1000, (t2 - t1) * 1000
-        out: list[SearchAnswer | Exception] = []
-        for i, (s, r) in enumerate(zip(specs, rows, strict=True)):
-            if s.embed is not None:
-                out.append(SearchAnswer([], encode_ms, 0.0, vectors=queries[i]))
-                continue
-            if isinstance(r, Exception):
-                out.append(r)
-                continue
-            try:
-                out.append(
-                    SearchAnswer(self.hits(r, min_score=s.min_score, include=s.include), encode_ms, search_ms)
-                )
-            except Exception as exc:
-                out.append(exc)
-        return out
+        return rows
 
     def hits(
         self, rows: list[tuple[np.ndarray, np.ndarray]], *, min_score: float | None, include: Sequence[str]

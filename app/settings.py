@@ -11,6 +11,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from contract.jobs.defaults import DEFAULT_HEARTBEAT_TIMEOUT_S, default_queue_url
+
 EncoderBackend = Literal["auto", "torch", "onnx", "onnx-int8", "distilled", "static"]
 
 
@@ -177,7 +179,7 @@ class Settings(BaseSettings):
         "outside it); the packaged `all-MiniLM-L6-v2` is always allowed by that name.",
     )
     job_heartbeat_timeout_s: float = Field(
-        30.0,
+        DEFAULT_HEARTBEAT_TIMEOUT_S,
         gt=0,
         description="A running job whose worker has not stamped its heartbeat for this long reads as failed "
         "(the worker died); keep it equal to the worker's --heartbeat-timeout.",
@@ -205,7 +207,7 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _default_queue(self) -> Settings:
         if self.queue_url is None:
-            self.queue_url = f"sqlite:///{(self.bundles_dir.parent / 'jobs.db').as_posix()}"
+            self.queue_url = default_queue_url(self.bundles_dir)  # the worker's default too
         return self
 
 

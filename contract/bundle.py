@@ -11,15 +11,14 @@ Building one is training.bundle_build; publishing is training.bundle_store.
     <version>/report/         the training report (report.json + plots), when there was one
     <version>/gate.json       the quality-gate decision, written by BundleStore.publish before the rename
 
-`load_bundle` checks everything it can before anything is served: schema, checksums, dim == index.d,
-ntotal == len(ids) == documents, known metric, encoder dim and similarity == manifest. Any failure is a
-`BundleInvalid` naming the file.
+`validate` is the one check, and it is cheap (the model and the index's vectors are not loaded):
+schema, checksums, files present, dim == index.d, ntotal == len(ids) == documents, known metric, the
+model folder's declared dim and similarity == manifest. Publishing and activating run only it;
+`load_bundle` runs it, then loads. Any failure is a `BundleInvalid` naming the file.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import re
 import secrets
@@ -30,9 +29,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from contract import bundle_parts as parts
+from contract.bundle_parts import sha256_file
 from contract.docstore import DocStore
 from contract.encoder import Encoder
-from contract.errors import BundleInvalid, IndexBuildError, ModelLoadError
+from contract.errors import BundleInvalid, ModelLoadError
 from contract.index_backend import IndexOpener, is_milvus
 from contract.lexical_index import LexicalIndex
 from contract.report_schema import GapReport
@@ -42,7 +43,16 @@ from contract.vector_index import IndexInfo, VectorIndex
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Bundle", "DocStore", "GapReport", "Manifest", "load_bundle", "read_manifest"]
+__all__ = [
+    "Bundle",
+    "DocStore",
+    "GapReport",
+    "Manifest",
+    "load_bundle",
+    "mismatches",
+    "read_manifest",
+    "validate",
+]
 
 MANIFEST_FILE = "manifest.json"
 MODEL_DIR = "model"
@@ -122,14 +132,6 @@ class Bundle:
 
 
 # -- checksums ----------------------------------------------------------------------------------------
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def checksums(folder: Path) -> dict[str, str]:
     """sha256 of every file under `folder` except the manifest and gate decision, by relative path."""
     return {
@@ -155,92 +157,115 @@ def read_manifest(folder: str | Path) -> Manifest:
         raise BundleInvalid(f"{path}: invalid manifest ({problems})") from exc
 
 
+def validate(
+    path: str | Path, *, checksums: bool = True, index_opener: IndexOpener | None = None
+) -> Manifest:
+    """The one bundle check, cheap: the model and the index's vectors are never loaded.
+
+    Schema, listed files present, sha256 of each (`checksums=False` skips only these), ids.json,
+    index header (dim, ntotal, metric; FAISS read memory-mapped), documents, lexical.json's count, and
+    the model folder's declared dim and similarity — each against the manifest. Publishing and
+    activating a version need nothing more; `load_bundle` runs it before loading anything.
+    With `index_opener`, an index kept outside the folder (Milvus) is opened and its shape checked too.
+    """
+    folder = Path(path)
+    manifest, _ = _validated(folder, checksums)
+    if index_opener is not None and is_milvus(manifest.index):
+        index = _open_external(folder, manifest, index_opener)
+        _check_shape(folder / MANIFEST_FILE, manifest, index.dim, index.ntotal)
+    return manifest
+
+
+def _validated(folder: Path, checksums: bool) -> tuple[Manifest, list[str]]:
+    if not folder.is_dir():
+        raise BundleInvalid(f"{folder}: bundle folder does not exist")
+    m = read_manifest(folder)
+    external = is_milvus(m.index)
+    required = (IDS_FILE, DOCS_FILE) if external else (INDEX_FILE, IDS_FILE, DOCS_FILE)
+    parts.check_files(folder, m.files, required, MANIFEST_FILE, checksums)
+    ids = parts.read_ids(folder / IDS_FILE, m.n_vectors)
+    if external:
+        _check_external(folder, m)
+    else:
+        index = parts.load_faiss(folder / INDEX_FILE, m.index, m.metric.index, mmap=True)
+        _check_shape(folder / INDEX_FILE, m, index.dim, index.ntotal)
+    docstore = DocStore(folder / DOCS_FILE)
+    n_docs = len(docstore)
+    docstore.close()
+    if n_docs != m.n_vectors:
+        raise BundleInvalid(f"{folder / DOCS_FILE}: {n_docs} documents, manifest says {m.n_vectors}")
+    parts.check_model_files(
+        folder / MODEL_DIR, dim=m.dim, similarity=m.metric.similarity, index_metric=m.metric.index
+    )
+    if _has_lexical(m):
+        parts.check_lexical_record(folder / LEXICAL_DIR, m.n_vectors)
+    return m, ids
+
+
 def load_bundle(
     path: str | Path, *, verify: bool = True, mmap: bool = False, index_opener: IndexOpener | None = None
 ) -> Bundle:
-    """Load and validate a bundle folder; `verify=False` skips only the sha256 checksums.
+    """`validate` the folder, then load it; `verify=False` skips only the sha256 checksums.
 
     `index_opener` opens an index kept outside the folder (a Milvus collection, contract.milvus_index);
     a bundle whose manifest says its index is elsewhere cannot load without one.
     """
     folder = Path(path)
-    if not folder.is_dir():
-        raise BundleInvalid(f"{folder}: bundle folder does not exist")
-    manifest = read_manifest(folder)
-    external = is_milvus(manifest.index)
-    for required in (IDS_FILE, DOCS_FILE) if external else (INDEX_FILE, IDS_FILE, DOCS_FILE):
-        if required not in manifest.files:
-            raise BundleInvalid(f"{folder / MANIFEST_FILE}: files does not list {required}")
-        if not (folder / required).is_file():
-            raise BundleInvalid(f"{folder / required}: missing")
-    if verify:
-        for rel, digest in manifest.files.items():
-            file = folder / rel
-            if not file.is_file():
-                raise BundleInvalid(f"{file}: listed in the manifest but missing")
-            if sha256_file(file) != digest:
-                raise BundleInvalid(f"{file}: checksum mismatch (corrupt or modified after publication)")
-    ids = _read_ids(folder / IDS_FILE, manifest.n_vectors)
-    if external:
-        index = _open_external(folder, manifest, index_opener)
+    m, ids = _validated(folder, verify)
+    if is_milvus(m.index):
+        index = _open_external(folder, m, index_opener)
     else:
-        index = _load_faiss(folder, manifest, mmap)
-    if index.dim != manifest.dim:
-        raise BundleInvalid(f"{folder / INDEX_FILE}: index dim {index.dim} != manifest dim {manifest.dim}")
-    if index.ntotal != manifest.n_vectors:
-        raise BundleInvalid(
-            f"{folder / INDEX_FILE}: {index.ntotal} vectors, manifest says {manifest.n_vectors}"
-        )
-    docstore = DocStore(folder / DOCS_FILE)
-    if len(docstore) != manifest.n_vectors:
-        raise BundleInvalid(
-            f"{folder / DOCS_FILE}: {len(docstore)} documents, manifest says {manifest.n_vectors}"
-        )
+        index = parts.load_faiss(folder / INDEX_FILE, m.index, m.metric.index, mmap=mmap)
     try:
         encoder = Encoder.load(folder / MODEL_DIR)
     except ModelLoadError as exc:
         raise BundleInvalid(f"{folder / MODEL_DIR}: {exc}") from exc
-    if encoder.dim != manifest.dim:
-        raise BundleInvalid(f"{folder / MODEL_DIR}: encoder dim {encoder.dim} != manifest dim {manifest.dim}")
-    if encoder.metric != manifest.metric.similarity or encoder.index_metric != manifest.metric.index:
-        raise BundleInvalid(
-            f"{folder / MODEL_DIR}: encoder similarity {encoder.metric} does not match manifest "
-            f"{manifest.metric.similarity}/{manifest.metric.index}"
-        )
-    report = _read_report(folder / REPORT_DIR / "report.json")
-    lexical = _read_lexical(folder, manifest)
-    logger.info(
-        "loaded bundle %s (%d vectors, %s)", manifest.version, manifest.n_vectors, manifest.index.factory
+    report = parts.read_report(folder / REPORT_DIR / "report.json")
+    lexical = parts.read_lexical(folder / LEXICAL_DIR, m.n_vectors) if _has_lexical(m) else None
+    bundle = Bundle(folder, m, encoder, index, ids, DocStore(folder / DOCS_FILE), report, lexical)
+    problems = mismatches(bundle)
+    if problems:  # what the files declared and what loaded disagree (an unusual model layout, say)
+        bundle.docstore.close()
+        raise BundleInvalid(f"{folder}: " + "; ".join(problems))
+    logger.info("loaded bundle %s (%d vectors, %s)", m.version, m.n_vectors, m.index.factory)
+    return bundle
+
+
+def mismatches(bundle: Bundle) -> list[str]:
+    """Why a loaded bundle's parts might not belong together (empty = consistent); /readyz asks too."""
+    m, encoder = bundle.manifest, bundle.encoder
+    problems = parts.shape_problems(
+        bundle.index.dim, bundle.index.ntotal, manifest_dim=m.dim, manifest_n=m.n_vectors
     )
-    return Bundle(folder, manifest, encoder, index, ids, docstore, report, lexical)
-
-
-def _read_lexical(folder: Path, manifest: Manifest) -> LexicalIndex | None:
-    listed = any(rel.startswith(LEXICAL_DIR + "/") for rel in manifest.files)
-    if not listed:
-        return None
-    try:
-        lexical = LexicalIndex.load(folder / LEXICAL_DIR)
-    except (OSError, ValueError) as exc:
-        raise BundleInvalid(f"{folder / LEXICAL_DIR}: lexical index does not load ({exc})") from exc
-    if lexical.n_docs != manifest.n_vectors:
-        raise BundleInvalid(
-            f"{folder / LEXICAL_DIR}: {lexical.n_docs} documents, manifest says {manifest.n_vectors}"
+    if encoder.dim != m.dim:
+        problems.append(f"encoder dim {encoder.dim} != manifest dim {m.dim}")
+    if encoder.metric != m.metric.similarity or encoder.index_metric != m.metric.index:
+        problems.append(
+            f"encoder similarity {encoder.metric} does not match manifest "
+            f"{m.metric.similarity}/{m.metric.index}"
         )
-    return lexical
-
-
-def _load_faiss(folder: Path, manifest: Manifest, mmap: bool) -> VectorIndex:
-    try:
-        index = VectorIndex.load(folder / INDEX_FILE, manifest.index, mmap=mmap)
-    except IndexBuildError as exc:
-        raise BundleInvalid(str(exc)) from exc
-    index_metric = "l2" if index.index.metric_type == 1 else "ip"  # faiss.METRIC_L2 == 1
-    if index_metric != manifest.metric.index or manifest.index.metric != manifest.metric.index:
-        raise BundleInvalid(
-            f"{folder / INDEX_FILE}: metric {index_metric} != manifest {manifest.metric.index}"
+    if not (len(bundle.doc_ids) == len(bundle.docstore) == m.n_vectors):
+        problems.append(
+            f"ids {len(bundle.doc_ids)}, documents {len(bundle.docstore)}, manifest {m.n_vectors}"
         )
-    return index
+    return problems
+
+
+def _check_shape(where: Path, m: Manifest, dim: int, ntotal: int) -> None:
+    shape = parts.shape_problems(dim, ntotal, manifest_dim=m.dim, manifest_n=m.n_vectors)
+    if shape:
+        raise BundleInvalid(f"{where}: " + "; ".join(shape))
+
+
+def _has_lexical(manifest: Manifest) -> bool:
+    return any(rel.startswith(LEXICAL_DIR + "/") for rel in manifest.files)
+
+
+def _check_external(folder: Path, manifest: Manifest) -> None:
+    if manifest.index.metric != manifest.metric.index:
+        raise BundleInvalid(
+            f"{folder / MANIFEST_FILE}: index metric {manifest.index.metric} != {manifest.metric.index}"
+        )
 
 
 def _open_external(folder: Path, manifest: Manifest, opener: IndexOpener | None) -> Any:
@@ -249,31 +274,4 @@ def _open_external(folder: Path, manifest: Manifest, opener: IndexOpener | None)
             f"{folder / MANIFEST_FILE}: its index is a Milvus collection ({manifest.index.factory}); "
             "serve it with SEARCH_INDEX_BACKEND=milvus and SEARCH_MILVUS_URI"
         )
-    if manifest.index.metric != manifest.metric.index:
-        raise BundleInvalid(
-            f"{folder / MANIFEST_FILE}: index metric {manifest.index.metric} != {manifest.metric.index}"
-        )
     return opener(manifest)
-
-
-def _read_ids(path: Path, n: int) -> list[str]:
-    try:
-        ids = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise BundleInvalid(f"{path}: invalid JSON ({exc})") from exc
-    if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
-        raise BundleInvalid(f"{path}: expected a JSON list of document id strings")
-    if len(ids) != n:
-        raise BundleInvalid(f"{path}: {len(ids)} ids, manifest says {n} vectors")
-    if len(set(ids)) != len(ids):
-        raise BundleInvalid(f"{path}: duplicate document ids")
-    return ids
-
-
-def _read_report(path: Path) -> GapReport | None:
-    if not path.is_file():
-        return None
-    try:
-        return GapReport.model_validate_json(path.read_bytes())
-    except ValidationError as exc:
-        raise BundleInvalid(f"{path}: not a valid gap report ({exc.errors()[0]['msg']})") from exc

@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 from pydantic import AliasChoices, BaseModel, Field
 
 from contract.atomic import fsync_dir, write_text_atomic
-from contract.bundle import GATE_FILE, VERSION_RE, Bundle, load_bundle, read_manifest
+from contract.bundle import GATE_FILE, VERSION_RE, Bundle, load_bundle, read_manifest, validate
 from contract.errors import BundleInvalid, BundleNotFound, NoLiveBundle
-from contract.mutation_log import seq_of_manifest
+from contract.mutation_types import seq_of_manifest
 
 if TYPE_CHECKING:
     from contract.index_backend import IndexOpener, IndexPointer
@@ -181,10 +181,10 @@ class BundleFolder:
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
     def activate(self, version: str) -> None:
-        """Point CURRENT at an already published version (roll back or forward) after validating it."""
+        """Point CURRENT at an already published version (roll back or forward) after validating it
+        (contract.bundle.validate: checksums and shapes; the model is not loaded)."""
         with self._locked():
-            bundle = load_bundle(self.version_path(version), verify=True, index_opener=self.index_opener())
-            bundle.docstore.close()
+            validate(self.version_path(version), index_opener=self.index_opener())
             try:
                 previous = self.current_version()
             except BundleInvalid:  # activating is how an operator repairs an unreadable CURRENT

@@ -80,13 +80,7 @@ class Encoder:
             model = SentenceTransformer(str(folder), device=device, local_files_only=True)
         except Exception as exc:  # library errors vary; the user needs the folder and the reason
             raise ModelLoadError(f"cannot load model from {folder}: {exc}") from exc
-        similarity = Similarity()
-        sim_file = folder / SIMILARITY_FILE
-        if sim_file.exists():
-            try:
-                similarity = Similarity.from_json(json.loads(sim_file.read_text()))
-            except json.JSONDecodeError as exc:
-                raise ModelLoadError(f"{sim_file}: invalid JSON ({exc})") from exc
+        similarity = similarity_on_disk(folder)
         logger.info("loaded encoder %s (dim %d, metric %s)", folder, _embedding_dim(model), similarity.metric)
         return cls(model, similarity, source=str(folder))
 
@@ -155,3 +149,54 @@ def _embedding_dim(model: Any) -> int:
     # sentence-transformers 6 renamed the accessor; accept both so a user's older install still works
     getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
     return int(getter())
+
+
+# sentence-transformers Pooling modes; the pooled vector concatenates one word-embedding per enabled mode
+_POOLING_MODES = (
+    "pooling_mode_cls_token",
+    "pooling_mode_mean_tokens",
+    "pooling_mode_max_tokens",
+    "pooling_mode_mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens",
+    "pooling_mode_lasttoken",
+)
+_KEEPS_DIM = ("Transformer", "Normalize")  # modules that do not change the sentence embedding's size
+
+
+def model_dim_on_disk(path: str | Path) -> int | None:
+    """The sentence-embedding size a model folder declares, read from its module configs (no torch).
+
+    Lets a bundle be checked without loading the model (contract.bundle.validate). None when the folder
+    has a module whose output size its config does not state; the loaded model is then the judge.
+    """
+    folder = Path(path)
+    try:
+        modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
+        dim: int | None = None
+        for module in modules:
+            kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+            if kind in _KEEPS_DIM:
+                continue
+            config = json.loads((folder / module.get("path", "") / "config.json").read_text(encoding="utf-8"))
+            if kind == "Pooling":
+                dim = int(config["word_embedding_dimension"]) * sum(
+                    bool(config.get(m)) for m in _POOLING_MODES
+                )
+            elif kind == "Dense":
+                dim = int(config["out_features"])
+            else:
+                return None
+        return dim
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # unreadable or unusual layout: loading the model will say what is wrong
+
+
+def similarity_on_disk(path: str | Path) -> Similarity:
+    """similarity.json of a model folder (cosine when absent), as Encoder.load reads it."""
+    sim_file = Path(path) / SIMILARITY_FILE
+    if not sim_file.exists():
+        return Similarity()
+    try:
+        return Similarity.from_json(json.loads(sim_file.read_text()))
+    except json.JSONDecodeError as exc:
+        raise ModelLoadError(f"{sim_file}: invalid JSON ({exc})") from exc

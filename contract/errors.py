@@ -5,6 +5,7 @@ InfonceSearchError            base: a user-facing message, never a library stack
 ├── ConfigError               an option or config value is invalid
 ├── ModelLoadError            a model folder cannot be loaded as a sentence-transformers model
 ├── IndexBuildError           FAISS could not build or tune the requested index
+├── InvalidQuery              a search the index cannot answer as asked (query shape, k, positions)
 ├── BundleError               anything about versioned bundles
 │   ├── BundleInvalid         a bundle on disk is corrupt, partial or inconsistent (never made live)
 │   ├── BundleNotFound        no bundle with that version
@@ -58,6 +59,12 @@ class ModelLoadError(InfonceSearchError):
 
 class IndexBuildError(InfonceSearchError):
     code = "index_build_failed"
+
+
+class InvalidQuery(InfonceSearchError):
+    """Bad search input (the client's fault, 422), as opposed to an index that failed to build."""
+
+    code = "invalid_request"  # the API's code for every well-formed body it cannot answer
 
 
 class IndexUnavailable(InfonceSearchError):

@@ -31,6 +31,9 @@ if TYPE_CHECKING:
     from contract.vector_index import IndexInfo
 
 IndexBackend = Literal["faiss", "milvus"]
+# the FAISS index kinds (training.index_factory builds them); defined here, not beside FAISS, so the CLI
+# and the job options can name them without importing faiss
+IndexKind = Literal["auto", "flat", "hnsw", "ivf", "ivfpq"]
 BACKENDS = ("faiss", "milvus")
 MILVUS_KIND = "milvus"  # IndexInfo.kind of a bundle whose vectors live in a Milvus collection
 MILVUS_EXTRAS = "milvus"  # manifest.extras key: collection, alias, index type, search params, fields

@@ -14,17 +14,12 @@ Scores are the model's similarity, as with FAISS: Milvus IP is the inner product
 rows of InfoNCE); Milvus L2 returns the squared distance, so the score is −½·distance (AnInfoNCE's
 −½‖√Λ⊙(u−v)‖² on √Λ-scaled vectors).
 
-Filter expressions: the filter is first validated by the docstore's own compiler (same 4xx messages on
-both backends). Field names only reach the expression as a whitelisted schema field or as JSON-path keys
-matching the docstore's field pattern, always inside quotes; values are rendered as literals with every
-quote, backslash and control character escaped (Milvus string literals are C-style). The servers this
-was written against (milvus-lite 3.2) do not take expression templates, so literals are escaped here.
+Filters become Milvus boolean expressions in contract/milvus_expressions.py.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import re
 import threading
 from collections.abc import Mapping
@@ -32,9 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from contract.docstore import FIELD_RE, RANGE_OPS, FilterError, compile_filter
-from contract.errors import BundleInvalid, ConfigError, IndexUnavailable
+from contract.docstore import FilterError
+from contract.errors import BundleInvalid, ConfigError, IndexUnavailable, InvalidQuery
 from contract.index_backend import MILVUS_EXTRAS, BackendConfig, Rows, is_milvus
+from contract.milvus_expressions import META_FIELD, NAME_RE, filter_expression, literal, quote
 from contract.vector_index import IndexInfo, as_matrix
 
 if TYPE_CHECKING:
@@ -44,15 +40,30 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-ID_FIELD, POS_FIELD, VECTOR_FIELD, META_FIELD = "id", "pos", "vector", "metadata"
+# filter expressions live in contract/milvus_expressions.py; their names stay importable from here
+__all__ = [
+    "ID_FIELD",
+    "META_FIELD",
+    "METRIC_TYPES",
+    "NAME_RE",
+    "POS_FIELD",
+    "TYPED_PREFIX",
+    "VECTOR_FIELD",
+    "MilvusIndex",
+    "MilvusPointer",
+    "alias_name",
+    "check_name",
+    "collection_name",
+    "connect",
+    "drop_collection",
+    "filter_expression",
+    "literal",
+    "quote",
+]
+
+ID_FIELD, POS_FIELD, VECTOR_FIELD = "id", "pos", "vector"  # META_FIELD: contract/milvus_expressions.py
 TYPED_PREFIX = "m_"
-NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 METRIC_TYPES = {"ip": "IP", "l2": "L2"}
-_ESCAPES = {"\\": "\\\\", '"': '\\"', "'": "\\'", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-# which Python values a typed field compares with (anything else goes through the JSON field, whose
-# comparison with a value of another type is false, as SQLite's json_extract comparison is)
-_ACCEPTS: dict[str, tuple[type, ...]] = {"VARCHAR": (str,), "INT64": (int, float), "DOUBLE": (int, float)}
-_ACCEPTS["BOOL"] = (bool,)
 
 _clients: dict[tuple[str, str], MilvusClient] = {}
 _clients_lock = threading.Lock()
@@ -111,68 +122,6 @@ def connect(config: BackendConfig) -> MilvusClient:
 def _brief(exc: BaseException) -> str:
     message = getattr(exc, "message", None) or str(exc)
     return str(message).splitlines()[0][:300]
-
-
-# -- filters ----------------------------------------------------------------------------------------
-def quote(value: str) -> str:
-    """A Milvus string literal for `value`: every quote, backslash and control character escaped."""
-    out = []
-    for ch in value:
-        if ch in _ESCAPES:
-            out.append(_ESCAPES[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            raise FilterError(f"filter value {value!r}: control characters are not allowed")
-        else:
-            out.append(ch)
-    return '"' + "".join(out) + '"'
-
-
-def literal(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(int(value))
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise FilterError(f"filter value {value!r}: must be a finite number")
-        return repr(float(value))
-    if isinstance(value, str):
-        return quote(value)
-    raise FilterError(f"filter value {value!r}: expected a string, number or boolean")
-
-
-def _target(field: str, values: list[Any], fields: Mapping[str, Mapping[str, str]]) -> str:
-    """The typed field when every value fits its type, else the JSON path of the metadata field."""
-    typed = fields.get(field)
-    if typed is not None:
-        accepts = _ACCEPTS.get(typed["type"], ())
-        if all(isinstance(v, accepts) and (typed["type"] == "BOOL") == isinstance(v, bool) for v in values):
-            name = typed["field"]
-            if not NAME_RE.match(
-                name
-            ):  # a manifest is checksummed, but never trust a name into an expression
-                raise BundleInvalid(f"manifest: Milvus field name {name!r} is not a plain identifier")
-            return name
-    if not FIELD_RE.match(field):
-        raise FilterError(f"filter field {field!r}: use letters, digits, '_', '-' and '.' for nesting")
-    return META_FIELD + "".join(f"[{quote(part)}]" for part in field.split("."))
-
-
-def filter_expression(filter: Mapping[str, Any], fields: Mapping[str, Mapping[str, str]]) -> str:
-    """Translate a docstore filter (eq / in / range, AND-ed) into a Milvus boolean expression."""
-    compile_filter(filter)  # the same validation, and the same error messages, as the FAISS path
-    clauses: list[str] = []
-    for field, cond in filter.items():
-        conds = cond.items() if isinstance(cond, Mapping) else [("eq", cond)]
-        for op, val in conds:
-            if op == "in":
-                target = _target(field, list(val), fields)
-                clauses.append(f"{target} in [{', '.join(literal(v) for v in val)}]")
-            elif op == "eq":
-                clauses.append(f"{_target(field, [val], fields)} == {literal(val)}")
-            else:
-                clauses.append(f"{_target(field, [val], fields)} {RANGE_OPS[op]} {literal(val)}")
-    return " and ".join(f"({c})" for c in clauses)
 
 
 # -- the searcher -----------------------------------------------------------------------------------
@@ -250,7 +199,7 @@ class MilvusIndex:
         return self._search(self.collection, queries, k, filter_expression(filter, self.fields))
 
     def _search(self, target: str, queries: np.ndarray, k: int, expr: str) -> Rows:
-        q = as_matrix(queries, "queries", self.dim)  # (nq, d)
+        q = as_matrix(queries, "queries", self.dim, error=InvalidQuery)  # (nq, d)
         if k < 1:
             raise FilterError(f"k must be >= 1, got {k}")
         try:

@@ -1,7 +1,7 @@
 """The mutation log: single-document upserts and deletes, durable and shared by every API replica.
 
 Contract module: the API appends to it and replays it; the build side folds it into a new bundle
-(training/fold.py). It imports only `contract.errors`.
+(training/fold.py). It imports only `contract.errors` and the row types (contract/mutation_types.py).
 
     <bundles>/mutations.sqlite   (+ -wal, -shm)   SQLite in WAL mode: one writer at a time, many readers
 
@@ -24,27 +24,45 @@ size), so GET /bundles on any replica shows every replica's log position.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from contract.errors import BundleError
+from contract.mutation_types import (
+    SEQ_KEY,
+    Mutation,
+    NewDocument,
+    ReplicaState,
+    encoder_key,
+    latest_per_document,
+    seq_of_manifest,
+)
 
 logger = logging.getLogger(__name__)
 
+# the row types live in contract/mutation_types.py; importable from here as before
+__all__ = [
+    "SEQ_KEY",
+    "Mutation",
+    "MutationLog",
+    "MutationLogError",
+    "NewDocument",
+    "ReplicaState",
+    "encoder_key",
+    "latest_per_document",
+    "seq_of_manifest",
+]
+
 LOG_FILE = "mutations.sqlite"
-SEQ_KEY = "mutation_seq"  # manifest.extras key: the last seq folded into a bundle's corpus
 BUSY_TIMEOUT_S = 30.0  # a writer waits this long for another replica's write transaction
-Op = Literal["upsert", "delete"]
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS mutations (
@@ -73,53 +91,6 @@ class MutationLogError(BundleError):
     """The mutation log is unreadable or unwritable (a corrupt file, a read-only folder)."""
 
     code = "mutation_log"
-
-
-@dataclass(frozen=True)
-class Mutation:
-    """One row: an upsert (with the document and, usually, its vector) or a delete of `doc_id`."""
-
-    seq: int
-    op: Op
-    doc_id: str
-    title: str = ""
-    text: str = ""
-    metadata: dict[str, Any] = field(default_factory=dict)
-    encoder_key: str | None = None
-    vector: np.ndarray | None = None  # (dim,) float32, index space of `encoder_key`'s encoder
-    at: float = 0.0
-
-
-@dataclass(frozen=True)
-class NewDocument:
-    """An upsert before it has a seq."""
-
-    id: str
-    title: str
-    text: str
-    metadata: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class ReplicaState:
-    replica: str
-    version: str | None
-    applied_seq: int
-    delta_docs: int
-    tombstones: int
-    updated_at: float
-
-
-def seq_of_manifest(extras: Mapping[str, Any]) -> int:
-    """The last seq folded into a bundle (0 for bundles built before the log existed)."""
-    value = extras.get(SEQ_KEY, 0)
-    return int(value) if isinstance(value, int) and value >= 0 else 0
-
-
-def encoder_key(files: Mapping[str, str]) -> str:
-    """Identity of a bundle's encoder: sha256 over the checksums of its model/ files (manifest.files)."""
-    model = sorted((k, v) for k, v in files.items() if k.startswith("model/"))
-    return hashlib.sha256(json.dumps(model).encode()).hexdigest()[:16]
 
 
 class MutationLog:
@@ -294,12 +265,3 @@ def _mutation(row: Iterable[Any]) -> Mutation:
         vector=vector,
         at=float(at),
     )
-
-
-def latest_per_document(entries: Iterable[Mutation]) -> dict[str, Mutation]:
-    """The net effect of a run of rows: the last row per document id, in order of that last write."""
-    net: dict[str, Mutation] = {}
-    for m in entries:
-        net.pop(m.doc_id, None)
-        net[m.doc_id] = m
-    return net

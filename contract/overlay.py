@@ -33,7 +33,7 @@ import numpy as np
 from contract.docstore import INCLUDE_FIELDS, DocStore, compile_filter
 from contract.errors import ConfigError
 from contract.index_backend import search_with_filter
-from contract.mutation_log import Mutation, encoder_key, seq_of_manifest
+from contract.mutation_types import Mutation, encoder_key, seq_of_manifest
 from contract.vector_index import SMALL_BATCH, VectorIndex, faiss_metric
 
 if TYPE_CHECKING:

@@ -29,12 +29,11 @@ import numpy as np
 from pydantic import BaseModel
 
 from contract.atomic import atomic_path
-from contract.errors import IndexBuildError
+from contract.errors import IndexBuildError, InfonceSearchError, InvalidQuery
 
 logger = logging.getLogger(__name__)
 
 IndexMetric = Literal["ip", "l2"]
-IndexKind = Literal["auto", "flat", "hnsw", "ivf", "ivfpq"]
 EXACT_FILTER_MAX = 20_000  # filtered searches over at most this many rows are answered exactly
 
 
@@ -72,14 +71,17 @@ def faiss_metric(metric: str) -> int:
     raise IndexBuildError(f"unknown index metric {metric!r} (expected 'ip' or 'l2')")
 
 
-def as_matrix(x: np.ndarray, name: str, dim: int | None = None) -> np.ndarray:
+def as_matrix(
+    x: np.ndarray, name: str, dim: int | None = None, *, error: type[InfonceSearchError] = IndexBuildError
+) -> np.ndarray:
+    """float32, C-contiguous (n, dim), finite; `error` names whose fault it is (InvalidQuery: a search's)."""
     x = np.ascontiguousarray(x, dtype=np.float32)
     if x.ndim != 2:
-        raise IndexBuildError(f"{name} must be a 2-d array (n, dim), got shape {x.shape}")
+        raise error(f"{name} must be a 2-d array (n, dim), got shape {x.shape}")
     if dim is not None and x.shape[1] != dim:
-        raise IndexBuildError(f"{name} have dimension {x.shape[1]}, the index has {dim}")
+        raise error(f"{name} have dimension {x.shape[1]}, the index has {dim}")
     if not np.isfinite(x).all():
-        raise IndexBuildError(f"{name} contain NaN or infinite values")
+        raise error(f"{name} contain NaN or infinite values")
     return x
 
 
@@ -112,9 +114,9 @@ class VectorIndex:
         """Top-k per query: (positions int64, scores float32), best first, never a −1 position.
 
         `excluded`: positions never returned (deleted documents, contract/overlay.py); k stays full."""
-        q = as_matrix(queries, "queries", self.dim)  # (nq, d)
+        q = as_matrix(queries, "queries", self.dim, error=InvalidQuery)  # (nq, d)
         if k < 1:
-            raise IndexBuildError(f"k must be >= 1, got {k}")
+            raise InvalidQuery(f"k must be >= 1, got {k}")
         if excluded is not None and len(excluded):
             if allowed is not None:
                 allowed = np.setdiff1d(np.asarray(allowed, dtype=np.int64), excluded)
@@ -150,7 +152,7 @@ class VectorIndex:
     ) -> list[tuple[np.ndarray, np.ndarray]]:
         allowed = np.unique(allowed)
         if len(allowed) and (allowed[0] < 0 or allowed[-1] >= self.ntotal):
-            raise IndexBuildError(f"allowed positions must lie in [0, {self.ntotal})")
+            raise InvalidQuery(f"allowed positions must lie in [0, {self.ntotal})")
         kk = min(k, len(allowed))
         if kk == 0:
             return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(len(q))]

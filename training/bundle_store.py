@@ -7,7 +7,7 @@
 
 Publishing is a sequence of steps (`PUBLISH_STEPS`); each is crash-safe on its own:
 
-1. validate — load the staged bundle with full verification (a corrupt bundle stops here);
+1. validate — contract.bundle.validate with checksums, no model load (a corrupt bundle stops here);
 2. gate     — compare metrics["test"][gate_metric] with the live bundle's; write gate.json into the
               still-private staging folder;
 3. stage    — copy into `<root>/.staging-<version>` when the staging folder is elsewhere (rename needs
@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from contract.atomic import fsync_dir, fsync_tree, write_json_atomic
-from contract.bundle import GATE_FILE, VERSION_RE, Manifest, load_bundle, read_manifest
+from contract.bundle import GATE_FILE, VERSION_RE, Manifest, read_manifest, validate
 from contract.bundle_folder import (
     GATE_LOG_MAX_BYTES,
     BundleFolder,
@@ -140,9 +140,9 @@ class BundleStore(BundleFolder):
         with self._locked():
             self._clean_stale()
             step("validate")
-            bundle = load_bundle(staging, verify=True, index_opener=self.index_opener())
-            manifest = bundle.manifest
-            bundle.docstore.close()
+            manifest = validate(
+                staging, index_opener=self.index_opener()
+            )  # the cheap check: the model is not loaded to publish it
             if (self.root / manifest.version).exists():
                 raise BundleInvalid(f"version {manifest.version} is already published in {self.root}")
             step("gate")

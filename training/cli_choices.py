@@ -7,8 +7,9 @@ from typing import Annotated, Literal, get_args
 
 import typer
 
+from contract.index_backend import IndexKind
+
 LogLevel = Literal["DEBUG", "INFO", "WARNING", "ERROR"]
-IndexKind = Literal["auto", "flat", "hnsw", "ivf", "ivfpq"]  # training.index_factory.KINDS (no faiss import)
 Device = Literal["auto", "cpu", "cuda"]
 JobType = Literal["retrain", "reindex"]
 INDEX_KINDS: tuple[str, ...] = get_args(IndexKind)

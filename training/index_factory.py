@@ -25,18 +25,19 @@ import math
 import os
 import tempfile
 import time
-from typing import Any
+from typing import Any, get_args
 
 import faiss
 import numpy as np
 
 from contract.errors import IndexBuildError
-from contract.vector_index import IndexInfo, IndexKind, IndexMetric, VectorIndex, as_matrix, faiss_metric
+from contract.index_backend import IndexKind
+from contract.vector_index import IndexInfo, IndexMetric, VectorIndex, as_matrix, faiss_metric
 from training.shards import check_finite, chunks, exact_top_k
 
 logger = logging.getLogger(__name__)
 
-KINDS = ("auto", "flat", "hnsw", "ivf", "ivfpq")
+KINDS: tuple[str, ...] = get_args(IndexKind)
 AUTO_FLAT_MAX = 200_000  # bench/index_bench.py: exact search stays < ~10 ms/query below this size
 HNSW_M = 32
 TUNE_SAMPLE = 1_000

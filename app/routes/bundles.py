@@ -6,19 +6,20 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from app.deps import ApiKeyDep, HolderDep
-from app.schemas import ActivateResponse, BundlesResponse
+from app.bundle_listing import describe
+from app.bundle_schemas import ActivateResponse, BundlesResponse
+from app.deps import ApiKeyDep, HotSwapDep
 
 router = APIRouter(tags=["bundles"])
 
 
 @router.get("/bundles", response_model=BundlesResponse, summary="Bundle versions")
 async def list_bundles(
-    holder: HolderDep,
+    hot_swap: HotSwapDep,
     gate_limit: Annotated[int, Query(ge=0, le=1000, description="Gate log entries per page.")] = 50,
     gate_offset: Annotated[int, Query(ge=0, le=1_000_000, description="Entries to skip, newest first.")] = 0,
 ) -> BundlesResponse:
-    return await holder.describe(gate_limit, gate_offset)
+    return await describe(hot_swap, gate_limit, gate_offset)
 
 
 @router.post(
@@ -33,9 +34,9 @@ async def list_bundles(
     },
     summary="Make a version live (roll back or forward)",
 )
-async def activate(version: str, holder: HolderDep) -> ActivateResponse:
+async def activate(version: str, hot_swap: HotSwapDep) -> ActivateResponse:
     """Load and validate `version` (including the canary query), point CURRENT at it, swap it in.
     Other API processes sharing the bundles folder follow CURRENT within their poll interval."""
-    previous = holder.live.version if holder.live else None
-    live = await holder.activate(version)
+    previous = hot_swap.live.version if hot_swap.live else None
+    live = await hot_swap.activate(version)
     return ActivateResponse(version=live.version, previous=previous, encoder_backend=live.backend)

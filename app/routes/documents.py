@@ -15,13 +15,13 @@ from typing import Annotated, Any
 import numpy as np
 from fastapi import APIRouter, Body, Path
 
-from app.deps import ApiKeyDep, HolderDep, RunnerDep, SettingsDep
+from app.deps import ApiKeyDep, HotSwapDep, RunnerDep, SettingsDep
 from app.document_schemas import MAX_ID_CHARS, DeleteRequest, DocumentOut, MutationResponse, UpsertRequest
 from app.errors import InvalidInputError, ServiceError
+from app.hot_swap import HotSwap
 from app.mutations import encode_documents
 from app.service import LiveBundle
 from app.settings import Settings
-from app.store import BundleHolder
 from contract.mutation_log import NewDocument
 
 logger = logging.getLogger(__name__)
@@ -55,13 +55,13 @@ def _check_batch(n: int, field: str, settings: Settings) -> None:
         )
 
 
-async def _applied(holder: BundleHolder, live: LiveBundle, first: int, last: int, n: int) -> MutationResponse:
+async def _applied(hot_swap: HotSwap, live: LiveBundle, first: int, last: int, n: int) -> MutationResponse:
     """Apply the log up to the new rows here (read-your-writes), then describe the write."""
     try:
-        await holder.mutations.catch_up(holder)
+        await hot_swap.mutations.catch_up(hot_swap)
     except Exception:  # committed all the same: the poller applies it on its next tick
         logger.exception("write %d..%d is in the log but could not be applied here yet", first, last)
-    serving = holder.live or live
+    serving = hot_swap.live or live
     return MutationResponse(
         applied=n, first_seq=first, seq=last, version=serving.version, live_seq=serving.overlay.seq
     )
@@ -76,7 +76,7 @@ async def _applied(holder: BundleHolder, live: LiveBundle, first: int, last: int
     summary="Upsert documents",
 )
 async def upsert(
-    body: Annotated[UpsertRequest, Body()], holder: HolderDep, runner: RunnerDep, settings: SettingsDep
+    body: Annotated[UpsertRequest, Body()], hot_swap: HotSwapDep, runner: RunnerDep, settings: SettingsDep
 ) -> MutationResponse:
     """Add or replace documents without a retrain. They are searchable on this replica when the answer
     arrives, on the others within SEARCH_RELOAD_POLL_SECONDS, and in every later bundle."""
@@ -93,7 +93,7 @@ async def upsert(
         if d.id in seen:
             raise InvalidInputError(f"body.documents[{i}].id: {d.id!r} is also documents[{seen[d.id]}].id")
         seen[d.id] = i
-    live = holder.require()
+    live = hot_swap.require()
     new = [NewDocument(d.id, d.title, d.text, dict(d.metadata)) for d in docs]
     # on the model's thread, in slices: searches queued meanwhile run between them instead of waiting
     # for the whole batch (the fair-slicing idea of app/fairness.py)
@@ -102,17 +102,19 @@ async def upsert(
         for i in range(0, len(new), ENCODE_SLICE)
     ]
     vectors = np.concatenate(parts)  # (n, dim)
-    first, last = await asyncio.to_thread(holder.mutations.log.append_upserts, new, vectors, live.overlay.key)
-    return await _applied(holder, live, first, last, len(new))
+    first, last = await asyncio.to_thread(
+        hot_swap.mutations.log.append_upserts, new, vectors, live.overlay.key
+    )
+    return await _applied(hot_swap, live, first, last, len(new))
 
 
-async def _delete(ids: list[str], holder: BundleHolder) -> MutationResponse:
-    live = holder.require()
-    await holder.mutations.catch_up(holder)  # judge `not_found` against everything logged so far
-    live = holder.live or live
+async def _delete(ids: list[str], hot_swap: HotSwap) -> MutationResponse:
+    live = hot_swap.require()
+    await hot_swap.mutations.catch_up(hot_swap)  # judge `not_found` against everything logged so far
+    live = hot_swap.live or live
     missing = await asyncio.to_thread(lambda: [i for i in ids if not live.overlay.exists(i)])
-    first, last = await asyncio.to_thread(holder.mutations.log.append_deletes, ids)
-    answer = await _applied(holder, live, first, last, len(ids))
+    first, last = await asyncio.to_thread(hot_swap.mutations.log.append_deletes, ids)
+    answer = await _applied(hot_swap, live, first, last, len(ids))
     answer.not_found = missing
     return answer
 
@@ -124,10 +126,10 @@ async def _delete(ids: list[str], holder: BundleHolder) -> MutationResponse:
     responses=WRITE_ERRORS,
     summary="Delete documents (batch)",
 )
-async def delete_many(body: DeleteRequest, holder: HolderDep, settings: SettingsDep) -> MutationResponse:
+async def delete_many(body: DeleteRequest, hot_swap: HotSwapDep, settings: SettingsDep) -> MutationResponse:
     """Delete by id. Unknown ids are not an error: they are listed in `not_found` (idempotent 200)."""
     _check_batch(len(body.ids), "ids", settings)
-    return await _delete(list(dict.fromkeys(body.ids)), holder)
+    return await _delete(list(dict.fromkeys(body.ids)), hot_swap)
 
 
 DocIdPath = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS, description="Document id.")]
@@ -140,9 +142,9 @@ DocIdPath = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS, descripti
     responses=WRITE_ERRORS,
     summary="Delete one document",
 )
-async def delete_one(doc_id: DocIdPath, holder: HolderDep) -> MutationResponse:
+async def delete_one(doc_id: DocIdPath, hot_swap: HotSwapDep) -> MutationResponse:
     """Delete by id; an unknown id answers 200 with it in `not_found` (deletes are idempotent)."""
-    return await _delete([doc_id], holder)
+    return await _delete([doc_id], hot_swap)
 
 
 @router.get(
@@ -151,9 +153,9 @@ async def delete_one(doc_id: DocIdPath, holder: HolderDep) -> MutationResponse:
     responses={404: {"description": "No such document (never existed, or deleted)."}, 503: {}},
     summary="Get one document",
 )
-async def get_document(doc_id: DocIdPath, holder: HolderDep) -> DocumentOut:
+async def get_document(doc_id: DocIdPath, hot_swap: HotSwapDep) -> DocumentOut:
     """The document as this replica serves it now, with the seq of its last write."""
-    live = holder.require()
+    live = hot_swap.require()
     doc = await asyncio.to_thread(live.overlay.get, doc_id)
     if doc is None:
         raise DocumentNotFoundError(f"no document {doc_id!r} in bundle {live.version} and its mutation log")

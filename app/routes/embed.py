@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from fastapi import APIRouter
 
-from app.deps import HolderDep, RunnerDep, SettingsDep
+from app.deps import HotSwapDep, RunnerDep, SettingsDep
 from app.embed_schemas import (
     EmbedKind,
     EmbedRequest,
@@ -27,7 +27,8 @@ from app.embed_schemas import (
     OpenAIUsage,
 )
 from app.errors import InvalidInputError, ResponseTooLargeError
-from app.service import LiveBundle, SearchAnswer, SearchSpec
+from app.search_spec import SearchAnswer, SearchSpec
+from app.service import LiveBundle
 from app.settings import Settings
 
 router = APIRouter(tags=["embed"])
@@ -73,10 +74,10 @@ async def _embed(
 
 @router.post("/embed", response_model=EmbedResponse, responses=ERRORS, summary="Embed texts")
 async def embed(
-    body: EmbedRequest, holder: HolderDep, runner: RunnerDep, settings: SettingsDep
+    body: EmbedRequest, hot_swap: HotSwapDep, runner: RunnerDep, settings: SettingsDep
 ) -> EmbedResponse:
     """Vectors of queries or documents in the live index's space, with the bundle version that made them."""
-    live = holder.require()  # one bundle for the whole request
+    live = hot_swap.require()  # one bundle for the whole request
     answer, _ = await _embed(body.texts, body.kind, live, runner, settings, "input")
     assert answer.vectors is not None
     return EmbedResponse(
@@ -97,11 +98,11 @@ async def embed(
     summary="Embed texts (OpenAI-compatible)",
 )
 async def openai_embeddings(
-    body: OpenAIEmbeddingRequest, holder: HolderDep, runner: RunnerDep, settings: SettingsDep
+    body: OpenAIEmbeddingRequest, hot_swap: HotSwapDep, runner: RunnerDep, settings: SettingsDep
 ) -> OpenAIEmbeddingResponse:
     """OpenAI's embeddings API over the live model (`model` in the answer = the bundle version); the
     vectors are in the index's space, as from POST /embed. `input_type` (query | document) is ours."""
-    live = holder.require()
+    live = hot_swap.require()
     dim = live.bundle.index.dim
     if body.dimensions is not None and body.dimensions != dim:
         raise InvalidInputError(f"body.dimensions: {body.dimensions}, but this model's dimension is {dim}")

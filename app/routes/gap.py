@@ -7,7 +7,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from app.deps import HolderDep
+from app.deps import HotSwapDep
 from app.encoder_choice import served_section
 from app.errors import ReportMissingError
 from app.retrieval_modes import default_mode, modes
@@ -27,11 +27,11 @@ router = APIRouter(tags=["report"])
     },
     summary="Generalization-gap report of the live model",
 )
-async def generalization_gap(holder: HolderDep) -> GapResponse:
+async def generalization_gap(hot_swap: HotSwapDep) -> GapResponse:
     """The estimated generalization gap (risks, gap, bounds; all in nats) reported when the live bundle
     was built, with the bundle version and the model identity. The retrieval section also lists the test
     metrics of every search mode the bundle has, its default (served) mode marked."""
-    live = holder.require()
+    live = hot_swap.require()
     report = live.bundle.report
     if report is None:
         raise ReportMissingError(
@@ -42,7 +42,7 @@ async def generalization_gap(holder: HolderDep) -> GapResponse:
     if report.retrieval is not None:
         update["retrieval"] = report.retrieval.model_copy(update={"by_mode": mode_rows(live.bundle)})
     report = report.model_copy(update=update)
-    return GapResponse(version=live.version, model=live.model_identity(), report=report)
+    return GapResponse(version=live.version, model=live.serving_summary(), report=report)
 
 
 def mode_rows(bundle: Bundle) -> list[ModeMetrics]:

@@ -8,10 +8,11 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from app.deps import HolderDep, RunnerDep, SettingsDep
-from app.errors import NoLiveBundleError, NotReadyError, QueueFullError
+from app.deps import HotSwapDep, RunnerDep, SettingsDep
+from app.errors import NotReadyError, QueueFullError
 from app.schemas import ReadyResponse
-from app.service import SearchSpec
+from app.search_spec import SearchSpec
+from contract.errors import NoLiveBundle
 from contract.index_backend import readiness_problems
 
 logger = logging.getLogger(__name__)
@@ -25,14 +26,14 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", response_model=ReadyResponse, responses=NOT_READY, summary="Readiness")
-async def readyz(holder: HolderDep, runner: RunnerDep, settings: SettingsDep) -> ReadyResponse:
+async def readyz(hot_swap: HotSwapDep, runner: RunnerDep, settings: SettingsDep) -> ReadyResponse:
     """Ready when a bundle is live, its encoder and index come from the same version and agree in
     dimension, the canary query returns at least one hit through the normal search path, and, with a
     Milvus index, the live alias names the live version's collection and answers a search."""
-    live = holder.live
+    live = hot_swap.live
     if live is None:
-        reason = holder.not_live_reason()
-        raise NoLiveBundleError(f"not ready: {reason}")
+        reason = hot_swap.not_live_reason()
+        raise NoLiveBundle(f"not ready: {reason}")
     problems = live.consistency_problems()
     # Milvus: the live alias exists, names this version's collection and answers (nothing to check for FAISS)
     problems += await asyncio.to_thread(readiness_problems, live.bundle.index)

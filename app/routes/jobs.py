@@ -1,15 +1,13 @@
 """POST /jobs, GET /jobs, GET /jobs/{id}, POST /jobs/{id}/cancel: retrain and reindex as queued jobs.
 
 The API only records and enqueues (contract.jobs.queue); a separate worker process runs the job
-(`python -m training worker`). When a job publishes a new live bundle, the holder's CURRENT poll swaps it in.
+(`python -m training worker`). When a job publishes a new live bundle, the API's CURRENT poll (app/hot_swap.py) swaps it in.
 """
 
 from __future__ import annotations
 
 import collections
 import os
-import threading
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -30,7 +28,6 @@ from contract.jobs.queue import (
 
 router = APIRouter(tags=["jobs"])
 REQUEST_SCHEMA_KEY = "x-request-schema"  # app/openapi.py replaces the body schema with the named type
-_queue_lock = threading.Lock()
 
 
 DatasetName = Annotated[
@@ -141,31 +138,13 @@ def job_view(record: JobRecord, settings: Settings, *, detailed: bool) -> JobVie
     return JobDetail.model_validate(fields)
 
 
-def get_job_queue(request: Request, settings: SettingsDep) -> JobQueue:
-    """One JobQueue per app (opened on first use, so apps that never see a job open no queue)."""
-    with _queue_lock:
-        queue = getattr(request.app.state, "job_queue", None)
-        if queue is None:
-            assert settings.queue_url is not None  # Settings fills in the default
-            queue = JobQueue(settings.queue_url, heartbeat_timeout_s=settings.job_heartbeat_timeout_s)
-            request.app.state.job_queue = queue
-        return queue
+def get_job_queue(request: Request) -> JobQueue:
+    """The app's JobQueue: opened and closed by the lifespan (app/main.py)."""
+    return request.state.job_queue
 
 
-def job_counts(app: Any, settings: Settings) -> list[tuple[str, str, int]]:
-    """(type, state, jobs) over the newest 10,000 records, for /metrics. Opens the app's queue only if a
-    worker or the CLI already created its SQLite file: a scrape must not create a job store."""
-    with _queue_lock:
-        queue = getattr(app.state, "job_queue", None)
-        if queue is None:
-            assert settings.queue_url is not None
-            if (
-                settings.queue_url.startswith("sqlite:///")
-                and not Path(settings.queue_url.removeprefix("sqlite:///")).is_file()
-            ):
-                return []
-            queue = JobQueue(settings.queue_url, heartbeat_timeout_s=settings.job_heartbeat_timeout_s)
-            app.state.job_queue = queue
+def job_counts(queue: JobQueue) -> list[tuple[str, str, int]]:
+    """(type, state, jobs) over the newest 10,000 records, for /metrics."""
     counts = collections.Counter((r.type, r.state) for r in queue.recent(10_000))
     return [(job_type, state, n) for (job_type, state), n in sorted(counts.items())]
 

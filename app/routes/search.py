@@ -9,10 +9,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body
 
 from app import retrieval_modes
-from app.deps import HolderDep, RunnerDep, SettingsDep
+from app.deps import HotSwapDep, RunnerDep, SettingsDep
 from app.errors import InvalidInputError, ResponseTooLargeError
 from app.schemas import SEARCH_EXAMPLES, Hit, QueryResult, SearchRequest, SearchResponse, Timings
-from app.service import SearchSpec
+from app.search_spec import SearchSpec
+from app.settings import Settings
 
 router = APIRouter(tags=["search"])
 HIT_OVERHEAD_BYTES = 40  # {"id":"","score":-0.123456789} and separators, per hit
@@ -36,33 +37,16 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 )
 async def search(
     body: Annotated[SearchRequest, Body(openapi_examples=SEARCH_EXAMPLES)],
-    holder: HolderDep,
+    hot_swap: HotSwapDep,
     runner: RunnerDep,
     settings: SettingsDep,
 ) -> SearchResponse:
     """Top-k documents per query, best first. Scores are the learned similarity of the live model
     (cosine for InfoNCE; -1/2 * sum_c lambda_c (u_c - v_c)^2 for AnInfoNCE), see `metric`."""
     started = time.perf_counter()
-    live = holder.require()  # one bundle for the whole request, even if a swap happens meanwhile
+    live = hot_swap.require()  # one bundle for the whole request, even if a swap happens meanwhile
     field = next(n for n in ("query", "queries", "vector", "vectors") if getattr(body, n) is not None)
-    if body.n_queries > settings.max_batch:
-        raise InvalidInputError(
-            f"body.{field}: {body.n_queries} queries, at most {settings.max_batch} per request"
-        )
-    if body.top_k > settings.max_top_k:
-        raise InvalidInputError(
-            f"body.top_k: {body.top_k} is above this server's limit of {settings.max_top_k}"
-        )
-    if body.filter and len(body.filter) > settings.max_filter_fields:
-        raise InvalidInputError(
-            f"body.filter: {len(body.filter)} fields, this server's limit is {settings.max_filter_fields}"
-        )
-    long = [i for i, t in enumerate(body.texts or []) if len(t) > settings.max_query_chars]
-    if long:
-        where = "query" if field == "query" else f"queries[{long[0]}]"
-        raise InvalidInputError(
-            f"body.{where}: longer than this server's limit of {settings.max_query_chars} characters"
-        )
+    _check_limits(body, field, settings)
     tokens = None
     if body.texts is not None:
         tokens = await asyncio.to_thread(live.count_tokens, body.texts)
@@ -100,6 +84,28 @@ async def search(
             total_ms=round((time.perf_counter() - started) * 1000, 3),
         ),
     )
+
+
+def _check_limits(body: SearchRequest, field: str, settings: Settings) -> None:
+    """This server's limits on one request (SEARCH_MAX_*): a 422 naming the field past its limit."""
+    if body.n_queries > settings.max_batch:
+        raise InvalidInputError(
+            f"body.{field}: {body.n_queries} queries, at most {settings.max_batch} per request"
+        )
+    if body.top_k > settings.max_top_k:
+        raise InvalidInputError(
+            f"body.top_k: {body.top_k} is above this server's limit of {settings.max_top_k}"
+        )
+    if body.filter and len(body.filter) > settings.max_filter_fields:
+        raise InvalidInputError(
+            f"body.filter: {len(body.filter)} fields, this server's limit is {settings.max_filter_fields}"
+        )
+    long = [i for i, t in enumerate(body.texts or []) if len(t) > settings.max_query_chars]
+    if long:
+        where = "query" if field == "query" else f"queries[{long[0]}]"
+        raise InvalidInputError(
+            f"body.{where}: longer than this server's limit of {settings.max_query_chars} characters"
+        )
 
 
 def _estimated_bytes(hits: list[list[Hit]]) -> int:

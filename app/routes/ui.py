@@ -18,7 +18,7 @@ from fastapi import Path as PathParam
 from fastapi.responses import FileResponse, HTMLResponse
 from pydantic import BaseModel, Field
 
-from app.deps import HolderDep, SettingsDep
+from app.deps import HotSwapDep, SettingsDep
 from app.errors import MissingFileError
 from app.schemas import SearchRequest
 from contract.bundle import REPORT_DIR
@@ -90,11 +90,11 @@ class Overview(BaseModel):
 
 
 @router.get("/ui/overview", response_model=Overview, summary="What the page offers on this server")
-async def overview(holder: HolderDep, settings: SettingsDep) -> Overview:
+async def overview(hot_swap: HotSwapDep, settings: SettingsDep) -> Overview:
     """The search modes this server's POST /search accepts, its top_k limit, and the live bundle's identity
     with the measured recall of its index."""
     modes, default = search_modes(SearchRequest)
-    live = holder.live
+    live = hot_swap.live
     summary = None
     if live is not None:
         report = live.bundle.report
@@ -102,7 +102,7 @@ async def overview(holder: HolderDep, settings: SettingsDep) -> Overview:
         summary = LiveSummary(
             version=live.version,
             model_name=report.model.name if report else Path(base.rstrip("/")).name,
-            model=live.model_identity(),
+            model=live.serving_summary(),
             index_recall_at_10=live.bundle.manifest.index.recall_at_10,
             has_report=report is not None,
         )
@@ -112,7 +112,7 @@ async def overview(holder: HolderDep, settings: SettingsDep) -> Overview:
         max_top_k=settings.max_top_k,
         job_types=["retrain", "reindex"],
         live=summary,
-        not_live_reason=None if live is not None else holder.not_live_reason(),
+        not_live_reason=None if live is not None else hot_swap.not_live_reason(),
     )
 
 
@@ -146,12 +146,12 @@ def _literals(annotation: Any) -> list[str]:
 async def plot(
     version: Annotated[str, PathParam(max_length=64)],
     name: Annotated[str, PathParam(max_length=160)],
-    holder: HolderDep,
+    hot_swap: HotSwapDep,
 ) -> FileResponse:
     """One PNG beside the bundle's report.json (their names are in the report's `plots`). Bundles never
     change once published, so the answer may be cached."""
     try:
-        folder = holder.store.version_path(version) / REPORT_DIR
+        folder = hot_swap.folder.version_path(version) / REPORT_DIR
     except BundleNotFound:
         raise BundleNotFound(f"no bundle version {version!r}") from None  # no server path in the message
     path = folder / name

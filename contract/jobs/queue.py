@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from huey import Huey, RedisHuey, SqliteHuey
 from huey.api import TaskWrapper
@@ -28,7 +28,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from contract.config import TrainConfig
 from contract.errors import JobConflict, JobOptionsInvalid
+from contract.index_backend import IndexBackend, IndexKind
 from contract.jobs.confine import confine_dataset, confine_options, resolve_dataset
+from contract.jobs.defaults import DEFAULT_HEARTBEAT_TIMEOUT_S, default_queue_url
 from contract.jobs.records import (
     FINISHED,
     JobRecord,
@@ -43,8 +45,6 @@ from contract.jobs.records import (
 logger = logging.getLogger(__name__)
 
 QUEUE_NAME = "infonce-search"
-DEFAULT_HEARTBEAT_TIMEOUT_S = 30.0
-IndexKind = Literal["auto", "flat", "hnsw", "ivf", "ivfpq"]
 
 __all__ = [
     "DEFAULT_HEARTBEAT_TIMEOUT_S",
@@ -66,7 +66,7 @@ class RetrainOptions(TrainConfig):
     """retrain options: every TrainConfig field, plus how the candidate bundle is indexed and gated."""
 
     index_kind: IndexKind = "auto"
-    index_backend: Literal["faiss", "milvus"] = "faiss"  # milvus: the worker's --milvus-uri (docs/deploy.md)
+    index_backend: IndexBackend = "faiss"  # milvus: the worker's --milvus-uri (docs/deploy.md)
     force: bool = False  # True: publish live even if the quality gate would keep it as a candidate
     onnx: bool = True  # export + quality-check the ONNX query encoders into the bundle
     distill: bool = False  # also train + score the distilled query encoders (training.distill_step)
@@ -78,7 +78,7 @@ class ReindexOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     index_kind: IndexKind = "auto"
-    index_backend: Literal["faiss", "milvus"] = "faiss"  # milvus: the worker's --milvus-uri (docs/deploy.md)
+    index_backend: IndexBackend = "faiss"  # milvus: the worker's --milvus-uri (docs/deploy.md)
     # the gate applies unless the submitter asks for force=True: a reindex publishes a corpus the service
     # then answers from, so it must not become live behind the operator's back (a planted dataset would)
     force: bool = False
@@ -100,11 +100,6 @@ def validate_options(job_type: str, options: dict[str, Any]) -> dict[str, Any]:
         first = e.errors()[0]
         field = ".".join(str(part) for part in first["loc"])
         raise JobOptionsInvalid(field, first["msg"]) from None
-
-
-def default_queue_url(bundles_dir: str | Path) -> str:
-    """The API's default (app.settings): a SQLite file `jobs.db` beside the bundles folder."""
-    return f"sqlite:///{(Path(bundles_dir).parent / 'jobs.db').as_posix()}"
 
 
 Execute = Callable[[str, RecordStore], None]
@@ -179,6 +174,11 @@ class JobQueue:
         self.huey.enqueue(self._run_job.s(record.id, id=record.id))
         logger.info("job %s queued: %s %s", record.id, job_type, dataset)
         return record
+
+    def close(self) -> None:
+        """Release the queue's connections (the API closes it when its lifespan ends)."""
+        self.records.close()
+        self.huey.storage.close()
 
     def get(self, job_id: str) -> JobRecord:
         return self.records.get(job_id).as_seen(self.heartbeat_timeout_s)

@@ -112,6 +112,7 @@ class RecordStore(Protocol):
     def mutate(self, job_id: str, fn: Mutator) -> JobRecord | None: ...
     def beat_worker(self, beat: WorkerBeat) -> None: ...
     def workers(self) -> list[WorkerBeat]: ...
+    def close(self) -> None: ...
 
 
 def update(
@@ -151,6 +152,7 @@ class SqliteRecords:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()  # sqlite3 connections are per thread
+        self._opened: list[sqlite3.Connection] = []  # every thread's connection, so close() reaches all
         with self._tx() as db:
             db.execute(
                 "CREATE TABLE IF NOT EXISTS job (id TEXT PRIMARY KEY, created_at REAL NOT NULL, doc TEXT NOT NULL)"
@@ -162,11 +164,19 @@ class SqliteRecords:
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            # still one per thread: check_same_thread=False only lets close() end them all
+            conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             self._local.conn = conn
+            self._opened.append(conn)  # list.append is atomic: threads never lose one
         return conn
+
+    def close(self) -> None:
+        """Close every thread's connection (the API's lifespan ends); a later call opens a new one."""
+        opened, self._opened, self._local = self._opened, [], threading.local()
+        for conn in opened:
+            conn.close()
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
@@ -235,6 +245,9 @@ class RedisRecords:
 
     def _key(self, job_id: str) -> str:
         return f"{self._ns}:job:{job_id}"
+
+    def close(self) -> None:
+        self._redis.close()
 
     def create(self, record: JobRecord) -> None:
         with self._redis.pipeline() as pipe:  # MULTI/EXEC: the hash and the index appear together

@@ -101,7 +101,7 @@ def test_oracle_random_mutations_equal_brute_force(client, shared_encoder, slice
     from contract.encoder import document_text
 
     rng = random.Random(18)
-    live = client.app.state.holder.live
+    live = client.app.state.hot_swap.live
     ids = list(live.bundle.doc_ids)
     base = live.bundle.index.index.reconstruct_n(0, len(ids))  # (n, dim) the bundle's exact rows
     docs = {
@@ -205,7 +205,7 @@ def test_limits_duplicates_and_keys_are_refused_before_anything_is_written(clien
 def test_metrics_and_bundles_show_log_positions(client):
     client.post("/documents", json={"documents": [{"id": "m1", "text": "metrics"}]}, headers=KEY)
     client.post(
-        "/documents/delete", json={"ids": [client.app.state.holder.live.bundle.doc_ids[0]]}, headers=KEY
+        "/documents/delete", json={"ids": [client.app.state.hot_swap.live.bundle.doc_ids[0]]}, headers=KEY
     )
     mutations = client.get("/bundles").json()["mutations"]
     assert mutations["log_seq"] == 2 and mutations["applied_seq"] == 2 and mutations["bundle_seq"] == 0
@@ -231,10 +231,10 @@ def test_compaction_is_suggested_past_the_threshold(tmp_path, staged):
 
 
 def test_an_unwritable_log_refuses_writes_and_keeps_serving(client, tmp_path):
-    bundles = client.app.state.holder.settings.bundles_dir
+    bundles = client.app.state.hot_swap.settings.bundles_dir
     log = bundles / "mutations.sqlite"
     log.write_bytes(b"this is not a database" * 100)  # a corrupt file where the log should be
-    client.app.state.holder.mutations.log.close()  # this thread's connection would cache the old file
+    client.app.state.hot_swap.mutations.log.close()  # this thread's connection would cache the old file
     r = client.post("/documents", json={"documents": [{"id": "x", "text": "refused"}]}, headers=KEY)
     assert r.status_code == 503 and r.json()["error"]["code"] == "mutation_log", r.text
     assert "mutations.sqlite" in r.json()["error"]["message"]

@@ -130,3 +130,21 @@ def test_running_job_with_an_expired_heartbeat_reads_as_failed(client, settings)
     update(records, job_id, heartbeat_at=time.time() - 6)  # older than job_heartbeat_timeout_s=5
     job = client.get(f"/jobs/{job_id}", headers=KEY).json()
     assert job["state"] == "failed" and "heartbeat expired" in job["error"]
+
+
+def test_the_lifespan_opens_the_job_queue_and_closes_it(settings, tmp_path, monkeypatch):
+    closed: list[JobQueue] = []
+    real_close = JobQueue.close
+
+    def counting_close(self: JobQueue) -> None:
+        closed.append(self)
+        real_close(self)
+
+    monkeypatch.setattr(JobQueue, "close", counting_close)
+    with TestClient(create_app(settings)) as client:
+        queue = client.app.state.job_queue
+        assert (tmp_path / "jobs.db").is_file()  # opened at startup, before any request
+        assert client.get("/jobs").status_code == 200
+        assert closed == []
+    assert closed == [queue]  # closed once, when the lifespan ends
+    assert Settings(bundles_dir=tmp_path / "b").queue_url == f"sqlite:///{(tmp_path / 'jobs.db').as_posix()}"

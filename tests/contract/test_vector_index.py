@@ -9,7 +9,7 @@ import pytest
 import contract.vector_index as index_mod
 import training.index_factory as build_mod
 from contract.encoder import Encoder, Similarity
-from contract.errors import IndexBuildError
+from contract.errors import IndexBuildError, InvalidQuery
 from contract.vector_index import IndexInfo, VectorIndex
 from training.index_factory import build_index, choose_kind
 
@@ -184,9 +184,9 @@ def test_bad_input_is_a_clear_error(data, built):
         build_index(bad)
     with pytest.raises(IndexBuildError, match="unknown index kind"):
         build_index(x, kind="lsh")
-    with pytest.raises(IndexBuildError, match="dimension 5"):
+    with pytest.raises(InvalidQuery, match="dimension 5"):
         built[("flat", "ip")].search(np.zeros((1, 5), np.float32), 3)
-    with pytest.raises(IndexBuildError, match="allowed positions"):
+    with pytest.raises(InvalidQuery, match="allowed positions"):
         built[("flat", "ip")].search(q[:1], 3, allowed=np.array([N + 5]))
 
 

@@ -1,7 +1,7 @@
-"""The bundle holder: which bundle this process serves, and hot swapping it.
+"""HotSwap: which bundle this process serves, and hot swapping it.
 
-Starlette hands every request a shallow copy of the lifespan state, so the state holds this *holder*
-and a swap rebinds `holder.live` — one reference assignment. A request reads `holder.live` once at
+Starlette hands every request a shallow copy of the lifespan state, so the state holds this object
+and a swap rebinds `hot_swap.live` — one reference assignment. A request reads `hot_swap.live` once at
 its start and keeps that `LiveBundle` to the end, so a swap mid-request never mixes versions and the
 old bundle lives until its last request finishes (garbage collection frees it).
 
@@ -10,7 +10,7 @@ event loop. Only a bundle that passed all of it is swapped in; a failed load kee
 serving, is logged, and shows in GET /bundles as `last_failed_load`. A version that failed is not
 retried on every poll, only when CURRENT changes again or someone activates it explicitly.
 
-Several API processes may share one bundles folder: they only read it and follow CURRENT by polling
+GET /bundles' listing is app/bundle_listing.py. Several API processes may share one bundles folder: they only read it and follow CURRENT by polling
 (`reload_poll_seconds`); POST /bundles/{v}/activate rewrites CURRENT (atomically, via BundleFolder).
 """
 
@@ -18,30 +18,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-from app.errors import NoLiveBundleError
+from app.bundle_schemas import LoadFailure
 from app.metrics import AppMetrics
 from app.mutations import MutationApplier
 from app.query_cache import QueryCache
-from app.schemas import BundleEntry, BundlesResponse, LoadFailure, Unreadable
-from app.service import LiveBundle, SearchSpec, open_live_bundle
+from app.search_spec import SearchSpec
+from app.service import LiveBundle, open_live_bundle
 from app.settings import Settings
 from contract.bundle import load_bundle
 from contract.bundle_folder import BundleFolder
-from contract.errors import BundleInvalid, InfonceSearchError
+from contract.errors import BundleInvalid, InfonceSearchError, NoLiveBundle
 from contract.index_backend import BackendConfig
 from contract.milvus_index import MilvusPointer
 
 logger = logging.getLogger(__name__)
-
-GATE_LOG = "gate.jsonl"  # the append-only decision log (contract.bundle_folder) (docs/architecture.md)
 
 
 def index_pointer(settings: Settings) -> MilvusPointer | None:
@@ -59,11 +55,13 @@ def index_pointer(settings: Settings) -> MilvusPointer | None:
     )
 
 
-class BundleHolder:
+class HotSwap:
+    """Which bundle this process serves: loads it, swaps it in, follows CURRENT, activates."""
+
     def __init__(self, settings: Settings, metrics: AppMetrics):
         self.settings = settings
         self.metrics = metrics
-        self.store = BundleFolder(settings.bundles_dir, pointer=index_pointer(settings))
+        self.folder = BundleFolder(settings.bundles_dir, pointer=index_pointer(settings))
         self.live: LiveBundle | None = None
         self.last_failure: LoadFailure | None = None
         self._failed: set[str] = set()
@@ -84,7 +82,7 @@ class BundleHolder:
     def require(self) -> LiveBundle:
         live = self.live
         if live is None:
-            raise NoLiveBundleError(f"no bundle is live: {self.not_live_reason()}")
+            raise NoLiveBundle(f"no bundle is live: {self.not_live_reason()}")
         return live
 
     def not_live_reason(self) -> str:
@@ -95,7 +93,7 @@ class BundleHolder:
     def current_on_disk(self) -> str | None:
         """CURRENT's version; an unreadable CURRENT is a failed load (logged once, shown in /bundles)."""
         try:
-            version = self.store.current_version()
+            version = self.folder.current_version()
         except InfonceSearchError as exc:
             if str(exc) != self._pointer_error:
                 self._pointer_error = str(exc)
@@ -104,7 +102,7 @@ class BundleHolder:
         self._pointer_error = None
         return version
 
-    def _relative(self, text: str) -> str:
+    def relative(self, text: str) -> str:
         """/bundles is public: paths in error messages are shown relative to the bundles folder."""
         root = self.settings.bundles_dir
         for form in sorted({str(root.resolve()), str(root.absolute())}, key=len, reverse=True):
@@ -112,7 +110,7 @@ class BundleHolder:
         return text
 
     def _record_failure(self, version: str, error: str) -> None:
-        error = self._relative(error)
+        error = self.relative(error)
         self.last_failure = LoadFailure(version=version, error=error, at=datetime.now(UTC).isoformat())
         self.metrics.reloads.labels(outcome="failed").inc()
         kept = self.live.version if self.live else "nothing"
@@ -122,7 +120,7 @@ class BundleHolder:
     def _open(self, version: str) -> LiveBundle:
         """Blocking: load + validate + pick the query encoder + canary. Raises on any problem."""
         started = time.perf_counter()
-        bundle = load_bundle(self.store.version_path(version), index_opener=self.store.index_opener())
+        bundle = load_bundle(self.folder.version_path(version), index_opener=self.folder.index_opener())
         if bundle.version != version:
             raise BundleInvalid(f"{bundle.path}: manifest says version {bundle.version}, folder is {version}")
         live = open_live_bundle(
@@ -224,12 +222,12 @@ class BundleHolder:
                 self._poll_failed = True
 
     async def activate(self, version: str) -> LiveBundle:
-        """Validate `version` by loading it, then point CURRENT at it. A bad version never becomes CURRENT.
+        """Validate `version` by loading it (once), then point CURRENT at it. A bad version never becomes CURRENT.
 
         Load, swap and the CURRENT write happen under one lock, so the poller can never read the old
         CURRENT in between and swap the previous version back in.
         """
-        self.store.version_path(version)  # BundleNotFound (404) for an unknown or malformed id
+        self.folder.version_path(version)  # BundleNotFound (404) for an unknown or malformed id
         live = self.live
         already = live is not None and live.version == version and live.version != self._gone
         if already and await asyncio.to_thread(self.current_on_disk) == version:
@@ -238,7 +236,8 @@ class BundleHolder:
         self._failed.discard(version)
         async with self._lock:
             live = await self._load_locked(version, follow_current=False)
-            await asyncio.to_thread(self.store.activate, version)
+            # the load above loaded the model; the folder's activation only validates (never loads it)
+            await asyncio.to_thread(self.folder.activate, version)
             self.last_failure, self.fallback_from = None, None  # CURRENT names what serves again
             self.metrics.fallback.set(0)
         if live is None:  # unreachable: without follow_current a load either swaps in or raises
@@ -254,7 +253,7 @@ class BundleHolder:
         """
         current = await asyncio.to_thread(self.current_on_disk)
         failure = self.last_failure
-        infos = await asyncio.to_thread(self.store.list_versions)
+        infos = await asyncio.to_thread(self.folder.list_versions)
         for info in sorted(infos, key=lambda i: i.version, reverse=True):
             if info.version == current or info.version in self._failed:
                 continue
@@ -292,66 +291,3 @@ class BundleHolder:
                 await self.mutations.catch_up(self)  # what other replicas wrote to the log
             except Exception:  # the poller must survive anything; the next tick tries again
                 logger.exception("bundle poll failed")
-
-    # -- description --------------------------------------------------------------------------------
-    async def describe(self, gate_limit: int = 50, gate_offset: int = 0) -> BundlesResponse:
-        return await asyncio.to_thread(self._describe, gate_limit, gate_offset)
-
-    def _describe(self, gate_limit: int = 50, gate_offset: int = 0) -> BundlesResponse:
-        current = self.current_on_disk()
-        live = self.live
-        problems: list[tuple[str, str]] = []
-        decisions = self._gate_log()[::-1]  # newest first
-        entries = [
-            BundleEntry(
-                version=info.version,
-                live=live is not None and live.version == info.version,
-                current=info.version == current,
-                created_at=info.created_at.isoformat(),
-                metrics=info.metrics,
-                gate=info.gate.model_dump(mode="json") if info.gate else None,
-                retrieval=info.retrieval,
-                mutation_seq=info.mutation_seq,
-            )
-            for info in self.store.list_versions(problems)
-        ]
-        return BundlesResponse(
-            live=live.version if live else None,
-            current=current,
-            encoder_backend=live.backend if live else None,
-            encoder_choice=live.choice if live else None,
-            versions=entries,
-            gate_decisions=decisions[gate_offset : gate_offset + gate_limit],
-            gate_total=len(decisions),
-            last_failed_load=self.last_failure,
-            fallback_from=self.fallback_from,
-            unreadable=[Unreadable(version=v, error=self._relative(e)) for v, e in problems],
-            mutations=self.mutations.describe(live),
-        )
-
-    def gate_log(self) -> list[dict[str, Any]]:
-        """Every readable record of gate.jsonl, oldest first (also read by /metrics)."""
-        return self._gate_log()
-
-    def _gate_log(self) -> list[dict[str, Any]]:
-        path = self.store.root / GATE_LOG
-        if not path.is_file():
-            return []
-        records = []
-        try:
-            raw = path.read_bytes()
-        except OSError as exc:
-            logger.warning("%s is unreadable: %s", path, exc)
-            return []
-        # errors="replace": one bad byte must cost one line, not the whole listing
-        for number, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except (json.JSONDecodeError, RecursionError):  # a torn last line from a crash: skip it
-                logger.debug("%s:%d: not JSON, skipped", path, number)
-                continue
-            if isinstance(record, dict):
-                records.append(record)
-        return records

@@ -1,0 +1,111 @@
+"""HotSwap (app/hot_swap.py) races, made deterministic by acting at the exact moment that matters.
+
+The load-dependent version of these lives in test_lifecycle.py (hot swap under concurrent requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from app.hot_swap import HotSwap
+from app.metrics import AppMetrics
+from tests.app.conftest import make_settings, publish
+from training.bundle_store import BundleStore
+
+pytestmark = pytest.mark.scifact
+
+
+def test_a_load_that_current_moved_away_from_is_not_swapped_in(tmp_path, staged):
+    bundles = tmp_path / "bundles"
+    a = publish(staged["A"], bundles)
+    store = BundleStore(bundles)
+    hot_swap = HotSwap(make_settings(bundles, reload_poll_seconds=0), AppMetrics())
+    real_open = hot_swap._open
+
+    def open_while_another_process_rolls_back(version: str):
+        live = real_open(version)
+        store.activate(a)  # CURRENT moves back to a after this process read it, before it swaps
+        return live
+
+    async def scenario() -> str:
+        await hot_swap.sync()
+        assert hot_swap.live is not None and hot_swap.live.version == a
+        b = publish(staged["B"], bundles)
+        assert store.current_version() == b
+        hot_swap._open = open_while_another_process_rolls_back  # type: ignore[method-assign]
+        await hot_swap.sync()  # loads b; CURRENT says a by the time the load is done
+        return b
+
+    b = asyncio.run(scenario())
+    assert b != a
+    assert hot_swap.live is not None and hot_swap.live.version == a, "a stale version was swapped in"
+    assert store.current_version() == a
+    assert b not in hot_swap._failed  # not a failure: a later poll may load b again if CURRENT names it
+
+
+def test_polls_during_an_activation_never_swap_the_old_version_back(tmp_path, staged):
+    bundles = tmp_path / "bundles"
+    a = publish(staged["A"], bundles)
+    b = publish(staged["B"], bundles)
+    store = BundleStore(bundles)
+    store.activate(a)
+    hot_swap = HotSwap(make_settings(bundles, reload_poll_seconds=0), AppMetrics())
+    seen: list[tuple[str | None, str | None]] = []
+    real_activate = hot_swap.folder.activate
+
+    def slow_current_write(version: str) -> None:
+        time.sleep(0.3)  # widen the window between the swap and the CURRENT write
+        real_activate(version)
+
+    hot_swap.folder.activate = slow_current_write  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        await hot_swap.sync()
+        assert hot_swap.live is not None and hot_swap.live.version == a
+        activation = asyncio.create_task(hot_swap.activate(b))
+        await asyncio.sleep(0)  # activation holds the lock and is loading b in a thread
+        polls = [asyncio.create_task(hot_swap.sync()) for _ in range(3)]  # what the poller would do now
+        await activation
+        seen.append((hot_swap.live.version if hot_swap.live else None, store.current_version()))
+        await asyncio.gather(*polls)
+
+    asyncio.run(scenario())
+    assert seen == [(b, b)]  # activation finished with live and CURRENT agreeing
+    assert hot_swap.live is not None and hot_swap.live.version == b, "a poll swapped the old version back in"
+    assert store.current_version() == b
+
+
+def test_activation_loads_the_model_once_and_publishing_never(tmp_path, staged, monkeypatch):
+    """validate() is the only check publish and BundleFolder.activate run: the one model load of an
+    activation through the API is the load of the bundle it then serves."""
+    from contract.encoder import Encoder
+
+    loads: list[str] = []
+    real_load = Encoder.load.__func__  # type: ignore[attr-defined]
+
+    def counting_load(cls, path=None, **kwargs):
+        loads.append(str(path))
+        return real_load(cls, path, **kwargs)
+
+    monkeypatch.setattr(Encoder, "load", classmethod(counting_load))
+    bundles = tmp_path / "bundles"
+    a = publish(staged["A"], bundles)
+    b = publish(staged["B"], bundles, force=False)  # worse test metric: published, not live
+    assert loads == []  # publishing validates without loading the model
+    BundleStore(bundles).activate(b)  # the CLI's roll forward: validate only
+    BundleStore(bundles).activate(a)
+    assert loads == []
+    hot_swap = HotSwap(make_settings(bundles, reload_poll_seconds=0), AppMetrics())
+
+    async def scenario() -> None:
+        await hot_swap.sync()  # serves a: one load
+        assert len(loads) == 1
+        await hot_swap.activate(b)  # load b to serve it, then point CURRENT at it
+        assert hot_swap.live is not None and hot_swap.live.version == b
+
+    asyncio.run(scenario())
+    assert len(loads) == 2 and loads[1].endswith(f"{b}/model")
+    assert BundleStore(bundles).current_version() == b
