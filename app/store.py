@@ -64,6 +64,8 @@ class BundleHolder:
         self.settings = settings
         self.metrics = metrics
         self.store = BundleFolder(settings.bundles_dir, pointer=index_pointer(settings))
+        if isinstance(self.store.pointer, MilvusPointer):  # readiness re-points an alias that lags CURRENT
+            self.store.pointer.current_version = self.store.current_version
         self.live: LiveBundle | None = None
         self.last_failure: LoadFailure | None = None
         self._failed: set[str] = set()

@@ -28,32 +28,35 @@ in RAM twice (a FAISS index is itself one copy of the vectors; Milvus holds them
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from contract.bundle import MANIFEST_FILE, read_manifest
 from contract.encoder import Encoder
 from contract.errors import ConfigError
-from contract.index_backend import MILVUS_EXTRAS, BackendConfig
-from contract.milvus_index import MilvusPointer, drop_collection
+from contract.index_backend import BackendConfig
+from contract.milvus_index import MilvusPointer
 from contract.mutation_log import SEQ_KEY
 from training.bundle_build import build_bundle
-from training.bundle_store import FINGERPRINT_KEY, BundleStore, PublishResult, evaluation_fingerprint
+from training.bundle_store import BundleStore, PublishResult
 from training.data import load_split
 from training.embedding_cache import EmbeddingCache
 from training.evaluate import EvalResult, evaluate
 from training.fold import Folded, fold_log
 from training.index_factory import KINDS
 from training.lexical_step import attach_lexical, validation_split
+from training.milvus_housekeeping import (
+    reconcile_live_alias,
+    sweep_orphan_collections,
+    unpublished_collection_dropped,
+)
 from training.milvus_publish import milvus_builder
 from training.onnx_export import attach_onnx
+from training.run_story import RunStory, base_model_name, resolve_run, run_story
 from training.shards import encode_corpus_to_disk
 from training.timing import PhaseTimer, phase
 
@@ -62,39 +65,6 @@ if TYPE_CHECKING:
     from training.retrieval_data import RetrievalData
 
 logger = logging.getLogger(__name__)
-
-RUN_CONFIG = "config.json"
-RUN_METRICS = "metrics.json"
-RUN_REPORT = "report"
-
-
-def resolve_run(model_dir: str | Path) -> tuple[Path, Path | None]:
-    """(model folder, run or bundle folder or None): accepts `<run>`, `<run>/model`, `<bundle>/model`
-    or a bare sentence-transformers folder."""
-    path = Path(model_dir)
-    if (path / "model").is_dir():
-        return path / "model", path
-    if any((path.parent / name).is_file() for name in (RUN_CONFIG, RUN_METRICS, MANIFEST_FILE)):
-        return path, path.parent  # a run's model/ or a published bundle's model/
-    return path, None
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{path}: invalid JSON ({exc})") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a JSON object")
-    return data
-
-
-def _base_model_name(training_config: dict[str, Any]) -> str:
-    """The base model's name: a run's config.json records {path, name, package}; older ones a string."""
-    base = training_config.get("base_model") or "all-MiniLM-L6-v2"
-    if isinstance(base, dict):
-        return str(base.get("name") or base.get("path") or "all-MiniLM-L6-v2")
-    return str(base)
 
 
 def index_model(
@@ -132,14 +102,14 @@ def index_model(
     with phase(timer, "load data + model"):
         encoder = Encoder.load(model_path)
         data = load_split(data_dir, split)
-    story = _run_story(run, data_dir, split, data)
+    story = run_story(run, data_dir, split, data)
     pointer = MilvusPointer(backend) if backend is not None and backend.backend == "milvus" else None
     store = BundleStore(bundles_dir, keep=keep, pointer=pointer)
     # both beside the versions (publishing is a rename); a crash leaves folders the next publish removes
     with (
         store.build_dir() as scratch,
         store.build_dir() as staging,
-        _unpublished_collection_dropped(backend if pointer is not None else None, staging),
+        unpublished_collection_dropped(backend if pointer is not None else None, staging),
     ):
         stop()
         with phase(timer, "encode + evaluate (index)"):
@@ -152,7 +122,8 @@ def index_model(
         steps.run(staging, encoder, data, emb, folded)
         stop()  # the last moment a cancel is honoured: publishing is not interrupted
         with phase(timer, "publish"):
-            return store.publish(staging, gate_metric=gate_metric, tolerance=tolerance, force=force)
+            gate = (gate_metric, tolerance, force)
+            return _publish(store, staging, pointer, (scratch, staging), gate)
 
 
 def _check_options(
@@ -166,35 +137,6 @@ def _check_options(
         raise ConfigError(
             "--distill is not supported with the milvus index backend yet (it reads FAISS vectors)"
         )
-
-
-@dataclass
-class _RunStory:
-    """What the model's run (or re-indexed bundle) folder says about it, carried into the manifest."""
-
-    training_config: dict[str, Any]
-    extras: dict[str, Any]
-    report_dir: Path | None
-
-
-def _run_story(run: Path | None, data_dir: str | Path, split: str, data: RetrievalData) -> _RunStory:
-    story = _RunStory(
-        {}, {"data": str(data_dir), "split": split, FINGERPRINT_KEY: evaluation_fingerprint(data)}, None
-    )
-    if run is None:
-        return story
-    if (run / RUN_CONFIG).is_file():
-        story.training_config = _read_json(run / RUN_CONFIG)
-    if (run / RUN_METRICS).is_file():
-        story.extras["training_metrics"] = _read_json(run / RUN_METRICS)
-    if (run / RUN_REPORT / "report.json").is_file():
-        story.report_dir = run / RUN_REPORT
-    if (run / MANIFEST_FILE).is_file():  # re-indexing with a published bundle's model: keep its story
-        previous = read_manifest(run)
-        story.training_config = previous.training_config
-        kept = {k: v for k, v in previous.extras.items() if k == "training_metrics"}
-        story.extras = {**kept, **story.extras, "reindexed_from": previous.version}
-    return story
 
 
 @dataclass
@@ -253,7 +195,7 @@ def _build_staged(
     encoder: Encoder,
     data: RetrievalData,
     emb: _Embedded,
-    story: _RunStory,
+    story: RunStory,
     options: _IndexOptions,
 ) -> Folded:
     """Stage the bundle (index, model, documents, manifest); returns the corpus it serves."""
@@ -289,7 +231,7 @@ def _build_staged(
         training_config=story.training_config,
         metrics=emb.metrics,
         report_dir=story.report_dir,
-        base_model=_base_model_name(story.training_config),
+        base_model=base_model_name(story.training_config),
         extras=story.extras,
         show_progress=options.show_progress,
         index_builder=builder,
@@ -303,7 +245,7 @@ class _Attach:
     """The steps after the bundle is staged: lexical index + fusion tuning, ONNX, distilled encoders."""
 
     data_dir: str | Path
-    story: _RunStory
+    story: RunStory
     onnx: bool
     distill: DistillConfig | None
     distill_split: str
@@ -342,16 +284,20 @@ class _Attach:
                 )
 
 
-@contextmanager
-def _unpublished_collection_dropped(backend: BackendConfig | None, staging: Path) -> Iterator[None]:
-    """A failed or cancelled Milvus build drops the collection it created, unless the version got published
-    (the rename happened: the version folder owns its collection, keep-N drops it later)."""
-    try:
-        yield
-    except BaseException:
-        manifest_path = staging / MANIFEST_FILE
-        if backend is not None and manifest_path.is_file():
-            collection = read_manifest(staging).extras.get(MILVUS_EXTRAS, {}).get("collection")
-            if collection:
-                drop_collection(backend, collection)
-        raise
+def _publish(
+    store: BundleStore,
+    staging: Path,
+    pointer: MilvusPointer | None,
+    own_builds: tuple[Path, ...],
+    gate: tuple[str, float, bool],
+) -> PublishResult:
+    """store.publish with the gate's (metric, tolerance, force), and with Milvus its housekeeping: the
+    live alias is re-pointed at CURRENT's collection first if a publisher died before flipping it, and
+    collections of killed builds are swept after (`own_builds`: this build's folders)."""
+    gate_metric, tolerance, force = gate
+    if pointer is not None:
+        reconcile_live_alias(store, pointer)
+    result = store.publish(staging, gate_metric=gate_metric, tolerance=tolerance, force=force)
+    if pointer is not None:
+        sweep_orphan_collections(store, pointer, own_builds)
+    return result

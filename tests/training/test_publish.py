@@ -15,7 +15,8 @@ from contract.errors import ConfigError, JobCancelled
 from training.bundle_store import BundleStore
 from training.data import load_beir, subset
 from training.evaluate import evaluate, trec_metrics
-from training.publish import index_model, resolve_run
+from training.publish import index_model
+from training.run_story import resolve_run
 
 pytestmark = pytest.mark.scifact
 REPO = Path(__file__).resolve().parents[2]
