@@ -21,7 +21,10 @@ import sys
 import numpy as np
 
 from tests.servers import milvus_server
-from training.shards import ShardWriter, exact_top_k
+from training.embedding_cache import EmbeddingCache
+from training.evaluate import encode_corpus
+from training.retrieval_data import Document
+from training.shards import ShardWriter, encode_corpus_to_disk, exact_top_k
 
 N, DIM = 20_000, 384
 N_INDEX = 60_000  # index_model's probe: 92 MB of embeddings
@@ -74,3 +77,18 @@ def test_shards_and_chunked_exact_search(tmp_path):
     np.testing.assert_array_equal(exact_top_k(x, q, 5, "ip"), np.argsort(-(q @ x.T), axis=1)[:, :5])
     d2 = ((q[:, None, :] - x[None, :, :]) ** 2).sum(-1)
     np.testing.assert_array_equal(exact_top_k(x, q, 5, "l2"), np.argsort(d2, axis=1)[:, :5])
+
+
+def test_encode_corpus_to_disk_matches_encode_corpus_and_uses_the_cache(shared_encoder, tmp_path):
+    corpus = {f"d{i}": Document(f"d{i}", f"title {i}", f"text number {i}", {}) for i in range(7)}
+    _, expected = encode_corpus(shared_encoder, corpus, show_progress=False)  # (7, dim) in RAM
+    streamed = encode_corpus_to_disk(shared_encoder, corpus, tmp_path / "a", show_progress=False)
+    assert isinstance(streamed, np.memmap) and (tmp_path / "a" / "shards.json").is_file()
+    np.testing.assert_allclose(np.asarray(streamed), expected, atol=1e-5)
+    cache = EmbeddingCache(tmp_path / "cache")
+    miss = encode_corpus_to_disk(shared_encoder, corpus, tmp_path / "b", cache=cache, show_progress=False)
+    assert (tmp_path / "b" / "shards.json").is_file()  # encoded into the shard, then stored in the cache
+    hit = encode_corpus_to_disk(shared_encoder, corpus, tmp_path / "c", cache=cache, show_progress=False)
+    assert not (tmp_path / "c").exists()  # a hit encodes nothing
+    assert isinstance(hit, np.memmap) and not hit.flags.writeable
+    np.testing.assert_array_equal(np.asarray(hit), np.asarray(miss))
