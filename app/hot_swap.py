@@ -62,6 +62,8 @@ class HotSwap:
         self.settings = settings
         self.metrics = metrics
         self.folder = BundleFolder(settings.bundles_dir, pointer=index_pointer(settings))
+        if isinstance(self.folder.pointer, MilvusPointer):  # readiness re-points an alias that lags CURRENT
+            self.folder.pointer.current_version = self.folder.current_version
         self.live: LiveBundle | None = None
         self.last_failure: LoadFailure | None = None
         self._failed: set[str] = set()

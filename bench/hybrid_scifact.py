@@ -28,7 +28,7 @@ from training.evaluate import encode_corpus
 from training.fusion_tuning import metrics_of, runs_for_mode, tune
 from training.lexical_build import build_lexical_index
 from training.lexical_step import mode_runs, validation_split
-from training.publish import resolve_run
+from training.run_story import resolve_run
 
 SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
 RESULTS = Path(__file__).resolve().parent / "results" / "hybrid_scifact.json"

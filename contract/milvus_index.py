@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -63,6 +63,8 @@ __all__ = [
 
 ID_FIELD, POS_FIELD, VECTOR_FIELD = "id", "pos", "vector"  # META_FIELD: contract/milvus_expressions.py
 TYPED_PREFIX = "m_"
+# what collection_name() appends for a contract.bundle.new_version_id() version
+VERSION_SUFFIX = r"_v\d{8}T\d{6}_\d{6}Z_[0-9a-f]{6}$"
 METRIC_TYPES = {"ip": "IP", "l2": "L2"}
 
 _clients: dict[tuple[str, str], MilvusClient] = {}
@@ -145,6 +147,8 @@ class MilvusIndex:
         }
         self._dim = manifest.dim
         self._ntotal = manifest.n_vectors
+        # set by MilvusPointer.open_index: re-points a lagging alias when this version is CURRENT
+        self.reconcile: Callable[[], bool] | None = None
 
     @classmethod
     def open(cls, config: BackendConfig, manifest: Manifest) -> MilvusIndex:
@@ -224,10 +228,15 @@ class MilvusIndex:
 
     def readiness_problems(self) -> list[str]:
         """The alias exists, names this version's collection, and answers a search."""
+        missing: str | None = None
         try:
             target = self.client.describe_alias(self.alias, timeout=self.config.timeout_s)["collection_name"]
         except Exception as exc:
-            return [f"Milvus alias {self.alias} is missing or unreadable ({_brief(exc)})"]
+            target, missing = None, f"Milvus alias {self.alias} is missing or unreadable ({_brief(exc)})"
+        if target != self.collection and self.reconcile is not None and self.reconcile():
+            target = self.collection  # the alias lagged CURRENT (a publisher died before flipping it)
+        elif missing is not None:
+            return [missing]
         if target != self.collection:
             return [f"Milvus alias {self.alias} points at {target}, the live version's is {self.collection}"]
         probe = np.zeros((1, self.dim), np.float32)
@@ -242,13 +251,80 @@ class MilvusIndex:
 
 
 class MilvusPointer:
-    """IndexPointer for BundleStore: flips the live alias when CURRENT moves, drops pruned collections."""
+    """IndexPointer for BundleStore: flips the live alias when CURRENT moves, drops pruned collections.
 
-    def __init__(self, config: BackendConfig):
+    CURRENT is written first and the alias flipped after it, so a process killed in between leaves the
+    alias on the previous collection. The flip is idempotent: `reconcile` repeats it when the alias lags,
+    and the readiness check of an index opened here calls it when `current_version` (CURRENT's reader,
+    set by the app) names the index's version. Checking CURRENT first keeps a replica that has not yet
+    followed a newer CURRENT from flipping the alias back to its older version.
+    """
+
+    def __init__(self, config: BackendConfig, current_version: Callable[[], str | None] | None = None):
         self.config = config
+        self.current_version = current_version
 
     def open_index(self, manifest: Manifest) -> MilvusIndex:
-        return MilvusIndex.open(self.config, manifest)
+        index = MilvusIndex.open(self.config, manifest)
+        index.reconcile = lambda: self._reconcile_if_current(manifest)
+        return index
+
+    def _reconcile_if_current(self, manifest: Manifest) -> bool:
+        try:
+            current = self.current_version() if self.current_version is not None else None
+        except Exception as exc:  # an unreadable CURRENT: leave the alias alone, readiness says why
+            logger.warning("not reconciling the Milvus alias: CURRENT is unreadable (%s)", _brief(exc))
+            return False
+        if current != manifest.version:
+            return False
+        try:
+            return self.reconcile(manifest)
+        except IndexUnavailable as exc:
+            logger.warning("%s", exc)
+            return False
+
+    def reconcile(self, manifest: Manifest) -> bool:
+        """Point the live alias at `manifest`'s collection (CURRENT's) when it names another or none;
+        True when it flipped."""
+        if not is_milvus(manifest.index):
+            return False
+        extras = manifest.extras[MILVUS_EXTRAS]
+        collection, alias = check_name(extras["collection"]), check_name(extras["alias"])
+        client = connect(self.config)
+        try:
+            target = client.describe_alias(alias, timeout=self.config.timeout_s)["collection_name"]
+        except Exception:  # no alias yet: create it
+            target = None
+        if target == collection:
+            return False
+        logger.warning(
+            "Milvus alias %s names %s, CURRENT's collection is %s: flipping it", alias, target, collection
+        )
+        self.on_current(manifest)
+        return True
+
+    def sweep(self, versions: Callable[[], Iterable[str]], building: Callable[[], bool]) -> list[str]:
+        """Drop this name's version collections whose version is not a bundle folder: left by a build
+        killed before it could drop its own. `versions()` lists the folders and `building()` says whether
+        another build is running (its collection has no folder yet); then nothing is dropped. Listing the
+        collections first makes it safe against a build that starts meanwhile: its collection is not in
+        the list, or its lock is already held when `building()` looks. Returns the dropped names."""
+        name = check_name(self.config.milvus_name)
+        pattern = re.compile(re.escape(name) + VERSION_SUFFIX)
+        client = connect(self.config)
+        try:
+            listed = [c for c in client.list_collections(timeout=self.config.timeout_s) if pattern.match(c)]
+        except Exception as exc:
+            logger.warning("could not list Milvus collections to sweep: %s", _brief(exc))
+            return []
+        if not listed or building():
+            return []
+        kept = {collection_name(name, v) for v in versions()}
+        orphans = [c for c in listed if c not in kept]
+        for collection in orphans:
+            logger.info("sweeping Milvus collection %s: its version is not a bundle folder", collection)
+            drop_collection(self.config, collection)
+        return orphans
 
     def on_current(self, manifest: Manifest) -> None:
         if not is_milvus(manifest.index):

@@ -22,6 +22,7 @@ import numpy as np
 from contract.encoder import Encoder, document_text
 from contract.mutation_log import MutationLog, latest_per_document
 from training.retrieval_data import Document
+from training.shards import CHUNK_ROWS, ShardWriter
 
 logger = logging.getLogger(__name__)
 
@@ -43,8 +44,13 @@ def fold_log(
     *,
     batch_size: int = 32,
     show_progress: bool = False,
+    out_dir: str | Path | None = None,
 ) -> Folded:
-    """`corpus` with every log row up to the log's current head applied; `embeddings` rows follow it."""
+    """`corpus` with every log row up to the log's current head applied; `embeddings` rows follow it.
+
+    `out_dir`: write the folded rows there chunk by chunk and return them memory-mapped (the offline path
+    streams, training/shards.py) instead of gathering and concatenating them in RAM.
+    """
     log = MutationLog(bundles_dir)
     seq = log.head()
     if seq == 0:
@@ -56,12 +62,12 @@ def fold_log(
     upserts = [m for m in net.values() if m.op == "upsert"]
     for m in upserts:
         out[m.doc_id] = Document(id=m.doc_id, title=m.title, text=m.text, metadata=dict(m.metadata))
-    rows = [embeddings[keep]]
-    if upserts:
-        texts = [document_text(m.title, m.text) for m in upserts]
-        rows.append(
-            encoder.encode(texts, kind="document", batch_size=batch_size, show_progress=show_progress)
-        )
+    texts = [document_text(m.title, m.text) for m in upserts]
+    added = (  # (n_upserts, dim)
+        encoder.encode(texts, kind="document", batch_size=batch_size, show_progress=show_progress)
+        if texts
+        else np.zeros((0, embeddings.shape[1]), dtype=np.float32)
+    )
     deleted = sum(1 for m in net.values() if m.op == "delete" and m.doc_id in corpus)
     logger.info(
         "folded mutation log up to seq %d: %d upserted, %d deleted, %d documents",
@@ -70,4 +76,20 @@ def fold_log(
         deleted,
         len(out),
     )
-    return Folded(out, np.concatenate(rows).astype(np.float32, copy=False), seq, len(upserts), deleted)
+    return Folded(out, _rows(embeddings, keep, added, out_dir), seq, len(upserts), deleted)
+
+
+def _rows(
+    embeddings: np.ndarray, keep: list[int], added: np.ndarray, out_dir: str | Path | None
+) -> np.ndarray:
+    """embeddings[keep] followed by `added` (n_keep + n_added, dim): in RAM, or streamed to `out_dir`."""
+    if out_dir is None:
+        return np.concatenate([embeddings[keep], added]).astype(np.float32, copy=False)
+    writer = ShardWriter(
+        out_dir, embeddings.shape[1], len(keep) + len(added), shard_rows=len(keep) + len(added) or 1
+    )
+    for start in range(0, len(keep), CHUNK_ROWS):
+        writer.append(embeddings[keep[start : start + CHUNK_ROWS]])  # (chunk, dim) gathered rows
+    if len(added):
+        writer.append(added)
+    return writer.close().array()

@@ -3,8 +3,8 @@
 `milvus_builder(...)` returns a `build_bundle` index builder. Given the new version id and the
 index-space vectors it
 
-1. creates `<name>_v<version>` (schema: contract/milvus_index.py) with the metadata keys that have one
-   scalar type across the corpus as typed fields (`m_<key>`; at most MAX_TYPED_FIELDS, most common first);
+1. creates `<name>_v<version>` (schema: contract/milvus_index.py, training/milvus_rows.py) with the
+   metadata keys that have one scalar type across the corpus as typed fields (`m_<key>`; at most MAX_TYPED_FIELDS, most common first);
 2. inserts the rows in chunks of `chunk_rows` (a chunk's rows are the only Python copy at a time);
 3. builds the vector index: `auto` = FLAT (exact) up to training.index_factory.AUTO_FLAT_MAX vectors, HNSW
    above, as for FAISS; `flat`, `hnsw`, `ivf` (IVF_FLAT) and `ivfpq` (IVF_PQ) on request. milvus-lite 3.2
@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import time
-from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,11 +34,8 @@ import numpy as np
 from contract.errors import IndexBuildError
 from contract.index_backend import MILVUS_EXTRAS, MILVUS_KIND, BackendConfig
 from contract.milvus_index import (
-    ID_FIELD,
-    META_FIELD,
     METRIC_TYPES,
     POS_FIELD,
-    TYPED_PREFIX,
     VECTOR_FIELD,
     alias_name,
     collection_name,
@@ -48,100 +44,17 @@ from contract.milvus_index import (
 )
 from contract.vector_index import IndexInfo, IndexMetric, as_matrix
 from training.index_factory import AUTO_FLAT_MAX, KINDS, RECALL_K, TUNE_SAMPLE, drop_self, recall_at
+from training.milvus_rows import CHUNK_ROWS, rows, schema, typed_fields
 from training.shards import check_finite, exact_top_k
 
 if TYPE_CHECKING:
     from training.bundle_build import IndexBuilder
-    from training.data import Document
+    from training.retrieval_data import Document
 
 logger = logging.getLogger(__name__)
 
-MAX_TYPED_FIELDS = 32  # Milvus caps a collection at 64 fields; the rest stay reachable through the JSON field
-MAX_VARCHAR = 65_535
-KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,60}$")
 HNSW_BUILD = {"M": 32, "efConstruction": 200}  # M as training.index_factory.HNSW_M
 INDEX_TYPES = {"flat": "FLAT", "hnsw": "HNSW", "ivf": "IVF_FLAT", "ivfpq": "IVF_PQ"}
-# rows per insert: with the chunk's protobuf message, the only copy of vectors the builder holds
-CHUNK_ROWS = 1024
-
-
-def typed_fields(metadatas: Iterable[Mapping[str, Any] | None]) -> dict[str, dict[str, str]]:
-    """{key: {"field": "m_key", "type": BOOL|INT64|DOUBLE|VARCHAR, "max_length"?}} for the metadata keys
-    whose values are one scalar type in every document that has them (int and float together = DOUBLE)."""
-    kinds: dict[str, set[str]] = {}
-    counts: Counter[str] = Counter()
-    longest: dict[str, int] = {}
-    for meta in metadatas:
-        for key, value in (meta or {}).items():
-            if value is None:
-                continue
-            counts[key] += 1
-            kinds.setdefault(key, set()).add(_scalar_type(value))
-            if isinstance(value, str):
-                longest[key] = max(longest.get(key, 1), len(value.encode("utf-8")))
-    out: dict[str, dict[str, str]] = {}
-    for key, _ in counts.most_common():
-        found = kinds[key]
-        if "other" in found or not KEY_RE.match(key) or len(out) >= MAX_TYPED_FIELDS:
-            continue
-        if found == {"INT64", "DOUBLE"}:
-            found = {"DOUBLE"}
-        if len(found) != 1:
-            continue
-        (kind,) = found
-        if kind == "VARCHAR" and longest[key] > MAX_VARCHAR:
-            continue
-        out[key] = {"field": TYPED_PREFIX + key, "type": kind}
-        if kind == "VARCHAR":
-            out[key]["max_length"] = str(longest[key])
-    return out
-
-
-def _scalar_type(value: Any) -> str:
-    if isinstance(value, bool):
-        return "BOOL"
-    if isinstance(value, int):
-        return "INT64" if -(2**63) <= value < 2**63 else "other"
-    if isinstance(value, float):
-        return "DOUBLE" if math.isfinite(value) else "other"
-    if isinstance(value, str):
-        return "VARCHAR"
-    return "other"
-
-
-def _schema(client: Any, dim: int, id_length: int, fields: Mapping[str, Mapping[str, str]]) -> Any:
-    from pymilvus import DataType
-
-    schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
-    schema.add_field(
-        ID_FIELD, DataType.VARCHAR, is_primary=True, max_length=max(1, min(id_length, MAX_VARCHAR))
-    )
-    schema.add_field(POS_FIELD, DataType.INT64)
-    schema.add_field(VECTOR_FIELD, DataType.FLOAT_VECTOR, dim=dim)
-    for spec in fields.values():
-        extra = {"max_length": int(spec["max_length"])} if spec["type"] == "VARCHAR" else {}
-        schema.add_field(spec["field"], getattr(DataType, spec["type"]), nullable=True, **extra)
-    schema.add_field(META_FIELD, DataType.JSON)
-    return schema
-
-
-def _rows(
-    ids: list[str], docs: Mapping[str, Document], vectors: np.ndarray, start: int, fields: Mapping[str, Any]
-) -> list[dict[str, Any]]:
-    out = []
-    for pos in range(start, min(start + CHUNK_ROWS, len(ids))):
-        meta = docs[ids[pos]].metadata or {}
-        row: dict[str, Any] = {
-            ID_FIELD: ids[pos],
-            POS_FIELD: pos,
-            VECTOR_FIELD: np.asarray(vectors[pos], dtype=np.float32),  # pymilvus packs arrays as bytes
-            META_FIELD: meta,
-        }
-        for key, spec in fields.items():
-            value = meta.get(key)
-            row[spec["field"]] = float(value) if spec["type"] == "DOUBLE" and value is not None else value
-        out.append(row)
-    return out
 
 
 def _nlist(n: int) -> int:
@@ -179,48 +92,50 @@ def milvus_builder(
     seed: int = 0,
 ) -> IndexBuilder:
     """A build_bundle index builder that publishes the vectors to a new Milvus collection."""
+    plan = _Plan(config, corpus, metric, index_kind, target_recall, seed)
 
     def build(
         version: str, vectors: np.ndarray, queries: np.ndarray | None
     ) -> tuple[IndexInfo, dict[str, Any]]:
         name = collection_name(config.milvus_name, version)
-        client = connect(config)
         try:
-            return _build(client, name, vectors, queries)
+            return plan.build(connect(config), name, vectors, queries)
         except BaseException:
             drop_collection(config, name)
             raise
 
-    def _build(
-        client: Any, name: str, vectors: np.ndarray, queries: np.ndarray | None
+    return build
+
+
+@dataclass(frozen=True)
+class _Plan:
+    config: BackendConfig
+    corpus: Mapping[str, Document]
+    metric: IndexMetric
+    index_kind: str
+    target_recall: float
+    seed: int
+
+    def build(
+        self, client: Any, name: str, vectors: np.ndarray, queries: np.ndarray | None
     ) -> tuple[IndexInfo, dict[str, Any]]:
+        """Steps 1-5 of the module docstring; `vectors` (n, d) may be a memory map, read chunk by chunk."""
         t0 = time.perf_counter()
-        x = vectors  # (n, d); a memory-mapped matrix stays on disk, read chunk by chunk
+        x = vectors
         if x.ndim != 2 or x.dtype != np.float32:
             raise IndexBuildError(f"vectors must be a float32 (n, dim) matrix, got {x.dtype} {x.shape}")
         check_finite(x)
         n, dim = x.shape
-        ids = list(corpus)
+        ids = list(self.corpus)
         if len(ids) != n:
             raise IndexBuildError(f"{n} vectors for {len(ids)} documents")
-        fields = typed_fields(corpus[i].metadata for i in ids)
-        index_type, build_params, grid = index_plan(index_kind, n, dim)
-        id_length = max(len(i.encode("utf-8")) for i in ids)
+        fields = typed_fields(self.corpus[i].metadata for i in ids)
+        index_type, build_params, grid = index_plan(self.index_kind, n, dim)
         if client.has_collection(name):  # create_collection would quietly reuse it
             raise IndexBuildError(f"Milvus collection {name} already exists (version ids are unique)")
         try:
-            client.create_collection(name, schema=_schema(client, dim, id_length, fields))
-            for start in range(0, n, CHUNK_ROWS):
-                client.insert(name, _rows(ids, corpus, x, start, fields))
-            params = client.prepare_index_params()
-            params.add_index(
-                field_name=VECTOR_FIELD,
-                index_type=index_type,
-                metric_type=METRIC_TYPES[metric],
-                params=build_params,
-            )
-            client.create_index(name, params)
-            client.load_collection(name)
+            _fill(client, name, ids, self.corpus, x, fields)
+            _index(client, name, index_type, METRIC_TYPES[self.metric], build_params)
         except IndexBuildError:
             raise
         except Exception as exc:
@@ -228,11 +143,13 @@ def milvus_builder(
             raise IndexBuildError(
                 f"Milvus refused {index_type} for collection {name}: {str(message).splitlines()[0]}"
             ) from exc
-        search, recall, n_tune = _tune(client, name, x, queries, grid, metric, target_recall, seed)
+        search, recall, n_tune = _tune(
+            client, name, x, queries, grid, self.metric, self.target_recall, self.seed
+        )
         info = IndexInfo(
             factory=f"milvus:{index_type}" + "".join(f",{k}={v}" for k, v in build_params.items()),
             kind=MILVUS_KIND,
-            metric=metric,
+            metric=self.metric,
             params=search,
             recall_at_10=recall,
             tune_queries=n_tune,
@@ -241,23 +158,63 @@ def milvus_builder(
             bytes_per_vector=float(4 * dim),  # the raw vector; the server's own index overhead is its own
             build_seconds=round(time.perf_counter() - t0, 3),
         )
-        extras = {
-            MILVUS_EXTRAS: {
-                "collection": name,
-                "alias": alias_name(config.milvus_name),
-                "index_type": index_type,
-                "build_params": build_params,
-                "search_params": search,
-                "metric_type": METRIC_TYPES[metric],
-                "fields": fields,
-            }
-        }
         logger.info(
             "Milvus collection %s: %d vectors, %s %s, recall@10 %s", name, n, index_type, search, recall
         )
-        return info, extras
+        record = {
+            "collection": name,
+            "alias": alias_name(self.config.milvus_name),
+            "index_type": index_type,
+            "build_params": build_params,
+            "search_params": search,
+            "metric_type": METRIC_TYPES[self.metric],
+            "fields": fields,
+        }
+        return info, {MILVUS_EXTRAS: record}
 
-    return build
+
+def _fill(
+    client: Any,
+    name: str,
+    ids: list[str],
+    corpus: Mapping[str, Document],
+    x: np.ndarray,
+    fields: Mapping[str, Mapping[str, str]],
+) -> None:
+    """Create the collection and insert its rows CHUNK_ROWS at a time."""
+    id_length = max(len(i.encode("utf-8")) for i in ids)
+    client.create_collection(name, schema=schema(client, x.shape[1], id_length, fields))
+    for start in range(0, len(ids), CHUNK_ROWS):
+        client.insert(name, rows(ids, corpus, x, start, fields))
+
+
+def _index(client: Any, name: str, index_type: str, metric_type: str, build_params: dict[str, int]) -> None:
+    """Build the vector index and load the collection.
+
+    A create_index that outlives the client's deadline is retried by pymilvus, and the retry is refused
+    with "index already exists" although the first call built it (seen with HNSW over 100k vectors on a
+    loaded milvus-lite, bench/milvus_bench.py): an existing index of the asked type is accepted.
+    """
+    params = client.prepare_index_params()
+    params.add_index(
+        field_name=VECTOR_FIELD, index_type=index_type, metric_type=metric_type, params=build_params
+    )
+    try:
+        client.create_index(name, params)
+    except Exception as exc:
+        if "already exists" not in str(getattr(exc, "message", None) or exc) or not _has_index(
+            client, name, index_type
+        ):
+            raise
+        logger.warning("Milvus %s: create_index was retried after the index was built; keeping it", name)
+    client.load_collection(name)
+
+
+def _has_index(client: Any, name: str, index_type: str) -> bool:
+    for index_name in client.list_indexes(name, field_name=VECTOR_FIELD):
+        if client.describe_index(name, index_name).get("index_type") == index_type:
+            return True
+    return False
 
 
 def _tune(

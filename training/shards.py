@@ -14,18 +14,22 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import faiss
 import numpy as np
+from tqdm import tqdm
 
+from contract.encoder import document_text
 from contract.errors import IndexBuildError
 from contract.vector_index import faiss_metric
 
 if TYPE_CHECKING:
     from contract.encoder import Encoder
+    from training.data import Document
+    from training.embedding_cache import EmbeddingCache
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +143,8 @@ class Shards:
     def array(self) -> np.ndarray:
         """One (n, dim) read-only memmap (a single shard), for callers that index rows directly."""
         maps = self.maps()
+        if not maps:  # an empty corpus: nothing was written
+            return np.zeros((0, self.dim), dtype=np.float32)
         if len(maps) != 1:
             raise IndexBuildError(f"{self.folder}: {len(maps)} shards; read them with chunks()")
         return maps[0]
@@ -153,17 +159,70 @@ def encode_to_shards(
     chunk_rows: int = 1024,
     batch_size: int = 32,
     checkpoint: Callable[[], None] | None = None,
+    show_progress: bool = False,
 ) -> Shards:
-    """Encode documents `chunk_rows` at a time straight into shards (no in-memory concatenation)."""
+    """Encode documents `chunk_rows` at a time straight into one shard (no in-memory concatenation).
+
+    `checkpoint` is called before each chunk; it cancels the encoding by raising (a job's cancel).
+    """
     writer = ShardWriter(folder, encoder.dim, total, shard_rows=max(total, 1))
     buffer: list[str] = []
-    for text in texts:
-        buffer.append(text)
-        if len(buffer) == chunk_rows:
+    with tqdm(total=total, desc="encoding documents", unit="doc", disable=not show_progress) as bar:
+
+        def flush() -> None:
             if checkpoint is not None:
                 checkpoint()
-            writer.append(encoder.encode(buffer, kind="document", batch_size=batch_size))
-            buffer = []
-    if buffer:
-        writer.append(encoder.encode(buffer, kind="document", batch_size=batch_size))
+            writer.append(encoder.encode(buffer, kind="document", batch_size=batch_size))  # (chunk, dim)
+            bar.update(len(buffer))
+            buffer.clear()
+
+        for text in texts:
+            buffer.append(text)
+            if len(buffer) == chunk_rows:
+                flush()
+        if buffer:
+            flush()
     return writer.close()
+
+
+def encode_corpus_to_disk(
+    encoder: Encoder,
+    corpus: Mapping[str, Document],
+    folder: str | Path,
+    *,
+    cache: EmbeddingCache | None = None,
+    batch_size: int = 32,
+    show_progress: bool = True,
+    checkpoint: Callable[[], None] | None = None,
+) -> np.ndarray:
+    """The corpus embeddings (n, dim) in corpus order as a read-only memory map, never a RAM matrix.
+
+    Encoded chunk by chunk into a shard in `folder` (training.evaluate.encode_corpus concatenates in
+    RAM); with `cache` a hit is the cache's own memory map and a miss is stored there from the shard.
+    """
+    texts = [document_text(doc.title, doc.text) for doc in corpus.values()]
+
+    def encode() -> np.ndarray:
+        shards = encode_to_shards(
+            encoder,
+            texts,
+            len(texts),
+            folder,
+            batch_size=batch_size,
+            checkpoint=checkpoint,
+            show_progress=show_progress,
+        )
+        return shards.array()
+
+    return encode() if cache is None else cache.get_or_compute(encoder, texts, encode)
+
+
+def index_space(encoder: Encoder, emb: np.ndarray, folder: str | Path) -> np.ndarray:
+    """encoder.to_index_space(emb) without a second full copy in RAM: the identity for cosine models;
+    AnInfoNCE's √Λ-scaled rows are written chunk by chunk to a shard in `folder` and memory-mapped."""
+    if encoder.metric != "aninfonce":
+        return emb if emb.dtype == np.float32 and emb.flags.c_contiguous else encoder.to_index_space(emb)
+    writer = ShardWriter(folder, emb.shape[1], len(emb), shard_rows=max(len(emb), 1))
+    for _, block in chunks(emb):
+        writer.append(encoder.to_index_space(block))
+    return writer.close().array()

@@ -182,7 +182,10 @@ def test_hot_swap_then_rollback(client, env):
         assert connect(env.milvus).describe_alias(alias_name("apitest"))["collection_name"] in manifest
 
 
-def test_readiness_checks_the_alias(client, env):
+def test_readiness_repoints_an_alias_that_lags_current(client, env):
+    """A publisher killed between writing CURRENT and flipping the alias leaves it on another collection
+    (or none): /readyz of the replica serving CURRENT's version flips it back (the flip is idempotent).
+    A replica still on an older version reports the mismatch instead (training/test_milvus_publish.py)."""
     if env.milvus is None:
         pytest.skip("the live alias is Milvus's")
     from contract.bundle import read_manifest
@@ -191,18 +194,13 @@ def test_readiness_checks_the_alias(client, env):
     live = read_manifest(env.bundles / _current_version(env)).extras[MILVUS_EXTRAS]["collection"]
     others = [n for n in c.list_collections() if n != live and n.startswith("apitest_v")]
     c.alter_alias(others[0], alias_name("apitest"))
-    try:
-        r = client.get("/readyz")
-        assert r.status_code == 503 and f"points at {others[0]}" in r.json()["error"]["message"]
-        assert (
-            client.post("/search", json={"query": "x", "top_k": 1}).status_code == 200
-        )  # its own collection
-        c.drop_alias(alias_name("apitest"))
-        r = client.get("/readyz")
-        assert r.status_code == 503 and "missing" in r.json()["error"]["message"], r.text
-    finally:
-        c.create_alias(live, alias_name("apitest"))
-    assert client.get("/readyz").status_code == 200
+    r = client.get("/readyz")
+    assert r.status_code == 200, r.text
+    assert c.describe_alias(alias_name("apitest"))["collection_name"] == live
+    c.drop_alias(alias_name("apitest"))
+    r = client.get("/readyz")
+    assert r.status_code == 200, r.text
+    assert c.describe_alias(alias_name("apitest"))["collection_name"] == live
 
 
 def test_unreachable_milvus_is_a_clear_503_not_a_500(env, tmp_path):

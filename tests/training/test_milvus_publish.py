@@ -1,12 +1,15 @@
 """Publishing to Milvus (a real milvus-lite server on loopback): tuning to the recall target, the live
-alias through crashes and rollbacks, keep-N, and AnInfoNCE scores equal to FAISS's."""
+alias through crashes and rollbacks (and reconciled after a crash between CURRENT and its flip), keep-N,
+the sweep of killed builds' collections, and AnInfoNCE scores equal to FAISS's."""
 
 from __future__ import annotations
+
+import shutil
 
 import numpy as np
 import pytest
 
-from contract.bundle import load_bundle
+from contract.bundle import load_bundle, read_manifest
 from contract.encoder import Encoder, Similarity
 from contract.errors import IndexBuildError
 from contract.index_backend import MILVUS_EXTRAS, BackendConfig
@@ -15,7 +18,9 @@ from tests.servers import milvus_server
 from training.bundle_build import build_bundle
 from training.bundle_store import PUBLISH_STEPS, BundleStore
 from training.index_factory import recall_at
-from training.milvus_publish import milvus_builder, typed_fields
+from training.milvus_housekeeping import reconcile_live_alias, sweep_orphan_collections
+from training.milvus_publish import milvus_builder
+from training.milvus_rows import typed_fields
 from training.retrieval_data import Document
 
 N, DIM = 60, 384
@@ -87,6 +92,68 @@ def test_a_crash_at_any_publish_step_leaves_the_alias_on_the_old_collection(shar
     assert _alias_target(milvus) == _collection(store, second.version)
     store.activate(first.version)  # rollback flips it back
     assert _alias_target(milvus) == live
+
+
+class KilledAfterCurrent(MilvusPointer):
+    """A publisher killed after writing CURRENT, before flipping the alias (what a SIGKILL there leaves)."""
+
+    def on_current(self, manifest) -> None:
+        raise RuntimeError("killed after CURRENT was written")
+
+
+def test_an_alias_left_behind_by_a_crash_after_current_is_reconciled(shared_encoder, milvus, tmp_path):
+    store = BundleStore(tmp_path / "bundles", keep=20, pointer=MilvusPointer(milvus))
+    first = store.publish(_stage(shared_encoder, tmp_path / "s0", milvus, seed=0), force=True).version
+    old = _collection(store, first)
+    crashing = BundleStore(tmp_path / "bundles", keep=20, pointer=KilledAfterCurrent(milvus))
+    with pytest.raises(RuntimeError, match="killed"):
+        crashing.publish(_stage(shared_encoder, tmp_path / "s1", milvus, seed=1), force=True)
+    second = store.current_version()
+    assert second not in (None, first) and _alias_target(milvus) == old  # CURRENT moved, the alias lags
+    new = _collection(store, second)
+
+    # an API replica (the app sets current_version): the readiness check of CURRENT's index re-points it
+    pointer = MilvusPointer(milvus, current_version=store.current_version)
+    live = load_bundle(store.root / second, index_opener=pointer.open_index).index
+    assert live.readiness_problems() == []
+    assert _alias_target(milvus) == new
+    # a replica still serving the older version reports the mismatch and does not flip the alias back
+    stale = load_bundle(store.root / first, index_opener=pointer.open_index).index
+    assert f"points at {new}" in stale.readiness_problems()[0]
+    assert _alias_target(milvus) == new
+
+    # the next publish does it too (training.publish calls this before BundleStore.publish); idempotent
+    connect(milvus).alter_alias(old, alias_name("pubtest"))
+    assert reconcile_live_alias(store, MilvusPointer(milvus)) is True
+    assert _alias_target(milvus) == new
+    assert reconcile_live_alias(store, MilvusPointer(milvus)) is False
+
+
+def test_collections_of_killed_builds_are_swept_unless_a_build_is_running(shared_encoder, milvus, tmp_path):
+    milvus = BackendConfig(backend="milvus", milvus_uri=milvus.milvus_uri, milvus_name="sweeptest")  # its own
+    store = BundleStore(tmp_path / "bundles", keep=20, pointer=MilvusPointer(milvus))
+    kept = _collection(
+        store, store.publish(_stage(shared_encoder, tmp_path / "s0", milvus), force=True).version
+    )
+    # a build killed after creating its collection: its folder is gone (the next publish removes dead
+    # build folders), its collection is left
+    killed = _stage(shared_encoder, tmp_path / "killed", milvus, seed=1)
+    orphan = read_manifest(killed).extras[MILVUS_EXTRAS]["collection"]
+    shutil.rmtree(killed)
+    other_name = BackendConfig(backend="milvus", milvus_uri=milvus.milvus_uri, milvus_name="sweeptest_other")
+    foreign = _stage(shared_encoder, tmp_path / "foreign", other_name, seed=2)  # another name's collection
+    foreign_collection = read_manifest(foreign).extras[MILVUS_EXTRAS]["collection"]
+    client = connect(milvus)
+    with store.build_dir() as running:  # a build in progress: its collection has no folder yet
+        assert sweep_orphan_collections(store, MilvusPointer(milvus), own_builds=()) == []
+        assert orphan in client.list_collections()
+        # the caller's own build folders are not "another build"
+        swept = sweep_orphan_collections(store, MilvusPointer(milvus), own_builds=(running,))
+    assert swept == [orphan]
+    left = client.list_collections()
+    assert orphan not in left and kept in left and foreign_collection in left
+    assert client.describe_alias(alias_name("sweeptest"))["collection_name"] == kept
+    client.drop_collection(foreign_collection)
 
 
 def test_keep_n_drops_the_collections_of_pruned_versions(shared_encoder, milvus, tmp_path):

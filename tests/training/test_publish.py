@@ -16,8 +16,9 @@ from contract.errors import ConfigError, JobCancelled
 from training.beir import load_beir
 from training.bundle_store import BundleStore
 from training.evaluate import evaluate, trec_metrics
-from training.publish import index_model, resolve_run
+from training.publish import index_model
 from training.query_sample import subset
+from training.run_story import resolve_run
 
 pytestmark = pytest.mark.scifact
 REPO = Path(__file__).resolve().parents[2]
