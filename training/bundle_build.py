@@ -39,7 +39,7 @@ from training.portable import portable, relocate_report
 from training.shards import index_space
 
 if TYPE_CHECKING:
-    from training.data import Document
+    from training.retrieval_data import Document
 
 logger = logging.getLogger(__name__)
 

@@ -56,7 +56,7 @@ from training.bundle_card import write_bundle_card
 
 if TYPE_CHECKING:
     from contract.index_backend import IndexPointer
-    from training.data import RetrievalData
+    from training.retrieval_data import RetrievalData
 
 logger = logging.getLogger(__name__)
 

@@ -28,8 +28,8 @@ from contract.vector_index import faiss_metric
 
 if TYPE_CHECKING:
     from contract.encoder import Encoder
-    from training.data import Document
     from training.embedding_cache import EmbeddingCache
+    from training.retrieval_data import Document
 
 logger = logging.getLogger(__name__)
 

@@ -10,12 +10,12 @@ import numpy as np
 import torch
 
 from contract.encoder import Encoder
-from training.data import Pair, RetrievalData
 from training.device import Precision
 from training.evaluate import EvalResult
 from training.losses.an_info_nce import AnInfoNCELoss
 from training.losses.info_nce import InfoNCELoss
 from training.mode_metrics import ModeScorer
+from training.retrieval_data import Pair, RetrievalData
 
 
 @dataclass

@@ -26,13 +26,14 @@ from tqdm.auto import tqdm
 
 from contract.config import TrainConfig
 from contract.encoder import Encoder, document_text
-from training.data import RetrievalData, load_split, training_pairs
+from training.data import load_split
 from training.device import precision_for, resolve_device
 from training.embedding_cache import EmbeddingCache
 from training.evaluate import EvalResult, evaluate
 from training.mode_metrics import ModeScorer
 from training.model_card import write_run_card
 from training.pseudo_pairs import sentence_pairs
+from training.retrieval_data import RetrievalData, training_pairs
 from training.run_artifacts import gap_report, save_model, write_run_files
 from training.timing import PhaseTimer, phase
 from training.train_examples import (

@@ -13,10 +13,10 @@ from contract.bundle import read_manifest
 from contract.encoder import Encoder
 from contract.errors import ModelLoadError
 from contract.similarity import Similarity
-from training.data import Document, RetrievalData
 from training.gap.sections import model_identity
 from training.losses.an_info_nce import AnInfoNCELoss, inverse_softplus
 from training.losses.info_nce import InfoNCELoss
+from training.retrieval_data import Document, RetrievalData
 from training.train_step import temperature_summary
 
 

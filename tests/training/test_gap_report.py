@@ -304,7 +304,7 @@ def test_training_writes_the_report_and_the_cli_regenerates_it(scifact, tmp_path
 
 
 def test_subset_helper_is_still_what_the_scifact_test_expects():
-    # guards the contract of training.data.subset used above (queries keep their qrels)
+    # guards the contract of training.query_sample.subset used above (queries keep their qrels)
     train, _ = _toy_splits()
     small = subset(train, n_queries=3, n_distractors=2, seed=0)
     assert len(small.queries) == 3 and all(q in small.qrels for q in small.queries)

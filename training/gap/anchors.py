@@ -10,9 +10,9 @@ import numpy as np
 from contract.encoder import Encoder
 from contract.errors import ConfigError
 from contract.log_setup import progress_bars_enabled
-from training.data import Document, RetrievalData
 from training.evaluate import encode_corpus
 from training.gap.estimators import pad_exclusions
+from training.retrieval_data import Document, RetrievalData
 
 
 @dataclass

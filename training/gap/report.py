@@ -44,7 +44,7 @@ from contract.encoder import Encoder
 from contract.errors import ConfigError
 from contract.log_setup import progress_bars_enabled
 from contract.report_schema import REPORT_FILE, Bound, GapReport
-from training.data import Document, RetrievalData, load_split
+from training.data import load_split
 from training.gap.anchors import Anchors, build_anchors, pool_embeddings
 from training.gap.gap_at_k import gap_at_k_section, pool_notes
 from training.gap.mutual_info import MI_SAMPLER, MISection, mi_section
@@ -52,6 +52,7 @@ from training.gap.risk_vs_k import risk_vs_k_section
 from training.gap.sections import NEGATIVE_SAMPLER, model_identity, retrieval_section, theory_section
 from training.gap.training_k import actual_training_k
 from training.query_sample import sample_queries
+from training.retrieval_data import Document, RetrievalData
 from training.validation import carve_validation
 
 logger = logging.getLogger(__name__)

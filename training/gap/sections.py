@@ -27,7 +27,7 @@ from training.gap import bootstrap, bounds
 from training.gap.intervals import estimate_from_boot
 
 if TYPE_CHECKING:
-    from training.data import Document, RetrievalData
+    from training.retrieval_data import Document, RetrievalData
 
 NEGATIVE_SAMPLER = (
     "uniform i.i.d. (with replacement) from the corpus, the anchor query's relevant documents excluded; "
