@@ -35,7 +35,7 @@ from contract.bundle import load_bundle
 from contract.bundle_folder import BundleFolder
 from contract.errors import BundleInvalid, InfonceSearchError, NoLiveBundle
 from contract.index_backend import BackendConfig
-from contract.milvus_index import MilvusPointer
+from contract.milvus_pointer import MilvusPointer
 
 logger = logging.getLogger(__name__)
 

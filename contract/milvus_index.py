@@ -22,14 +22,14 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from contract.docstore import FilterError
 from contract.errors import BundleInvalid, ConfigError, IndexUnavailable, InvalidQuery
-from contract.index_backend import MILVUS_EXTRAS, BackendConfig, Rows, is_milvus
+from contract.index_backend import MILVUS_EXTRAS, BackendConfig, Rows
 from contract.milvus_expressions import META_FIELD, NAME_RE, filter_expression, literal, quote
 from contract.vector_index import IndexInfo, as_matrix
 
@@ -50,12 +50,10 @@ __all__ = [
     "TYPED_PREFIX",
     "VECTOR_FIELD",
     "MilvusIndex",
-    "MilvusPointer",
     "alias_name",
     "check_name",
     "collection_name",
     "connect",
-    "drop_collection",
     "filter_expression",
     "literal",
     "quote",
@@ -116,12 +114,12 @@ def connect(config: BackendConfig) -> MilvusClient:
             try:
                 client = MilvusClient(uri=uri, token=config.milvus_token or "", timeout=config.timeout_s)
             except Exception as exc:
-                raise IndexUnavailable(f"Milvus at {uri} is unreachable: {_brief(exc)}") from exc
+                raise IndexUnavailable(f"Milvus at {uri} is unreachable: {error_brief(exc)}") from exc
             _clients[key] = client
     return client
 
 
-def _brief(exc: BaseException) -> str:
+def error_brief(exc: BaseException) -> str:
     message = getattr(exc, "message", None) or str(exc)
     return str(message).splitlines()[0][:300]
 
@@ -174,7 +172,7 @@ class MilvusIndex:
         except BundleInvalid:
             raise
         except Exception as exc:
-            raise IndexUnavailable(f"Milvus at {config.milvus_uri}: {_brief(exc)}") from exc
+            raise IndexUnavailable(f"Milvus at {config.milvus_uri}: {error_brief(exc)}") from exc
         if rows != manifest.n_vectors:
             raise BundleInvalid(
                 f"bundle {manifest.version}: Milvus collection {index.collection} holds {rows} vectors, "
@@ -218,7 +216,7 @@ class MilvusIndex:
                 timeout=self.config.timeout_s,
             )
         except Exception as exc:
-            raise IndexUnavailable(f"Milvus search on {target} failed: {_brief(exc)}") from exc
+            raise IndexUnavailable(f"Milvus search on {target} failed: {error_brief(exc)}") from exc
         rows: Rows = []
         for hits in found:
             pos = np.fromiter((h["entity"][POS_FIELD] for h in hits), dtype=np.int64, count=len(hits))
@@ -232,7 +230,7 @@ class MilvusIndex:
         try:
             target = self.client.describe_alias(self.alias, timeout=self.config.timeout_s)["collection_name"]
         except Exception as exc:
-            target, missing = None, f"Milvus alias {self.alias} is missing or unreadable ({_brief(exc)})"
+            target, missing = None, f"Milvus alias {self.alias} is missing or unreadable ({error_brief(exc)})"
         if target != self.collection and self.reconcile is not None and self.reconcile():
             target = self.collection  # the alias lagged CURRENT (a publisher died before flipping it)
         elif missing is not None:
@@ -248,113 +246,3 @@ class MilvusIndex:
         if not len(answered[0][0]):
             return [f"Milvus alias {self.alias} answered the canary with no results"]
         return []
-
-
-class MilvusPointer:
-    """IndexPointer for BundleStore: flips the live alias when CURRENT moves, drops pruned collections.
-
-    CURRENT is written first and the alias flipped after it, so a process killed in between leaves the
-    alias on the previous collection. The flip is idempotent: `reconcile` repeats it when the alias lags,
-    and the readiness check of an index opened here calls it when `current_version` (CURRENT's reader,
-    set by the app) names the index's version. Checking CURRENT first keeps a replica that has not yet
-    followed a newer CURRENT from flipping the alias back to its older version.
-    """
-
-    def __init__(self, config: BackendConfig, current_version: Callable[[], str | None] | None = None):
-        self.config = config
-        self.current_version = current_version
-
-    def open_index(self, manifest: Manifest) -> MilvusIndex:
-        index = MilvusIndex.open(self.config, manifest)
-        index.reconcile = lambda: self._reconcile_if_current(manifest)
-        return index
-
-    def _reconcile_if_current(self, manifest: Manifest) -> bool:
-        try:
-            current = self.current_version() if self.current_version is not None else None
-        except Exception as exc:  # an unreadable CURRENT: leave the alias alone, readiness says why
-            logger.warning("not reconciling the Milvus alias: CURRENT is unreadable (%s)", _brief(exc))
-            return False
-        if current != manifest.version:
-            return False
-        try:
-            return self.reconcile(manifest)
-        except IndexUnavailable as exc:
-            logger.warning("%s", exc)
-            return False
-
-    def reconcile(self, manifest: Manifest) -> bool:
-        """Point the live alias at `manifest`'s collection (CURRENT's) when it names another or none;
-        True when it flipped."""
-        if not is_milvus(manifest.index):
-            return False
-        extras = manifest.extras[MILVUS_EXTRAS]
-        collection, alias = check_name(extras["collection"]), check_name(extras["alias"])
-        client = connect(self.config)
-        try:
-            target = client.describe_alias(alias, timeout=self.config.timeout_s)["collection_name"]
-        except Exception:  # no alias yet: create it
-            target = None
-        if target == collection:
-            return False
-        logger.warning(
-            "Milvus alias %s names %s, CURRENT's collection is %s: flipping it", alias, target, collection
-        )
-        self.on_current(manifest)
-        return True
-
-    def sweep(self, versions: Callable[[], Iterable[str]], building: Callable[[], bool]) -> list[str]:
-        """Drop this name's version collections whose version is not a bundle folder: left by a build
-        killed before it could drop its own. `versions()` lists the folders and `building()` says whether
-        another build is running (its collection has no folder yet); then nothing is dropped. Listing the
-        collections first makes it safe against a build that starts meanwhile: its collection is not in
-        the list, or its lock is already held when `building()` looks. Returns the dropped names."""
-        name = check_name(self.config.milvus_name)
-        pattern = re.compile(re.escape(name) + VERSION_SUFFIX)
-        client = connect(self.config)
-        try:
-            listed = [c for c in client.list_collections(timeout=self.config.timeout_s) if pattern.match(c)]
-        except Exception as exc:
-            logger.warning("could not list Milvus collections to sweep: %s", _brief(exc))
-            return []
-        if not listed or building():
-            return []
-        kept = {collection_name(name, v) for v in versions()}
-        orphans = [c for c in listed if c not in kept]
-        for collection in orphans:
-            logger.info("sweeping Milvus collection %s: its version is not a bundle folder", collection)
-            drop_collection(self.config, collection)
-        return orphans
-
-    def on_current(self, manifest: Manifest) -> None:
-        if not is_milvus(manifest.index):
-            return
-        extras = manifest.extras[MILVUS_EXTRAS]
-        collection, alias = check_name(extras["collection"]), check_name(extras["alias"])
-        client = connect(self.config)
-        try:
-            if alias in client.list_aliases(timeout=self.config.timeout_s).get("aliases", []):
-                client.alter_alias(collection, alias, timeout=self.config.timeout_s)
-            else:
-                client.create_alias(collection, alias, timeout=self.config.timeout_s)
-        except Exception as exc:
-            raise IndexUnavailable(
-                f"flipping Milvus alias {alias} to {collection} failed: {_brief(exc)}"
-            ) from exc
-        logger.info("Milvus alias %s -> %s", alias, collection)
-
-    def on_delete(self, manifest: Manifest) -> None:
-        if not is_milvus(manifest.index):
-            return
-        drop_collection(self.config, str(manifest.extras[MILVUS_EXTRAS]["collection"]))
-
-
-def drop_collection(config: BackendConfig, collection: str) -> None:
-    """Drop a version's collection (keep-N, a failed build); a missing one is already gone."""
-    client = connect(config)
-    try:
-        if client.has_collection(collection, timeout=config.timeout_s):
-            client.drop_collection(collection, timeout=config.timeout_s)
-            logger.info("dropped Milvus collection %s", collection)
-    except Exception as exc:  # an alias still on it, or the server gone: leave it, say so
-        logger.warning("could not drop Milvus collection %s: %s", collection, _brief(exc))

@@ -19,7 +19,7 @@ from pathlib import Path
 from contract.bundle import MANIFEST_FILE, VERSION_RE, read_manifest
 from contract.bundle_folder import BundleFolder
 from contract.index_backend import MILVUS_EXTRAS, BackendConfig
-from contract.milvus_index import MilvusPointer, drop_collection
+from contract.milvus_pointer import MilvusPointer, drop_collection
 from training.bundle_store import BUILD_PREFIX
 
 

@@ -17,7 +17,7 @@ index-space vectors it
    alias, index type, build and search parameters, typed fields) for the manifest.
 
 The collection is dropped again if any of this fails. Which collection the live alias names is decided
-later, by BundleStore (through contract.milvus_index.MilvusPointer) after it writes CURRENT.
+later, by BundleStore (through contract.milvus_pointer.MilvusPointer) after it writes CURRENT.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from contract.milvus_index import (
     alias_name,
     collection_name,
     connect,
-    drop_collection,
 )
+from contract.milvus_pointer import drop_collection
 from contract.vector_index import IndexInfo, IndexMetric, as_matrix
 from training.index_factory import AUTO_FLAT_MAX, KINDS, RECALL_K, TUNE_SAMPLE, drop_self, recall_at
 from training.milvus_rows import CHUNK_ROWS, rows, schema, typed_fields

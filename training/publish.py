@@ -39,7 +39,7 @@ import numpy as np
 from contract.encoder import Encoder
 from contract.errors import ConfigError
 from contract.index_backend import BackendConfig
-from contract.milvus_index import MilvusPointer
+from contract.milvus_pointer import MilvusPointer
 from contract.mutation_log import SEQ_KEY
 from training.bundle_build import build_bundle
 from training.bundle_store import BundleStore, PublishResult

@@ -15,7 +15,8 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from contract.index_backend import MILVUS_EXTRAS, BackendConfig
-from contract.milvus_index import MilvusPointer, alias_name, connect
+from contract.milvus_index import alias_name, connect
+from contract.milvus_pointer import MilvusPointer
 from tests.app.conftest import make_settings, wait_until
 from tests.servers import free_port, milvus_server
 

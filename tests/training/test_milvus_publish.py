@@ -13,7 +13,8 @@ from contract.bundle import load_bundle, read_manifest
 from contract.encoder import Encoder, Similarity
 from contract.errors import IndexBuildError
 from contract.index_backend import MILVUS_EXTRAS, BackendConfig
-from contract.milvus_index import MilvusPointer, alias_name, connect
+from contract.milvus_index import alias_name, connect
+from contract.milvus_pointer import MilvusPointer
 from tests.servers import milvus_server
 from training.bundle_build import build_bundle
 from training.bundle_store import PUBLISH_STEPS, BundleStore
