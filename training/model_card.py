@@ -11,9 +11,10 @@ from the artifact. Plain functions of JSON-like dicts: no model is loaded here.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
+
+from contract.atomic import write_text_atomic
 
 CARD_FILE = "README.md"
 METRIC_NAMES = ("ndcg@10", "mrr@10", "recall@1", "recall@10", "recall@100")
@@ -237,13 +238,6 @@ def _read(path: Path) -> dict[str, Any] | None:
         return None
     data = json.loads(path.read_text(encoding="utf-8"))
     return data if isinstance(data, dict) else None
-
-
-def write_text_atomic(path: Path, text: str) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-    return path
 
 
 def write_run_card(run_dir: str | Path) -> Path:

@@ -9,10 +9,11 @@ tell runs apart, the same on every machine. Bundle-internal files are named rela
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import Any
+
+from contract.atomic import write_json_atomic
 
 _WINDOWS_ABSOLUTE = re.compile(r"^[A-Za-z]:[\\/]")
 
@@ -52,6 +53,4 @@ def relocate_report(report_file: Path, model_path: str = "model") -> None:
     data = json.loads(report_file.read_text(encoding="utf-8"))
     if isinstance(data.get("model"), dict) and "path" in data["model"]:
         data["model"]["path"] = model_path
-    tmp = report_file.with_name(f".{report_file.name}.tmp")
-    tmp.write_text(json.dumps(portable(data), indent=2, ensure_ascii=False), encoding="utf-8")
-    os.replace(tmp, report_file)
+    write_json_atomic(report_file, portable(data))

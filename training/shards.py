@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +21,7 @@ import faiss
 import numpy as np
 from tqdm import tqdm
 
+from contract.atomic import write_json_atomic
 from contract.encoder import document_text
 from contract.errors import IndexBuildError
 from contract.vector_index import faiss_metric
@@ -119,9 +119,7 @@ class ShardWriter:
         if self._written != self.total:
             raise IndexBuildError(f"{self._written} rows written, {self.total} announced")
         self._flush()
-        tmp = self.folder / f".{INDEX_FILE}.tmp"
-        tmp.write_text(json.dumps({"dim": self.dim, "files": self.files}))
-        os.replace(tmp, self.folder / INDEX_FILE)
+        write_json_atomic(self.folder / INDEX_FILE, {"dim": self.dim, "files": self.files}, indent=None)
         return Shards(self.folder)
 
 
