@@ -9,24 +9,16 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from contract.jobs.defaults import DEFAULT_HEARTBEAT_TIMEOUT_S, default_queue_url
+from contract.jobs.settings import JobSettings
 
 EncoderBackend = Literal["auto", "torch", "onnx", "onnx-int8", "distilled", "static"]
 
 
-class Settings(BaseSettings):
-    """Serving configuration (env prefix `SEARCH_`, e.g. `SEARCH_BUNDLES_DIR=bundles`)."""
+class Settings(JobSettings):
+    """Serving configuration (env prefix `SEARCH_`, e.g. `SEARCH_BUNDLES_DIR=bundles`); the fields the job
+    worker and CLIs read too are declared on contract.jobs.settings.JobSettings and inherited here."""
 
-    model_config = SettingsConfigDict(env_prefix="SEARCH_", env_ignore_empty=True, extra="ignore")
-
-    bundles_dir: Path = Field(
-        Path("bundles"),
-        description="Folder of versioned bundles; its CURRENT file names the live version. "
-        "Several API processes may share it (they read it, and append document writes to its "
-        "mutations.sqlite).",
-    )
     api_key: str | None = Field(
         None,
         description="Key for mutating routes (header `X-API-Key` or `Authorization: Bearer`). "
@@ -145,50 +137,8 @@ class Settings(BaseSettings):
         "milvus = the bundle version's collection on the Milvus at milvus_uri (docs/deploy.md). A bundle "
         "published to Milvus needs milvus; a FAISS bundle is served from its file either way.",
     )
-    milvus_uri: str | None = Field(
-        None,
-        description="Milvus to search when index_backend is milvus: http://host:19530 (a cluster or a "
-        "`python -m milvus_lite server`), or a milvus-lite path ending in .db (this process only).",
-    )
-    milvus_token: str | None = Field(
-        None, description="Milvus credentials (`user:password` or an API key); unset = none."
-    )
-    milvus_name: str = Field(
-        "infonce",
-        description="Milvus names: collections `<name>_v<version>`, the live alias `<name>_live` (the "
-        "cluster-side CURRENT pointer, flipped on activation). Must match the publisher's --milvus-name.",
-    )
     milvus_timeout_s: float = Field(10.0, gt=0, description="Timeout of each Milvus call, in seconds.")
     log_level: str = Field("INFO", description="Logging level of the API process (DEBUG, INFO, WARNING…).")
-    log_format: Literal["text", "json"] = Field(
-        "text",
-        description="Log lines as text, or json (one object a line: time, level, logger, message); the "
-        "worker reads it too (its --log-format).",
-    )
-    queue_url: str | None = Field(
-        None,
-        description="Job queue: `sqlite:///path/jobs.db` or `redis://host:port/0`. "
-        "Default: a SQLite file `jobs.db` beside the bundles folder (in its parent folder).",
-    )
-    data_root: Path = Field(
-        Path("data"), description="Folder that job submissions may name datasets under (nothing outside it)."
-    )
-    models_root: Path = Field(
-        Path("models"),
-        description="Folder that a retrain's `base_model` option may name a model folder under (nothing "
-        "outside it); the packaged `all-MiniLM-L6-v2` is always allowed by that name.",
-    )
-    job_heartbeat_timeout_s: float = Field(
-        DEFAULT_HEARTBEAT_TIMEOUT_S,
-        gt=0,
-        description="A running job whose worker has not stamped its heartbeat for this long reads as failed "
-        "(the worker died); keep it equal to the worker's --heartbeat-timeout.",
-    )
-    train_device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto",
-        description="Where the worker runs retrain jobs' training steps (its --device default; a job's own "
-        "`device` option wins): auto = cuda when torch sees a GPU (bf16/fp16 autocast), else cpu.",
-    )
 
     @model_validator(mode="after")
     def _old_loss_name(self) -> Settings:
@@ -202,12 +152,6 @@ class Settings(BaseSettings):
             raise ValueError(
                 "SEARCH_INDEX_BACKEND=milvus needs SEARCH_MILVUS_URI (http://host:19530 or a .db path)"
             )
-        return self
-
-    @model_validator(mode="after")
-    def _default_queue(self) -> Settings:
-        if self.queue_url is None:
-            self.queue_url = default_queue_url(self.bundles_dir)  # the worker's default too
         return self
 
 
