@@ -1,7 +1,8 @@
 """`python -m training jobs submit|status|list|cancel` and `python -m training worker`.
 
-They talk to the queue and the records directly (no HTTP), with the same settings the API reads:
-`--queue` / SEARCH_QUEUE_URL, `--data-root` / SEARCH_DATA_ROOT, `--bundles` / SEARCH_BUNDLES_DIR.
+They talk to the queue and the records directly (no HTTP), with the same settings the API reads
+(contract.jobs.settings.JobSettings, the command-line options on top): `--queue` / SEARCH_QUEUE_URL,
+`--data-root` / SEARCH_DATA_ROOT, `--bundles` / SEARCH_BUNDLES_DIR, ...
 """
 
 from __future__ import annotations
@@ -13,30 +14,35 @@ from typing import Annotated, Any
 import typer
 
 from contract.errors import InfonceSearchError
-from contract.jobs.queue import DEFAULT_HEARTBEAT_TIMEOUT_S, JobQueue, default_queue_url
+from contract.jobs.queue import JobQueue
 from contract.jobs.records import JobRecord
+from contract.jobs.settings import JobSettings
 from contract.log_setup import LogFormat, configure_logging
 from training.cli_choices import Device, JobType, LogLevel, log_level_option
+from training.cli_settings import job_settings, setting_option
 
 jobs_app = typer.Typer(help="Submit, follow and cancel retrain/reindex jobs.", no_args_is_help=True)
 
 QueueOpt = Annotated[
     str | None,
-    typer.Option("--queue", envvar="SEARCH_QUEUE_URL", help="sqlite:///path/jobs.db or redis://host:port/db"),
+    setting_option("queue_url", "--queue", help="sqlite:///path/jobs.db or redis://host:port/db"),
 ]
 BundlesOpt = Annotated[
-    Path,
-    typer.Option("--bundles", envvar="SEARCH_BUNDLES_DIR", help="bundles folder (default queue: ../jobs.db)"),
+    Path | None,
+    setting_option("bundles_dir", "--bundles", help="bundles folder (default queue: ../jobs.db)"),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 TimeoutOpt = Annotated[
-    float,
-    typer.Option(
-        "--heartbeat-timeout",
-        envvar="SEARCH_JOB_HEARTBEAT_TIMEOUT_S",
-        help="seconds before a silent job is failed",
+    float | None,
+    setting_option(
+        "job_heartbeat_timeout_s", "--heartbeat-timeout", help="seconds before a silent job is failed"
     ),
 ]
+
+
+def _url(s: JobSettings) -> str:
+    assert s.queue_url is not None  # JobSettings fills it in (beside the bundles folder)
+    return s.queue_url
 
 
 def _fail(error: Exception) -> None:
@@ -67,18 +73,23 @@ def submit(
     dataset: Annotated[str, typer.Option("--dataset", help="dataset name under the data root")],
     option: Annotated[list[str] | None, typer.Option("--option", "-o", help="key=value (repeatable)")] = None,
     queue: QueueOpt = None,
-    bundles: BundlesOpt = Path("bundles"),
-    data_root: Annotated[Path, typer.Option("--data-root", envvar="SEARCH_DATA_ROOT")] = Path("data"),
+    bundles: BundlesOpt = None,
+    data_root: Annotated[Path | None, setting_option("data_root", "--data-root")] = None,
     models_root: Annotated[
-        Path,
-        typer.Option("--models-root", envvar="SEARCH_MODELS_ROOT", help="base_model names a folder here"),
-    ] = Path("models"),
+        Path | None, setting_option("models_root", "--models-root", help="base_model names a folder here")
+    ] = None,
 ) -> None:
     """Queue a job; prints its id."""
     options = dict(_parse_option(o) for o in option or [])
+    s = job_settings(queue_url=queue, bundles_dir=bundles, data_root=data_root, models_root=models_root)
     try:
-        record = JobQueue(queue or default_queue_url(bundles)).submit(
-            type, dataset, options, data_root=data_root, bundles_dir=bundles, models_root=models_root
+        record = JobQueue(_url(s)).submit(
+            type,
+            dataset,
+            options,
+            data_root=s.data_root,
+            bundles_dir=s.bundles_dir,
+            models_root=s.models_root,
         )
     except InfonceSearchError as e:
         _fail(e)
@@ -89,12 +100,13 @@ def submit(
 def status(
     job_id: Annotated[str | None, typer.Argument(help="a job id; all recent jobs when omitted")] = None,
     queue: QueueOpt = None,
-    bundles: BundlesOpt = Path("bundles"),
-    heartbeat_timeout: TimeoutOpt = DEFAULT_HEARTBEAT_TIMEOUT_S,
+    bundles: BundlesOpt = None,
+    heartbeat_timeout: TimeoutOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """One job as JSON, or a table of recent jobs (JSON with --json)."""
-    jobs = JobQueue(queue or default_queue_url(bundles), heartbeat_timeout_s=heartbeat_timeout)
+    s = job_settings(queue_url=queue, bundles_dir=bundles, job_heartbeat_timeout_s=heartbeat_timeout)
+    jobs = JobQueue(_url(s), heartbeat_timeout_s=s.job_heartbeat_timeout_s)
     if job_id is None and as_json:
         records = [r.model_dump() for r in jobs.recent()]
         typer.echo(
@@ -116,8 +128,8 @@ def status(
 @jobs_app.command("list")
 def list_(
     queue: QueueOpt = None,
-    bundles: BundlesOpt = Path("bundles"),
-    heartbeat_timeout: TimeoutOpt = DEFAULT_HEARTBEAT_TIMEOUT_S,
+    bundles: BundlesOpt = None,
+    heartbeat_timeout: TimeoutOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """A table of recent jobs, newest first (JSON with --json)."""
@@ -125,61 +137,83 @@ def list_(
 
 
 @jobs_app.command()
-def cancel(job_id: str, queue: QueueOpt = None, bundles: BundlesOpt = Path("bundles")) -> None:
+def cancel(job_id: str, queue: QueueOpt = None, bundles: BundlesOpt = None) -> None:
     """Cancel a queued job now, or a running one at its next training step."""
+    s = job_settings(queue_url=queue, bundles_dir=bundles)
     try:
-        record = JobQueue(queue or default_queue_url(bundles)).cancel(job_id)
+        record = JobQueue(_url(s)).cancel(job_id)
     except InfonceSearchError as e:
         _fail(e)
     typer.echo(f"{record.id} {record.state}{' (cancel requested)' if record.state == 'running' else ''}")
 
 
+def worker_settings(
+    queue: str | None = None,
+    bundles: Path | None = None,
+    heartbeat_timeout: float | None = None,
+    device: str | None = None,
+    log_format: str | None = None,
+    milvus_uri: str | None = None,
+    milvus_token: str | None = None,
+    milvus_name: str | None = None,
+) -> JobSettings:
+    """The worker's effective settings: JobSettings from the environment, its given options on top."""
+    return job_settings(
+        queue_url=queue,
+        bundles_dir=bundles,
+        job_heartbeat_timeout_s=heartbeat_timeout,
+        train_device=device,
+        log_format=log_format,
+        milvus_uri=milvus_uri,
+        milvus_token=milvus_token,
+        milvus_name=milvus_name,
+    )
+
+
 def worker(
     queue: QueueOpt = None,
-    bundles: BundlesOpt = Path("bundles"),
+    bundles: BundlesOpt = None,
     workers: Annotated[int, typer.Option("--workers", min=1, help="consumer threads")] = 1,
-    heartbeat_timeout: TimeoutOpt = DEFAULT_HEARTBEAT_TIMEOUT_S,
+    heartbeat_timeout: TimeoutOpt = None,
     device: Annotated[
-        Device,
-        typer.Option(
+        Device | None,
+        setting_option(
+            "train_device",
             "--device",
-            envvar="SEARCH_TRAIN_DEVICE",
             help="Where retrain jobs train unless a job sets its own `device` option.",
         ),
-    ] = "auto",
+    ] = None,
     log_level: Annotated[LogLevel, log_level_option("SEARCH_LOG_LEVEL")] = "INFO",
     log_format: Annotated[
-        LogFormat,
-        typer.Option("--log-format", envvar="SEARCH_LOG_FORMAT", help="text, or json (one object a line)."),
-    ] = "text",
+        LogFormat | None,
+        setting_option("log_format", "--log-format", help="text, or json (one object a line)."),
+    ] = None,
     milvus_uri: Annotated[
         str | None,
-        typer.Option(
+        setting_option(
+            "milvus_uri",
             "--milvus-uri",
-            envvar="SEARCH_MILVUS_URI",
             help="Milvus for jobs with index_backend=milvus: http://host:19530 or a milvus-lite .db path.",
         ),
     ] = None,
     milvus_token: Annotated[
-        str | None, typer.Option("--milvus-token", envvar="SEARCH_MILVUS_TOKEN", help="Milvus credentials.")
+        str | None, setting_option("milvus_token", "--milvus-token", help="Milvus credentials.")
     ] = None,
     milvus_name: Annotated[
-        str, typer.Option("--milvus-name", envvar="SEARCH_MILVUS_NAME", help="Collection/alias prefix.")
-    ] = "infonce",
+        str | None, setting_option("milvus_name", "--milvus-name", help="Collection/alias prefix.")
+    ] = None,
 ) -> None:
     """Run the job worker (huey consumer) until interrupted."""
     from contract.index_backend import BackendConfig
     from training.jobs import tasks
     from training.jobs.worker import run_worker
 
-    if milvus_uri:  # jobs may then ask for index_backend=milvus
-        tasks.MILVUS = BackendConfig("milvus", milvus_uri, milvus_token, milvus_name)
+    s = worker_settings(
+        queue, bundles, heartbeat_timeout, device, log_format, milvus_uri, milvus_token, milvus_name
+    )
+    if s.milvus_uri:  # jobs may then ask for index_backend=milvus
+        tasks.MILVUS = BackendConfig("milvus", s.milvus_uri, s.milvus_token, s.milvus_name)
 
     # huey's consumer lines (started, executing, finished) are the worker's own story: keep them at the level
-    configure_logging(log_level, log_format, also=("huey",))
-    run_worker(
-        queue or default_queue_url(bundles),
-        workers=workers,
-        heartbeat_timeout_s=heartbeat_timeout,
-        device=device,
-    )
+    configure_logging(log_level, s.log_format, also=("huey",))
+    run_worker(_url(s), workers=workers, heartbeat_timeout_s=s.job_heartbeat_timeout_s, device=s.train_device)
