@@ -15,14 +15,14 @@ from typing import Annotated, Any
 import typer
 
 from contract.errors import InfonceSearchError
+from training.cli_settings import job_settings, setting_option
 
 bundles_app = typer.Typer(
     help="List, activate, prune and verify published bundle versions.", no_args_is_help=True
 )
 
 BundlesOpt = Annotated[
-    Path,
-    typer.Option("--bundles", envvar="SEARCH_BUNDLES_DIR", help="Bundles folder (versions + CURRENT)."),
+    Path | None, setting_option("bundles_dir", "--bundles", help="Bundles folder (versions + CURRENT).")
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
@@ -32,9 +32,10 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
-def _store(bundles: Path) -> Any:
+def _store(given: Path | None) -> Any:
     from training.bundle_store import BundleStore
 
+    bundles = job_settings(bundles_dir=given).bundles_dir  # SEARCH_BUNDLES_DIR or its default, as the API
     if not bundles.is_dir():
         raise _fail(f"--bundles {bundles}: no such folder")
     return BundleStore(bundles)
@@ -61,7 +62,7 @@ def verify_checksums(folder: Path) -> list[str]:
 
 
 @bundles_app.command("list")
-def list_cmd(bundles: BundlesOpt = Path("bundles"), as_json: JsonOpt = False) -> None:
+def list_cmd(bundles: BundlesOpt = None, as_json: JsonOpt = False) -> None:
     """Published versions, oldest first: live flag, test nDCG@10, the gate's decision."""
     store = _store(bundles)
     problems: list[tuple[str, str]] = []
@@ -82,7 +83,7 @@ def list_cmd(bundles: BundlesOpt = Path("bundles"), as_json: JsonOpt = False) ->
 @bundles_app.command("activate")
 def activate_cmd(
     version: Annotated[str, typer.Argument(help="A published version id.")],
-    bundles: BundlesOpt = Path("bundles"),
+    bundles: BundlesOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Make a published version live (roll back or forward); it is validated first."""
@@ -106,7 +107,7 @@ def prune_cmd(
     keep: Annotated[
         int, typer.Option("--keep", min=0, help="Newest versions kept (the live one always is).")
     ],
-    bundles: BundlesOpt = Path("bundles"),
+    bundles: BundlesOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Delete all but the newest --keep versions."""
@@ -122,7 +123,7 @@ def prune_cmd(
 @bundles_app.command("verify")
 def verify_cmd(
     version: Annotated[str | None, typer.Argument(help="One version; every version when omitted.")] = None,
-    bundles: BundlesOpt = Path("bundles"),
+    bundles: BundlesOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Check every file of a version (or of all) against the sha256 checksums in its manifest; exit 1 on any
