@@ -10,6 +10,7 @@ import typer
 
 from contract.errors import InfonceSearchError
 from training.cli_choices import IndexOpt, LogLevelOpt
+from training.cli_settings import job_settings, setting_option
 from training.cli_support import JsonOpt, QuietOpt, configure_logging, echo_json, fail
 
 OnnxOpt = Annotated[
@@ -28,20 +29,17 @@ IndexBackendOpt = Annotated[
     str,
     typer.Option("--index-backend", envvar="SEARCH_INDEX_BACKEND", help="faiss (in the bundle) or milvus."),
 ]
+# the Milvus options are the API's settings (JobSettings): given ones win, the rest come from SEARCH_*
 MilvusUriOpt = Annotated[
     str | None,
-    typer.Option(
-        "--milvus-uri", envvar="SEARCH_MILVUS_URI", help="http://host:19530 or a milvus-lite .db path."
-    ),
+    setting_option("milvus_uri", "--milvus-uri", help="http://host:19530 or a milvus-lite .db path."),
 ]
 MilvusTokenOpt = Annotated[
-    str | None, typer.Option("--milvus-token", envvar="SEARCH_MILVUS_TOKEN", help="Milvus credentials.")
+    str | None, setting_option("milvus_token", "--milvus-token", help="Milvus credentials.")
 ]
 MilvusNameOpt = Annotated[
-    str,
-    typer.Option(
-        "--milvus-name", envvar="SEARCH_MILVUS_NAME", help="Collections <name>_v<version>, alias <name>_live."
-    ),
+    str | None,
+    setting_option("milvus_name", "--milvus-name", help="Collections <name>_v<version>, alias <name>_live."),
 ]
 
 
@@ -52,11 +50,13 @@ def distill_config(distill: bool) -> Any:
     return DistillConfig() if distill else None
 
 
-def backend_config(backend: str, uri: str | None, token: str | None, name: str) -> Any:
+def backend_config(backend: str, uri: str | None, token: str | None, name: str | None) -> Any:
     """The index backend options as a contract.index_backend.BackendConfig (ConfigError when inconsistent)."""
     from contract.index_backend import BackendConfig
 
-    return BackendConfig(backend=backend, milvus_uri=uri, milvus_token=token, milvus_name=name)  # type: ignore[arg-type]
+    s = job_settings(milvus_uri=uri, milvus_token=token, milvus_name=name)
+    milvus = {"milvus_uri": s.milvus_uri, "milvus_token": s.milvus_token, "milvus_name": s.milvus_name}
+    return BackendConfig(backend=backend, **milvus)  # type: ignore[arg-type]
 
 
 def index_cmd(
@@ -78,7 +78,7 @@ def index_cmd(
     index_backend: IndexBackendOpt = "faiss",
     milvus_uri: MilvusUriOpt = None,
     milvus_token: MilvusTokenOpt = None,
-    milvus_name: MilvusNameOpt = "infonce",
+    milvus_name: MilvusNameOpt = None,
 ) -> None:
     configure_logging(log_level, quiet=quiet)
     from training.publish import index_model  # heavy imports only when the command runs

@@ -116,7 +116,7 @@ def pipeline_cmd(
     index_backend: IndexBackendOpt = "faiss",
     milvus_uri: MilvusUriOpt = None,
     milvus_token: MilvusTokenOpt = None,
-    milvus_name: MilvusNameOpt = "infonce",
+    milvus_name: MilvusNameOpt = None,
     **overrides: Any,
 ) -> None:
     config = _prepare_run(data, config_file, log_level, overrides, quiet=quiet)

@@ -107,3 +107,17 @@ def test_the_bundles_cli_uses_the_api_bundles_folder(env, tmp_path):
     done = CliRunner().invoke(bundles_app, ["list"])
     assert done.exit_code == 2
     assert f"--bundles {tmp_path / 'missing-bundles'}: no such folder" in done.output
+
+
+def test_the_publishers_milvus_options_are_the_api_milvus_settings(env):
+    from training.cli_index import backend_config
+
+    env(milvus_uri="http://milvus:19530", milvus_token="root:Milvus", milvus_name="scifact")
+    api = Settings(index_backend="milvus")
+    published = backend_config("milvus", None, None, None)
+    assert (published.milvus_uri, published.milvus_token, published.milvus_name) == (
+        api.milvus_uri,
+        api.milvus_token,
+        api.milvus_name,
+    )
+    assert backend_config("milvus", None, None, "other").milvus_name == "other"  # --milvus-name wins
