@@ -5,7 +5,6 @@ Tests build `Settings(...)` directly and pass it to `create_app`; nothing else r
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
