@@ -1,6 +1,7 @@
 """The one configuration class of the API. Every field is an environment variable `SEARCH_<NAME>`.
 
-Tests build `Settings(...)` directly and pass it to `create_app`; nothing else reads the environment.
+Tests build `Settings(...)` directly and pass it to `create_app`. The fields the job worker and the CLIs read
+too are inherited from contract.jobs.settings.JobSettings, the only other class that reads the environment.
 """
 
 from __future__ import annotations
