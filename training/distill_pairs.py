@@ -52,8 +52,8 @@ def distill_pairs(
         add(f"title:{doc.id}", doc.title, doc.id)
     for doc in _pick(docs, config.sentence_queries, rng):
         sentences = [s for s in _SENTENCE.split(doc.text) if 4 <= len(s.split()) <= 40]
-        picked = rng.choice(len(sentences), size=min(len(sentences), config.sentences_per_doc), replace=False)
-        for i in sorted(int(j) for j in picked):
+        # a prefix of one permutation: a larger sentences_per_doc keeps the smaller one's sentences
+        for i in sorted(int(j) for j in rng.permutation(len(sentences))[: config.sentences_per_doc]):
             add(f"sentence:{doc.id}", sentences[i], doc.id)
     n_queries = sum(1 for k in pairs.keys if ":" not in k)
     logger.info(
