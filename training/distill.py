@@ -68,8 +68,6 @@ def _distilled_student(model_dir: Path, config: DistillConfig) -> _Student:
 def _static_student(
     model_dir: Path, pairs: DistillPairs, corpus_texts: Sequence[str], config: DistillConfig
 ) -> _Student:
-    from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import Normalize, StaticEmbedding
     from tokenizers import Tokenizer
 
     started = time.perf_counter()
@@ -82,10 +80,24 @@ def _static_student(
     info = {"init_seconds": round(time.perf_counter() - started, 1)}
     tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     tokenizer.no_truncation()
-    model = SentenceTransformer(modules=[StaticEmbedding(tokenizer, embedding_weights=table), Normalize()])
+    model = sparse_static_model(tokenizer, table)
     params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.Adam(params, lr=config.static_lr)
+    optimizer = torch.optim.SparseAdam(params, lr=config.static_lr)
     return _Student(model, params, optimizer, config.static_epochs, info)
+
+
+def sparse_static_model(tokenizer: Any, table: np.ndarray) -> Any:
+    """StaticEmbedding + Normalize, its table trained with sparse gradients.
+
+    A batch touches about a thousand of the 30k rows: with sparse gradients (lazy Adam, `SparseAdam`)
+    a step costs those rows, not the whole table; 2.6x faster steps on this CPU (measured under load).
+    """
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, StaticEmbedding
+
+    static = StaticEmbedding(tokenizer, embedding_weights=table)
+    static.embedding.sparse = True
+    return SentenceTransformer(modules=[static, Normalize()])
 
 
 def _save_student(variant: Variant, student: _Student, out_dir: Path) -> None:
