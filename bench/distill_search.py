@@ -12,7 +12,12 @@ appended to bench/results/distill_search.json under NAME. The test split is neve
     nice -n 5 .venv/bin/python bench/distill_search.py --final NAME CONFIG ...
 
 run once for the chosen recipe: trained on every training query, scored on scifact's 300 test queries
-("test_runs"; bench/distill_scifact.py gives the same through the pipeline step, into a bundle).
+("test_runs"; bench/distill_scifact.py gives the same through the pipeline step, into a bundle), or
+
+    nice -n 5 .venv/bin/python bench/distill_search.py --score-test SAVED
+
+which scores a student saved by a validation run (var/bench/distill_search/students/SAVED) on the test
+queries without retraining it (for the truncated transformer, whose training is the costly part).
 
 To keep a configuration's cost to its training steps, var/bench/distill_search/ caches the teacher's
 (full query encoder's) vectors of every training text, by text, and the model2vec-style token table
@@ -164,6 +169,8 @@ def run_config(
         config=config,
         rng=rng,
     )
+    saved = WORK / "students" / f"{setup['name']}-{setup['index']}"
+    student.model.save(str(saved), safe_serialization=True)  # for a later --score-test
     val_texts = [val.queries[q] for q in val.queries if val.qrels.get(q)]
     student_q = student.model.encode(val_texts, batch_size=64, normalize_embeddings=True)
     return {
@@ -176,12 +183,41 @@ def run_config(
         "loss_first": info["loss_first"],
         "loss_last": info["loss_last"],
         "wall_s": round(time.perf_counter() - started, 1),
+        "saved": saved.name,
         "load_before": round(os.getloadavg()[0], 2),
     }
 
 
+def score_saved_on_test(saved: str) -> None:
+    """A student saved by a validation run, scored once on the 300 test queries (no retraining)."""
+    from sentence_transformers import SentenceTransformer
+
+    store = BundleStore(BUNDLES)
+    bundle = load_bundle(store.version_path(str(store.current_version())), verify=False)
+    doc_emb = np.ascontiguousarray(bundle_doc_embeddings(bundle), dtype=np.float32)  # (N, D)
+    test = load_beir(SCIFACT, "test")
+    texts = [test.queries[q] for q in test.queries if test.qrels.get(q)]
+    full = bundle.encoder.encode(texts, kind="query")
+    student = SentenceTransformer(str(WORK / "students" / saved), device="cpu")
+    emb = np.asarray(student.encode(texts, batch_size=64, normalize_embeddings=True), dtype=np.float32)
+    row = {
+        "saved": saved,
+        "trained_on": "the validation run's fit side (training queries minus the validation carve)",
+        "test_ndcg@10": ndcg(emb, doc_emb, list(bundle.doc_ids), test),
+        "test_ndcg@10_full": ndcg(full, doc_emb, list(bundle.doc_ids), test),
+    }
+    bundle.docstore.close()
+    print(json.dumps(row), flush=True)
+    results = json.loads(RESULTS.read_text())
+    results.setdefault("test_runs", []).append(row)
+    write_json_atomic(RESULTS, results)
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if sys.argv[1] == "--score-test":
+        score_saved_on_test(sys.argv[2])
+        return
     final = sys.argv[1] == "--final"
     args = sys.argv[2:] if final else sys.argv[1:]
     name, configs = args[0], [json.loads(a) for a in args[1:]]
@@ -216,7 +252,8 @@ def main() -> None:
         "temperature": float(bundle.encoder.similarity.temperature or 0.05),
         "full_val": ndcg(teacher.encode(val_texts), doc_emb, doc_ids, val),
     }
-    for overrides in configs:
+    for index, overrides in enumerate(configs):
+        setup |= {"name": name, "index": index}
         row = run_config(overrides, fit, val, setup)
         print(json.dumps(row), flush=True)
         results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
