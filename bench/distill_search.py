@@ -42,7 +42,7 @@ from contract.bundle import MODEL_DIR, load_bundle
 from contract.encoder import document_text
 from training.bundle_store import BundleStore
 from training.data import RetrievalData, load_beir
-from training.distill import _distilled_student, _Student, sparse_static_model
+from training.distill import _distilled_student, _Student, static_model
 from training.distill_config import DistillConfig
 from training.distill_loop import fit_student
 from training.distill_pairs import distill_pairs
@@ -97,9 +97,12 @@ def static_student(
     table = np.ascontiguousarray(raw_table * (config.sif_a / (config.sif_a + p))[:, None], dtype=np.float32)
     tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     tokenizer.no_truncation()
-    model = sparse_static_model(tokenizer, table)
+    model = static_model(tokenizer, table, sparse=config.static_sparse)
     params = [p for p in model.parameters() if p.requires_grad]
-    return _Student(model, params, torch.optim.SparseAdam(params, lr=config.static_lr), config.static_epochs)
+    optimizer = (torch.optim.SparseAdam if config.static_sparse else torch.optim.Adam)(
+        params, lr=config.static_lr
+    )
+    return _Student(model, params, optimizer, config.static_epochs)
 
 
 def raw_token_table(model_dir: Path, corpus_texts: list[str]) -> tuple[np.ndarray, np.ndarray]:

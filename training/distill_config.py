@@ -21,6 +21,7 @@ class DistillConfig(BaseModel):
     batch_size: int = Field(64, ge=2)
     lr: float = Field(1e-4, gt=0)  # truncated transformer (AdamW)
     static_lr: float = Field(5e-3, gt=0)  # static table (Adam); its rows start near their targets
+    static_sparse: bool = False  # sparse gradients + SparseAdam: faster steps, a little worse (distill.py)
     match_weight: float = Field(1.0, ge=0)  # 0 = InfoNCE only
     hard_negatives: int = Field(1, ge=0)  # mined per pair from the full model's ranking
     hard_negative_rank_min: int = Field(3, ge=0)
