@@ -148,7 +148,7 @@ def run_config(
             teacher_q,
             setup["doc_emb"],
             pairs.positives,
-            [set(pairs.known[k]) for k in pairs.keys],  # type: ignore[misc]
+            [{int(j) for j in pairs.known[k]} for k in pairs.keys],  # type: ignore[call-overload]
             n=config.hard_negatives,
             rank_min=config.hard_negative_rank_min,
             rank_max=config.hard_negative_rank_max,
