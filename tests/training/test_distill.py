@@ -72,6 +72,7 @@ def test_student_loss_is_infonce_plus_the_matching_term():
     assert float(matched) == pytest.approx(float(plain) + gap, rel=1e-5)
     assert float(_student_loss(q, q, q, None, temperature=0.05, match_weight=1.0)) < float(plain)
 
+
 def test_sentences_per_doc_draws_distinct_sentences_of_the_document_up_to_what_it_has():
     corpus = _corpus()
     train = RetrievalData(corpus, {}, {}, "mem")
