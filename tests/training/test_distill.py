@@ -81,3 +81,18 @@ def test_sentences_per_doc_draws_distinct_sentences_of_the_document_up_to_what_i
     d1 = [t for k, t in zip(pairs.keys, pairs.texts, strict=True) if k == "sentence:d1"]
     assert sorted(d1) == sorted(["Vitamin D raises bone density.", "It acts on calcium uptake in the gut."])
     assert pairs.keys.count("sentence:d3") == 1  # it has one sentence long enough
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_the_static_table_gets_sparse_gradients_only_when_asked(sparse):
+    from tokenizers import Tokenizer
+
+    from training.distill import static_model
+    from training.train_step import embed
+
+    tokenizer = Tokenizer.from_file(str(default_model_path() / "tokenizer.json"))
+    table = np.random.default_rng(0).standard_normal((tokenizer.get_vocab_size(), 8)).astype(np.float32)
+    model = static_model(tokenizer, table, sparse=sparse)
+    embed(model, ["vitamin d and bone density"]).sum().backward()
+    (weight,) = [p for p in model.parameters() if p.requires_grad]
+    assert weight.grad is not None and weight.grad.is_sparse == sparse
