@@ -37,6 +37,8 @@ def main() -> None:
     parser.add_argument("--match-weight", type=float, default=1.0)
     parser.add_argument("--titles", type=int, default=5000)
     parser.add_argument("--sentences", type=int, default=5000)
+    parser.add_argument("--sentences-per-doc", type=int, default=1)
+    parser.add_argument("--static-sparse", action="store_true", help="sparse gradients for the static table")
     parser.add_argument("--publish", action="store_true", help="publish the bundle with its variants")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
@@ -60,6 +62,8 @@ def main() -> None:
         match_weight=args.match_weight,
         title_queries=args.titles,
         sentence_queries=args.sentences,
+        sentences_per_doc=args.sentences_per_doc,
+        static_sparse=args.static_sparse,
     )
     train, test = load_beir(SCIFACT, "train"), load_beir(SCIFACT, "test")
     with store.build_dir() as staging:

@@ -48,7 +48,7 @@ SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 CACHE = REPO / "var" / "bench"
 
 
-def build_bundle_if_needed(bundles: Path, distractors: int = 0) -> str:
+def build_bundle_if_needed(bundles: Path, distractors: int = 0, doc_embeddings: Path | None = None) -> str:
     from training.bundle_store import BundleStore
 
     store = BundleStore(bundles)
@@ -70,9 +70,16 @@ def build_bundle_if_needed(bundles: Path, distractors: int = 0) -> str:
         shutil.copy(default_model_path() / "tokenizer.json", base_onnx / "tokenizer.json")
     fast = OnnxQueryEncoder.load(base_onnx, variant="fp32")
     texts = [document_text(d.title, d.text) for d in test.corpus.values()]
-    t0 = time.perf_counter()
-    emb = np.concatenate([fast.encode(texts[i : i + 256], batch_size=32) for i in range(0, len(texts), 256)])
-    print(f"encoded {len(texts)} documents in {time.perf_counter() - t0:.0f} s", flush=True)
+    if doc_embeddings is not None:  # e.g. an entry of training.embedding_cache for the same model
+        emb = np.load(doc_embeddings).astype(np.float32)  # (n_docs, dim), corpus order
+        if emb.shape[0] != len(texts):
+            raise SystemExit(f"{doc_embeddings}: {emb.shape[0]} rows for {len(texts)} documents")
+    else:
+        t0 = time.perf_counter()
+        emb = np.concatenate(
+            [fast.encode(texts[i : i + 256], batch_size=32) for i in range(0, len(texts), 256)]
+        )
+        print(f"encoded {len(texts)} documents in {time.perf_counter() - t0:.0f} s", flush=True)
     corpus = dict(test.corpus)
     if distractors:
         # a bigger exact index at no encoding cost: random unit vectors cost a flat scan what real ones do
@@ -287,6 +294,13 @@ def main() -> None:
         help="add this many random unit-vector documents to the built bundle's exact index (0 = scifact only), "
         "to see the regime where the FAISS scan, not the encoder, dominates",
     )
+    parser.add_argument(
+        "--doc-embeddings",
+        type=Path,
+        default=None,
+        help="a .npy of the base model's scifact corpus vectors (corpus order) to build the bundle from, "
+        "instead of encoding the corpus",
+    )
     parser.add_argument("--seconds", type=float, default=4.0, help="duration of each cell")
     parser.add_argument("--max-requests", type=int, default=5000, help="request cap of each cell")
     parser.add_argument("--concurrency", default="1,8,32")
@@ -312,7 +326,7 @@ def main() -> None:
     from training.beir import load_beir, load_queries
 
     bundles = args.bundles or CACHE / ("bundles" if not args.distractors else f"bundles-{args.distractors}")
-    version = build_bundle_if_needed(bundles, args.distractors)
+    version = build_bundle_if_needed(bundles, args.distractors, args.doc_embeddings)
     queries = list(load_queries(SCIFACT / "queries.jsonl").values())
     levels = [int(c) for c in args.concurrency.split(",")]
     client = args.client if args.client != "auto" else ("wrk" if shutil.which("wrk") else "httpx")

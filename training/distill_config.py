@@ -21,13 +21,15 @@ class DistillConfig(BaseModel):
     batch_size: int = Field(64, ge=2)
     lr: float = Field(1e-4, gt=0)  # truncated transformer (AdamW)
     static_lr: float = Field(5e-3, gt=0)  # static table (Adam); its rows start near their targets
+    static_sparse: bool = False  # sparse gradients + SparseAdam: faster steps, a little worse (distill.py)
     match_weight: float = Field(1.0, ge=0)  # 0 = InfoNCE only
     hard_negatives: int = Field(1, ge=0)  # mined per pair from the full model's ranking
     hard_negative_rank_min: int = Field(3, ge=0)
     hard_negative_rank_max: int = Field(50, ge=1)
     hard_negative_margin: float = Field(0.05, ge=0)
     title_queries: int = Field(5000, ge=0)  # documents whose title becomes a pseudo-query
-    sentence_queries: int = Field(5000, ge=0)  # documents one of whose sentences becomes a pseudo-query
+    sentence_queries: int = Field(5000, ge=0)  # documents whose sentences become pseudo-queries
+    sentences_per_doc: int = Field(1, ge=1)  # sentences drawn from each of those documents
     max_seq_length: int = Field(64, ge=8, le=512)  # while training the transformer; queries are short
     sif_a: float = Field(1e-3, gt=0)  # SIF weight a/(a+p(token)) of the static initialisation
     # "full": every vocabulary token through the model (model2vec); "seen": only tokens of the corpus and

@@ -124,7 +124,8 @@ def _student_step(
     )
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    if not any(p.grad is not None and p.grad.is_sparse for p in params):  # clipping needs dense grads
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
     optimizer.step()
     scheduler.step()
     return float(loss.detach())

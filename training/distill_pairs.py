@@ -1,6 +1,6 @@
 """Distillation training text: the split's queries plus corpus pseudo-queries (titles, sentences).
 
-Queries are few, so each document's title and one of its sentences are paired with their own document.
+Queries are few, so each document's title and some of its sentences are paired with their own document.
 """
 
 from __future__ import annotations
@@ -52,8 +52,9 @@ def distill_pairs(
         add(f"title:{doc.id}", doc.title, doc.id)
     for doc in _pick(docs, config.sentence_queries, rng):
         sentences = [s for s in _SENTENCE.split(doc.text) if 4 <= len(s.split()) <= 40]
-        if sentences:
-            add(f"sentence:{doc.id}", sentences[int(rng.integers(len(sentences)))], doc.id)
+        # a prefix of one permutation: a larger sentences_per_doc keeps the smaller one's sentences
+        for i in sorted(int(j) for j in rng.permutation(len(sentences))[: config.sentences_per_doc]):
+            add(f"sentence:{doc.id}", sentences[i], doc.id)
     n_queries = sum(1 for k in pairs.keys if ":" not in k)
     logger.info(
         "distillation pairs: %d from queries, %d pseudo-queries", n_queries, len(pairs.texts) - n_queries

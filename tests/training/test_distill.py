@@ -71,3 +71,28 @@ def test_student_loss_is_infonce_plus_the_matching_term():
     gap = 2.0 * float((1 - (q * teacher).sum(1)).mean())
     assert float(matched) == pytest.approx(float(plain) + gap, rel=1e-5)
     assert float(_student_loss(q, q, q, None, temperature=0.05, match_weight=1.0)) < float(plain)
+
+
+def test_sentences_per_doc_draws_distinct_sentences_of_the_document_up_to_what_it_has():
+    corpus = _corpus()
+    train = RetrievalData(corpus, {}, {}, "mem")
+    config = DistillConfig(title_queries=0, sentence_queries=10, sentences_per_doc=5)
+    pairs = distill_pairs(train, ["d1", "d2", "d3"], config, np.random.default_rng(0))
+    d1 = [t for k, t in zip(pairs.keys, pairs.texts, strict=True) if k == "sentence:d1"]
+    assert sorted(d1) == sorted(["Vitamin D raises bone density.", "It acts on calcium uptake in the gut."])
+    assert pairs.keys.count("sentence:d3") == 1  # it has one sentence long enough
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_the_static_table_gets_sparse_gradients_only_when_asked(sparse):
+    from tokenizers import Tokenizer
+
+    from training.distill import static_model
+    from training.train_step import embed
+
+    tokenizer = Tokenizer.from_file(str(default_model_path() / "tokenizer.json"))
+    table = np.random.default_rng(0).standard_normal((tokenizer.get_vocab_size(), 8)).astype(np.float32)
+    model = static_model(tokenizer, table, sparse=sparse)
+    embed(model, ["vitamin d and bone density"]).sum().backward()
+    (weight,) = [p for p in model.parameters() if p.requires_grad]
+    assert weight.grad is not None and weight.grad.is_sparse == sparse
