@@ -40,8 +40,8 @@ import torch
 from contract.atomic import write_json_atomic
 from contract.bundle import MODEL_DIR, load_bundle
 from contract.encoder import document_text
+from training.beir import load_beir
 from training.bundle_store import BundleStore
-from training.data import RetrievalData, load_beir
 from training.distill import _distilled_student, _Student, static_model
 from training.distill_config import DistillConfig
 from training.distill_loop import fit_student
@@ -50,6 +50,7 @@ from training.distill_step import bundle_doc_embeddings
 from training.distill_students import static_init
 from training.evaluate import trec_metrics
 from training.negatives import mine_hard_negatives
+from training.retrieval_data import RetrievalData
 from training.validation import carve_validation
 
 REPO = Path(__file__).resolve().parents[1]

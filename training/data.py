@@ -16,10 +16,7 @@ from pathlib import Path
 from contract.errors import DataError
 from training.beir import load_beir
 from training.pairs_file import load_pairs_file, pairs_as_retrieval
-
-# Still re-exported for the modules other branches are editing (trainer, gap/report, gap/sections,
-# bundle_build, bundle_store, milvus_publish, distill_pairs): delete once they import training.retrieval_data.
-from training.retrieval_data import Document, Pair, RetrievalData, training_pairs  # noqa: F401
+from training.retrieval_data import RetrievalData
 
 
 def load_split(

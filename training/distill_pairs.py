@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from training.data import RetrievalData
 from training.distill_config import DistillConfig
+from training.retrieval_data import RetrievalData
 
 logger = logging.getLogger(__name__)
 
