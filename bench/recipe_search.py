@@ -29,7 +29,7 @@ import torch
 from contract.atomic import write_json_atomic
 from contract.config import TrainConfig
 from contract.encoder import Encoder
-from training.data import load_beir
+from training.beir import load_beir
 from training.embedding_cache import EmbeddingCache
 from training.evaluate import evaluate
 from training.timing import PhaseTimer
