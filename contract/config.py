@@ -52,9 +52,7 @@ class TrainConfig(BaseModel):
     # 2 epochs: scifact nDCG@10 0.6643 vs 0.6626 at 3, in two thirds of the steps (bench/train_scifact.py)
     epochs: int = Field(2, ge=1)
     batch_size: int = Field(32, ge=2)  # (query, positive) pairs per step; k_in_batch = batch_size − 1
-    # 1e-4: scifact validation nDCG@10 0.7214 vs 0.6987 at 6e-5 and 0.6651 at 3e-5 (107 held-out train
-    # queries; bench/recipe_search.py, paired bootstrap in bench/recipe_compare.py)
-    lr: float = Field(1e-4, gt=0)
+    lr: float = Field(3e-5, gt=0)
     weight_decay: float = Field(0.01, ge=0)
     warmup_ratio: float = Field(0.1, ge=0, le=1)
     max_grad_norm: float = Field(1.0, ge=0)  # 0 disables clipping
