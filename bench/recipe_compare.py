@@ -2,6 +2,9 @@
 
     .venv/bin/python bench/recipe_compare.py WORK_DIR BASELINE_RUN CANDIDATE_RUN [CANDIDATE_RUN ...]
 
+Each comparison is printed twice: over all validation queries, and over the "unshared" ones only, whose
+relevant documents no trained query cites (like every test query, bench/carve_overlap.py).
+
 Runs are folders written by bench/recipe_search.py (WORK_DIR/runs/NAME, or any path to a run). Every run
 must have been trained without the same validation carve (same validation_fraction and seed, as in
 training.validation); the script refuses otherwise. Each model's validation nDCG@10 is recomputed per
@@ -42,6 +45,14 @@ def carve_of(run: Path) -> tuple[float, int, str]:
     return float(config["validation_fraction"]), int(config["seed"]), str(config["train_split"])
 
 
+def unshared_queries(carve: tuple[float, int, str]) -> set[str]:
+    """Validation queries none of whose relevant documents is a positive of a trained query."""
+    fraction, seed, split = carve
+    fit, val = carve_validation(load_beir(SCIFACT, split), fraction, seed)
+    trained_docs = {d for rel in fit.qrels.values() for d in rel}
+    return {q for q, rel in val.qrels.items() if not any(d in trained_docs for d in rel)}
+
+
 def per_query_ndcg(run: Path, cache: EmbeddingCache, carve: tuple[float, int, str]) -> dict[str, float]:
     fraction, seed, split = carve
     val = carve_validation(load_beir(SCIFACT, split), fraction, seed)[1]
@@ -63,17 +74,22 @@ def main() -> None:
     carve = carves.pop()
     cache = EmbeddingCache(work / "embeddings")
     scores = [per_query_ndcg(run, cache, carve) for run in runs]
-    base = scores[0]
-    queries = list(base)
+    unshared = unshared_queries(carve)
+    for label, queries in (("all", list(scores[0])), ("unshared", [q for q in scores[0] if q in unshared])):
+        compare(runs, scores, queries, label)
+
+
+def compare(runs: list[Path], scores: list[dict[str, float]], queries: list[str], label: str) -> None:
+    base = np.array([scores[0][q] for q in queries])  # (n_queries,)
     rng = np.random.default_rng(0)
-    mean = float(np.mean(list(base.values())))
-    print(f"validation nDCG@10 over {len(queries)} queries; baseline {runs[0].name} {mean:.4f}")
+    print(f"validation nDCG@10, {label} {len(queries)} queries; baseline {runs[0].name} {base.mean():.4f}")
     for run, cand in zip(runs[1:], scores[1:], strict=True):
-        diff = np.array([cand[q] - base[q] for q in queries])  # (n_queries,)
+        values = np.array([cand[q] for q in queries])  # (n_queries,)
+        diff = values - base
         lo, hi = percentile_ci(bootstrap_means(diff, N_BOOT, rng))
         wins, losses = int((diff > 0).sum()), int((diff < 0).sum())
         print(
-            f"{run.name}: {np.mean(list(cand.values())):.4f}, difference {diff.mean():+.4f} "
+            f"  {run.name}: {values.mean():.4f}, difference {diff.mean():+.4f} "
             f"(95% paired bootstrap {lo:+.4f} .. {hi:+.4f}); queries better {wins}, worse {losses}"
         )
 
