@@ -1,6 +1,7 @@
 """Search for the default fine-tuning recipe on scifact, selecting on a validation split only.
 
     nice -n 5 .venv/bin/python bench/recipe_search.py WORK_DIR NAME [key=value ...]
+    (two at once on a shared 2-core machine: OMP_NUM_THREADS=1 each)
 
 Trains one configuration (TrainConfig defaults + key=value overrides, JSON values) on scifact's
 qrels/train.tsv minus the seeded validation share (TrainConfig.validation_fraction, training.validation),
@@ -23,12 +24,15 @@ import sys
 import time
 from pathlib import Path
 
+import torch
+
 from contract.atomic import write_json_atomic
 from contract.config import TrainConfig
 from contract.encoder import Encoder
 from training.beir import load_beir
 from training.embedding_cache import EmbeddingCache
 from training.evaluate import evaluate
+from training.timing import PhaseTimer
 from training.trainer import train
 
 SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
@@ -54,8 +58,15 @@ def main() -> None:
         base_pickle.write_bytes(pickle.dumps(base_eval))
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
+    timer = PhaseTimer()
     result = train(
-        config, SCIFACT, work / "runs" / name, show_progress=False, base_eval=base_eval, cache=cache
+        config,
+        SCIFACT,
+        work / "runs" / name,
+        show_progress=False,
+        base_eval=base_eval,
+        cache=cache,
+        timer=timer,
     )
     wall = time.perf_counter() - t0
     if result.validation_metrics is None:
@@ -69,6 +80,10 @@ def main() -> None:
         "validation": {side: {k: round(float(v), 4) for k, v in m.items()} for side, m in val.items()},
         "train_seconds": round(result.train_seconds, 1),
         "wall_seconds": round(wall, 1),
+        "phase_seconds": {phase: round(sec, 1) for phase, sec in timer.seconds.items()},
+        # OMP_NUM_THREADS=1 for two runs side by side: two OpenMP threads per process stall on a shared,
+        # loaded 2-core machine (tests/training/test_gap_report.py pins 1 thread for the same reason)
+        "torch_threads": torch.get_num_threads(),
         "load_average_before": round(load_before, 2),
         "load_average_after": round(os.getloadavg()[0], 2),
     }
