@@ -73,7 +73,8 @@ def main() -> None:
         ),
     ):
         rows[name] = (val, metrics_of(runs_for_mode("hybrid", td, tl, params), test.qrels, doc_ids))
-    label = args.label or (str(args.model) if args.model else "base all-MiniLM-L6-v2")
+    # the run folder's own name, not its path on this machine: the results file is committed
+    label = args.label or (f"WORK/runs/{args.model.name}" if args.model else "base all-MiniLM-L6-v2")
     print(
         f"model: {label}; validation: {v['n_queries']} train queries held out; chosen: {record['default_mode']} "
         f"{record['fusion']}"
