@@ -42,14 +42,13 @@ from contract.bundle import MODEL_DIR, load_bundle
 from contract.encoder import document_text
 from training.beir import load_beir
 from training.bundle_store import BundleStore
-from training.distill import _distilled_student, _Student, static_model
+from training.distill import _distilled_student, _Student, pair_negatives, static_model
 from training.distill_config import DistillConfig
 from training.distill_loop import fit_student
 from training.distill_pairs import distill_pairs
 from training.distill_step import bundle_doc_embeddings
 from training.distill_students import static_init
 from training.evaluate import trec_metrics
-from training.negatives import mine_hard_negatives
 from training.retrieval_data import RetrievalData
 from training.validation import carve_validation
 
@@ -143,19 +142,7 @@ def run_config(
     torch.manual_seed(config.seed)
     pairs = distill_pairs(fit, setup["doc_ids"], config, rng)
     teacher_q = setup["teacher"].encode(pairs.texts)
-    negatives: list[list[int]] = [[] for _ in pairs.texts]
-    if config.hard_negatives > 0:
-        negatives = mine_hard_negatives(
-            teacher_q,
-            setup["doc_emb"],
-            pairs.positives,
-            [{int(j) for j in pairs.known[k]} for k in pairs.keys],  # type: ignore[call-overload]
-            n=config.hard_negatives,
-            rank_min=config.hard_negative_rank_min,
-            rank_max=config.hard_negative_rank_max,
-            margin=config.hard_negative_margin,
-            rng=rng,
-        )
+    negatives = pair_negatives(teacher_q, setup["doc_emb"], pairs, config, rng)
     if variant == "static":
         student = static_student(setup["model_dir"], setup["raw_table"], setup["counts"], config)
     else:

@@ -166,6 +166,30 @@ def _teacher(encoder: Encoder, model_dir: Path) -> Any:
     return encoder
 
 
+def pair_negatives(
+    teacher_q: np.ndarray,
+    doc_emb: np.ndarray,
+    pairs: DistillPairs,
+    config: DistillConfig,
+    rng: np.random.Generator,
+) -> list[list[int]]:
+    """Per pair, `config.hard_negatives` documents mined from the full model's ranking of its query
+    (none when 0), never one of the pair's known positives."""
+    if config.hard_negatives == 0:
+        return [[] for _ in pairs.texts]
+    return mine_hard_negatives(
+        teacher_q,  # (P, D)
+        doc_emb,  # (N, D)
+        pairs.positives,
+        [{int(j) for j in pairs.known[k]} for k in pairs.keys],  # type: ignore[call-overload]
+        n=config.hard_negatives,
+        rank_min=config.hard_negative_rank_min,
+        rank_max=config.hard_negative_rank_max,
+        margin=config.hard_negative_margin,
+        rng=rng,
+    )
+
+
 def distill_query_encoders(
     encoder: Encoder,
     model_dir: Path,
@@ -183,19 +207,7 @@ def distill_query_encoders(
     if len(pairs.texts) < 2:
         raise ConfigError("distillation needs at least 2 training pairs (queries or corpus pseudo-queries)")
     teacher_q = _teacher(encoder, model_dir).encode(pairs.texts, kind="query", batch_size=64)  # (P, D)
-    negatives: list[list[int]] = [[] for _ in pairs.texts]
-    if config.hard_negatives > 0:
-        negatives = mine_hard_negatives(
-            teacher_q,
-            doc_emb,
-            pairs.positives,
-            [{int(j) for j in pairs.known[k]} for k in pairs.keys],  # type: ignore[call-overload]
-            n=config.hard_negatives,
-            rank_min=config.hard_negative_rank_min,
-            rank_max=config.hard_negative_rank_max,
-            margin=config.hard_negative_margin,
-            rng=rng,
-        )
+    negatives = pair_negatives(teacher_q, doc_emb, pairs, config, rng)
     from contract.encoder import document_text
 
     corpus_texts = [document_text(d.title, d.text) for d in train.corpus.values()]
