@@ -42,7 +42,7 @@ from contract.bundle import MODEL_DIR, load_bundle
 from contract.encoder import document_text
 from training.beir import load_beir
 from training.bundle_store import BundleStore
-from training.distill import _distilled_student, _Student, pair_negatives, static_model
+from training.distill import _distilled_student, _Student, pair_negatives, static_student_of
 from training.distill_config import DistillConfig
 from training.distill_loop import fit_student
 from training.distill_pairs import distill_pairs
@@ -91,18 +91,9 @@ def static_student(
     model_dir: Path, raw_table: np.ndarray, counts: np.ndarray, config: DistillConfig
 ) -> _Student:
     """training.distill._static_student with the token table read from the cache."""
-    from tokenizers import Tokenizer
-
     p = counts / max(counts.sum(), 1.0)
     table = np.ascontiguousarray(raw_table * (config.sif_a / (config.sif_a + p))[:, None], dtype=np.float32)
-    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
-    tokenizer.no_truncation()
-    model = static_model(tokenizer, table, sparse=config.static_sparse)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = (torch.optim.SparseAdam if config.static_sparse else torch.optim.Adam)(
-        params, lr=config.static_lr
-    )
-    return _Student(model, params, optimizer, config.static_epochs)
+    return static_student_of(model_dir, table, config)
 
 
 def raw_token_table(model_dir: Path, corpus_texts: list[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -67,8 +67,6 @@ def _distilled_student(model_dir: Path, config: DistillConfig) -> _Student:
 def _static_student(
     model_dir: Path, pairs: DistillPairs, corpus_texts: Sequence[str], config: DistillConfig
 ) -> _Student:
-    from tokenizers import Tokenizer
-
     started = time.perf_counter()
     table = static_init(
         model_dir,
@@ -77,6 +75,15 @@ def _static_student(
         only_seen=config.static_init_vocab == "seen",
     )
     info = {"init_seconds": round(time.perf_counter() - started, 1)}
+    return static_student_of(model_dir, table, config, info)
+
+
+def static_student_of(
+    model_dir: Path, table: np.ndarray, config: DistillConfig, info: dict[str, Any] | None = None
+) -> _Student:
+    """A static student over the SIF-weighted token `table` (vocab, D), with its optimiser."""
+    from tokenizers import Tokenizer
+
     tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     tokenizer.no_truncation()
     model = static_model(tokenizer, table, sparse=config.static_sparse)
@@ -84,7 +91,7 @@ def _static_student(
     optimizer = (torch.optim.SparseAdam if config.static_sparse else torch.optim.Adam)(
         params, lr=config.static_lr
     )
-    return _Student(model, params, optimizer, config.static_epochs, info)
+    return _Student(model, params, optimizer, config.static_epochs, info or {})
 
 
 def static_model(tokenizer: Any, table: np.ndarray, *, sparse: bool) -> Any:
