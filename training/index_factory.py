@@ -25,6 +25,7 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from typing import Any, get_args
 
 import faiss
@@ -204,26 +205,63 @@ def _tune_grid(vi: VectorIndex) -> list[dict[str, int]]:
 
 
 def _tune(vi: VectorIndex, x: np.ndarray, tune_queries: np.ndarray | None, target: float, seed: int) -> None:
+    def search(q: np.ndarray, n: int, params: dict[str, int]) -> list[np.ndarray]:
+        vi.set_params(params)
+        return list(vi.index.search(q, min(n, vi.index.ntotal))[1])  # (nq, n) positions
+
+    tuned = tune_to_recall(
+        x,
+        tune_queries,
+        _tune_grid(vi),
+        search,
+        metric=vi.info.metric,
+        target=target,
+        seed=seed,
+        label=vi.info.factory,
+    )
+    if tuned is None:
+        return
+    params, recall, n_queries = tuned
+    vi.set_params(params)
+    vi.info.recall_at_10 = recall
+    vi.info.tune_queries = n_queries
+
+
+def tune_to_recall(
+    x: np.ndarray,
+    queries: np.ndarray | None,
+    grid: list[dict[str, int]],
+    search: Callable[[np.ndarray, int, dict[str, int]], Sequence[np.ndarray]],
+    *,
+    metric: IndexMetric,
+    target: float,
+    seed: int,
+    label: str,
+) -> tuple[dict[str, int], float, int] | None:
+    """The first search params of `grid` (cheapest first) whose recall@10 against exact search over `x`
+    reaches `target`, else the best of them: (params, recall, number of tuning queries). `search(q, n,
+    params)` answers each query's top-n positions. Real `queries` (sampled down to TUNE_SAMPLE) when
+    given, else a sample of corpus vectors, each one's own row dropped from both result lists. None when
+    there is nothing to measure (no query, or no neighbour besides a query's own row)."""
     rng = np.random.default_rng(seed)
     self_ids: np.ndarray | None = None
-    if tune_queries is None:
-        # no real queries: corpus vectors as queries, each one's own row excluded from both result lists
+    if queries is None:
         self_ids = np.sort(rng.choice(len(x), min(TUNE_SAMPLE, len(x)), replace=False))
         q = x[self_ids]
     else:
-        q = as_matrix(tune_queries, "tune_queries", vi.dim)
+        q = as_matrix(queries, "tune_queries", x.shape[1])
         if len(q) > TUNE_SAMPLE:
             q = q[np.sort(rng.choice(len(q), TUNE_SAMPLE, replace=False))]
-    k = min(RECALL_K, vi.ntotal - (1 if self_ids is not None else 0))
-    if k < 1 or len(q) == 0:
-        return
     extra = 1 if self_ids is not None else 0
-    truth_pos = exact_top_k(x, q, k + extra, vi.info.metric)  # chunk by chunk: no second copy of x
+    k = min(RECALL_K, len(x) - extra)
+    if k < 1 or len(q) == 0:
+        return None
+    truth_pos = exact_top_k(x, q, k + extra, metric)  # (nq, k+extra), chunk by chunk: no second copy of x
     truth = [drop_self(row, self_ids, i, k) for i, row in enumerate(truth_pos)]
     best: tuple[float, dict[str, int]] | None = None
-    for params in _tune_grid(vi):
-        vi.set_params(params)
-        rec = recall_at(truth, _top(vi.index, q, k, self_ids))
+    for params in grid:
+        found = search(q, k + extra, params)
+        rec = recall_at(truth, [drop_self(row, self_ids, i, k) for i, row in enumerate(found)])
         if best is None or rec > best[0]:
             best = (rec, params)
         if rec >= target:
@@ -231,21 +269,9 @@ def _tune(vi: VectorIndex, x: np.ndarray, tune_queries: np.ndarray | None, targe
     assert best is not None
     if best[0] < target:
         logger.warning(
-            "%s reached recall@10 %.3f < target %.3f (best params %s)",
-            vi.info.factory,
-            best[0],
-            target,
-            best[1],
+            "%s reached recall@10 %.3f < target %.3f (best params %s)", label, best[0], target, best[1]
         )
-    vi.set_params(best[1])
-    vi.info.recall_at_10 = round(best[0], 4)
-    vi.info.tune_queries = len(q)
-
-
-def _top(index: Any, q: np.ndarray, k: int, self_ids: np.ndarray | None) -> list[np.ndarray]:
-    extra = 1 if self_ids is not None else 0
-    _, pos = index.search(q, min(k + extra, index.ntotal))  # (nq, k+extra)
-    return [drop_self(row, self_ids, i, k) for i, row in enumerate(pos)]
+    return dict(best[1]), round(best[0], 4), len(q)
 
 
 def drop_self(row: np.ndarray, self_ids: np.ndarray | None, i: int, k: int) -> np.ndarray:

@@ -42,10 +42,14 @@ from contract.milvus_index import (
     connect,
 )
 from contract.milvus_pointer import drop_collection
-from contract.vector_index import IndexInfo, IndexMetric, as_matrix
-from training.index_factory import AUTO_FLAT_MAX, KINDS, RECALL_K, TUNE_SAMPLE, drop_self, recall_at
+from contract.vector_index import IndexInfo, IndexMetric
+from training.index_factory import (
+    AUTO_FLAT_MAX,
+    KINDS,
+    tune_to_recall,
+)
 from training.milvus_rows import CHUNK_ROWS, rows, schema, typed_fields
-from training.shards import check_finite, exact_top_k
+from training.shards import check_finite
 
 if TYPE_CHECKING:
     from training.bundle_build import IndexBuilder
@@ -230,36 +234,20 @@ def _tune(
     """The cheapest search params reaching `target` recall@10 vs exact search (FLAT: nothing to tune)."""
     if grid == [{}]:
         return {}, None, 0
-    rng = np.random.default_rng(seed)
-    self_ids: np.ndarray | None = None
-    if queries is None or not len(queries):
-        self_ids = np.sort(rng.choice(len(x), min(TUNE_SAMPLE, len(x)), replace=False))
-        q = x[self_ids]
-    else:
-        q = as_matrix(queries, "tune_queries", x.shape[1])
-        if len(q) > TUNE_SAMPLE:
-            q = q[np.sort(rng.choice(len(q), TUNE_SAMPLE, replace=False))]
-    extra = 1 if self_ids is not None else 0
-    k = min(RECALL_K, len(x) - extra)
-    truth_pos = exact_top_k(x, q, k + extra, metric)  # (nq, k+extra), scanning x chunk by chunk
-    truth = [drop_self(row, self_ids, i, k) for i, row in enumerate(truth_pos)]
-    best: tuple[float, dict[str, int]] | None = None
-    for params in grid:
+
+    def search(q: np.ndarray, n: int, params: dict[str, int]) -> list[np.ndarray]:
         found = client.search(
             name,
             data=q.tolist(),
-            limit=k + extra,
+            limit=n,
             output_fields=[POS_FIELD],
             search_params={"metric_type": METRIC_TYPES[metric], "params": params},
             anns_field=VECTOR_FIELD,
         )
-        rows = [np.array([h["entity"][POS_FIELD] for h in hits], dtype=np.int64) for hits in found]
-        rec = recall_at(truth, [drop_self(row, self_ids, i, k) for i, row in enumerate(rows)])
-        if best is None or rec > best[0]:
-            best = (rec, params)
-        if rec >= target:
-            break
-    assert best is not None
-    if best[0] < target:
-        logger.warning("Milvus %s reached recall@10 %.3f < target %.3f (%s)", name, best[0], target, best[1])
-    return dict(best[1]), round(best[0], 4), len(q)
+        return [np.array([h["entity"][POS_FIELD] for h in hits], dtype=np.int64) for hits in found]
+
+    real = queries if queries is not None and len(queries) else None  # none: corpus vectors stand in
+    tuned = tune_to_recall(
+        x, real, grid, search, metric=metric, target=target, seed=seed, label=f"Milvus {name}"
+    )
+    return tuned if tuned is not None else ({}, None, 0)
