@@ -136,7 +136,7 @@ def plan_steps(run: Run, config: TrainConfig) -> tuple[list[list[list[int]]], in
         total_steps = min(total_steps, config.max_steps)
     warmup = int(config.warmup_ratio * total_steps)
     logger.info(
-        "training on %d pairs (%d from corpus titles): %d epochs, %d steps of %d pairs (%d warmup), loss %s, "
+        "training on %d pairs (%d corpus pseudo-pairs): %d epochs, %d steps of %d pairs (%d warmup), loss %s, "
         "on %s (%s)",
         len(run.pairs),
         run.n_pseudo,
