@@ -337,6 +337,7 @@ def main() -> None:
         }
         if final:
             row = {k.replace("val_", "test_"): v for k, v in row.items()}
+            row["carve"] = "none: trained on every training query, scored on the test split"
         results["test_runs" if final else "runs"].append({"name": name, **row})
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(RESULTS, results)
