@@ -18,9 +18,12 @@ import logging
 import shutil
 from pathlib import Path
 
+from training.distill_config import DistillConfig
+
 REPO = Path(__file__).resolve().parents[1]
 SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 BUNDLES = REPO / "var" / "bench" / "bundles"
+DEFAULT = DistillConfig()
 
 
 def main() -> None:
@@ -29,15 +32,15 @@ def main() -> None:
         "--bundles", type=Path, default=BUNDLES, help="bundles folder; its live bundle is used"
     )
     parser.add_argument("--variants", default="distilled,static")
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--static-epochs", type=int, default=3)
-    parser.add_argument("--lr", type=float, default=1e-4)
-    parser.add_argument("--static-lr", type=float, default=5e-3)
-    parser.add_argument("--match-weight", type=float, default=1.0)
-    parser.add_argument("--titles", type=int, default=5000)
-    parser.add_argument("--sentences", type=int, default=5000)
-    parser.add_argument("--sentences-per-doc", type=int, default=1)
+    parser.add_argument("--layers", type=int, default=DEFAULT.layers)
+    parser.add_argument("--epochs", type=int, default=DEFAULT.epochs)
+    parser.add_argument("--static-epochs", type=int, default=DEFAULT.static_epochs)
+    parser.add_argument("--lr", type=float, default=DEFAULT.lr)
+    parser.add_argument("--static-lr", type=float, default=DEFAULT.static_lr)
+    parser.add_argument("--match-weight", type=float, default=DEFAULT.match_weight)
+    parser.add_argument("--titles", type=int, default=DEFAULT.title_queries)
+    parser.add_argument("--sentences", type=int, default=DEFAULT.sentence_queries)
+    parser.add_argument("--sentences-per-doc", type=int, default=DEFAULT.sentences_per_doc)
     parser.add_argument("--static-sparse", action="store_true", help="sparse gradients for the static table")
     parser.add_argument("--publish", action="store_true", help="publish the bundle with its variants")
     args = parser.parse_args()
@@ -45,7 +48,6 @@ def main() -> None:
 
     from training.beir import load_beir
     from training.bundle_store import BundleStore
-    from training.distill_config import DistillConfig
     from training.distill_step import attach_query_encoders
 
     store = BundleStore(args.bundles)

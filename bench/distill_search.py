@@ -19,6 +19,12 @@ run once for the chosen recipe: trained on every training query, scored on scifa
 which scores a student saved by a validation run (var/bench/distill_search/students/SAVED) on the test
 queries without retraining it (for the truncated transformer, whose training is the costly part).
 
+    nice -n 5 .venv/bin/python bench/distill_search.py --compare SAVED SAVED ...
+
+puts saved validation-run students side by side on the validation carve: each one's nDCG@10 difference to
+the first one and to the full encoder, with a 95% paired bootstrap interval over the queries (107 queries
+tell apart only differences of about 0.02 or more).
+
 To keep a configuration's cost to its training steps, var/bench/distill_search/ caches the teacher's
 (full query encoder's) vectors of every training text, by text, and the model2vec-style token table
 before its SIF weights (training.distill_students.static_init with weights of 1).
@@ -59,6 +65,9 @@ WORK = REPO / "var" / "bench" / "distill_search"
 BASE_ONNX = REPO / "var" / "bench" / "base-onnx"
 RESULTS = Path(__file__).resolve().parent / "results" / "distill_search.json"
 VALIDATION_FRACTION, VALIDATION_SEED = 0.2, 0
+# rows before this field held out single queries (leaky: validation queries shared relevant documents
+# with trained ones); training.validation now holds out whole groups of queries that share one
+CARVE = "whole query groups"
 
 
 class TeacherCache:
@@ -113,19 +122,32 @@ def raw_token_table(model_dir: Path, corpus_texts: list[str]) -> tuple[np.ndarra
     return np.load(table_path), np.load(counts_path)
 
 
-def ndcg(query_emb: np.ndarray, doc_emb: np.ndarray, doc_ids: list[str], val: RetrievalData) -> float:
-    """Mean nDCG@10 of the validation queries' vectors (n, D) by exact inner product over the documents."""
+def per_query_ndcg(
+    query_emb: np.ndarray, doc_emb: np.ndarray, doc_ids: list[str], val: RetrievalData
+) -> dict[str, float]:
+    """nDCG@10 of each validation query by its vector (rows of `query_emb` (n, D)), exact inner product."""
     qids = [q for q in val.queries if val.qrels.get(q)]
     scores = query_emb @ doc_emb.T  # (n, N)
     top = np.argsort(-scores, axis=1)[:, :100]
     run = {q: {doc_ids[int(j)]: float(scores[r, j]) for j in top[r]} for r, q in enumerate(qids)}
-    per_query = trec_metrics({q: dict(val.qrels[q]) for q in qids}, run, k_values=(10,))
-    return round(float(np.mean(list(per_query["ndcg@10"].values()))), 4)
+    return dict(trec_metrics({q: dict(val.qrels[q]) for q in qids}, run, k_values=(10,))["ndcg@10"])
+
+
+def ndcg(query_emb: np.ndarray, doc_emb: np.ndarray, doc_ids: list[str], val: RetrievalData) -> float:
+    """Mean nDCG@10 of the validation queries' vectors (n, D) by exact inner product over the documents."""
+    return round(float(np.mean(list(per_query_ndcg(query_emb, doc_emb, doc_ids, val).values()))), 4)
 
 
 def run_config(
     overrides: dict[str, Any], fit: RetrievalData, val: RetrievalData, setup: dict[str, Any]
 ) -> dict[str, Any]:
+    """Train one configuration and score it on validation.
+
+    Two bench-only keys besides DistillConfig's: "untrained": true scores the student as initialised
+    (no step), "eval_every": N records the validation nDCG@10 every N steps ("curve").
+    """
+    overrides = dict(overrides)
+    untrained, eval_every = bool(overrides.pop("untrained", False)), int(overrides.pop("eval_every", 0))
     config = DistillConfig(**overrides)
     (variant,) = config.variants
     started = time.perf_counter()
@@ -138,36 +160,56 @@ def run_config(
         student = static_student(setup["model_dir"], setup["raw_table"], setup["counts"], config)
     else:
         student = _distilled_student(setup["model_dir"], config)
-    info = fit_student(
-        student.model,
-        student.params,
-        student.optimizer,
-        pairs,
-        setup["doc_emb"],
-        teacher_q,
-        negatives,
-        epochs=student.epochs,
-        temperature=setup["temperature"],
-        config=config,
-        rng=rng,
-    )
+    val_texts = [val.queries[q] for q in val.queries if val.qrels.get(q)]
+
+    def val_ndcg() -> float:
+        emb = student.model.encode(val_texts, batch_size=64, normalize_embeddings=True)
+        return ndcg(np.asarray(emb, dtype=np.float32), setup["doc_emb"], setup["doc_ids"], val)
+
+    curve: list[tuple[int, float]] = []
+
+    def on_step(step: int) -> None:
+        if eval_every and step % eval_every == 0:
+            curve.append((step, val_ndcg()))
+            student.model.train()  # encode() switched it to eval mode
+            logging.info("step %d: validation nDCG@10 %.4f", step, curve[-1][1])
+
+    info: dict[str, Any] = {"steps": 0, "seconds": 0.0, "loss_first": None, "loss_last": None}
+    if not untrained:
+        info = fit_student(
+            student.model,
+            student.params,
+            student.optimizer,
+            pairs,
+            setup["doc_emb"],
+            teacher_q,
+            negatives,
+            epochs=student.epochs,
+            temperature=setup["temperature"],
+            config=config,
+            rng=rng,
+            on_step=on_step,
+        )
+    student.model.eval()
     saved = WORK / "students" / f"{setup['name']}-{setup['index']}"
     student.model.save(str(saved), safe_serialization=True)  # for a later --score-test
-    val_texts = [val.queries[q] for q in val.queries if val.qrels.get(q)]
-    student_q = student.model.encode(val_texts, batch_size=64, normalize_embeddings=True)
-    return {
-        "overrides": overrides,
+    row = {
+        "overrides": {**overrides, **({"untrained": True} if untrained else {})},
         "variant": variant,
-        "val_ndcg@10": ndcg(np.asarray(student_q, dtype=np.float32), setup["doc_emb"], setup["doc_ids"], val),
+        "val_ndcg@10": val_ndcg(),
         "val_ndcg@10_full": setup["full_val"],
         "n_pairs": len(pairs.texts),
         "steps": info["steps"],
         "loss_first": info["loss_first"],
         "loss_last": info["loss_last"],
+        "train_s": info["seconds"],
+        "s_per_step": round(info["seconds"] / info["steps"], 3) if info["steps"] else None,
         "wall_s": round(time.perf_counter() - started, 1),
         "saved": saved.name,
+        "carve": CARVE,
         "load_before": round(os.getloadavg()[0], 2),
     }
+    return row | ({"curve": curve} if curve else {})
 
 
 def score_saved_on_test(saved: str) -> None:
@@ -195,10 +237,54 @@ def score_saved_on_test(saved: str) -> None:
     write_json_atomic(RESULTS, results)
 
 
+def compare_saved(saved: list[str]) -> None:
+    """Saved validation-run students against the first one and the full encoder, on the validation carve:
+    each mean difference with its 95% paired bootstrap interval over queries (training.gap.bootstrap)."""
+    from sentence_transformers import SentenceTransformer
+
+    from training.gap.bootstrap import bootstrap_means, percentile_ci
+
+    store = BundleStore(BUNDLES)
+    bundle = load_bundle(store.version_path(str(store.current_version())), verify=False)
+    doc_emb = np.ascontiguousarray(bundle_doc_embeddings(bundle), dtype=np.float32)  # (N, D)
+    doc_ids = list(bundle.doc_ids)
+    _, val = carve_validation(load_beir(SCIFACT, "train"), VALIDATION_FRACTION, VALIDATION_SEED)
+    texts = [val.queries[q] for q in val.queries if val.qrels.get(q)]
+    full = per_query_ndcg(bundle.encoder.encode(texts, kind="query"), doc_emb, doc_ids, val)
+    bundle.docstore.close()
+    scores = {"full": full}
+    for name in saved:
+        student = SentenceTransformer(str(WORK / "students" / name), device="cpu")
+        emb = student.encode(texts, batch_size=64, normalize_embeddings=True)
+        scores[name] = per_query_ndcg(np.asarray(emb, dtype=np.float32), doc_emb, doc_ids, val)
+    queries = sorted(full)
+    rng = np.random.default_rng(0)
+    rows = []
+    for name in saved:
+        row: dict[str, Any] = {
+            "saved": name,
+            "val_ndcg@10": round(float(np.mean(list(scores[name].values()))), 4),
+        }
+        for ref in dict.fromkeys(["full", saved[0]]):
+            if ref == name:
+                continue
+            diff = np.array([scores[name][q] - scores[ref][q] for q in queries])  # (n_queries,)
+            lo, hi = percentile_ci(bootstrap_means(diff, 10_000, rng))
+            row[f"vs_{ref}"] = [round(float(diff.mean()), 4), round(lo, 4), round(hi, 4)]
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    results = json.loads(RESULTS.read_text())
+    results.setdefault("comparisons", []).append({"carve": CARVE, "n_queries": len(queries), "rows": rows})
+    write_json_atomic(RESULTS, results)
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     if sys.argv[1] == "--score-test":
         score_saved_on_test(sys.argv[2])
+        return
+    if sys.argv[1] == "--compare":
+        compare_saved(sys.argv[2:])
         return
     final = sys.argv[1] == "--final"
     args = sys.argv[2:] if final else sys.argv[1:]
@@ -246,9 +332,12 @@ def main() -> None:
             "seed": VALIDATION_SEED,
             "n_queries": len(val_texts),
             "bundle": "scifact corpus, base all-MiniLM-L6-v2, exact index (bench/load_bench.py)",
+            "carve": CARVE,
+            "full_val_ndcg@10": setup["full_val"],
         }
         if final:
             row = {k.replace("val_", "test_"): v for k, v in row.items()}
+            row["carve"] = "none: trained on every training query, scored on the test split"
         results["test_runs" if final else "runs"].append({"name": name, **row})
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         write_json_atomic(RESULTS, results)

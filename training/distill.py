@@ -99,7 +99,8 @@ def static_model(tokenizer: Any, table: np.ndarray, *, sparse: bool) -> Any:
 
     A batch touches about a thousand of the 30k rows: with sparse gradients (lazy Adam) a step costs
     those rows, not the whole table, 2.6x faster steps on this CPU (measured under load), but on
-    scifact's validation carve it scored 0.765 against dense Adam's 0.785 (bench/distill_search.py).
+    scifact's earlier single-query validation carve it scored 0.765 against dense Adam's 0.785
+    (bench/distill_search.py; not re-run on the carve of whole query groups).
     """
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, StaticEmbedding

@@ -9,6 +9,9 @@ import typer
 
 from contract.errors import InfonceSearchError
 from training.cli_choices import LogLevelOpt
+from training.distill_config import DistillConfig
+
+_DEFAULT = DistillConfig()  # the options' defaults are the config's, so the two cannot drift apart
 
 
 def distill_cmd(
@@ -23,18 +26,28 @@ def distill_cmd(
     ] = "distilled,static",
     layers: Annotated[
         int, typer.Option("--layers", help="Transformer layers the distilled encoder keeps.")
-    ] = 2,
-    epochs: Annotated[int, typer.Option("--epochs", help="Epochs of the distilled transformer.")] = 3,
-    static_epochs: Annotated[int, typer.Option("--static-epochs", help="Epochs of the static table.")] = 3,
+    ] = _DEFAULT.layers,
+    epochs: Annotated[
+        int, typer.Option("--epochs", help="Epochs of the distilled transformer.")
+    ] = _DEFAULT.epochs,
+    lr: Annotated[
+        float, typer.Option("--lr", help="Learning rate of the distilled transformer.")
+    ] = _DEFAULT.lr,
+    static_epochs: Annotated[
+        int, typer.Option("--static-epochs", help="Epochs of the static table.")
+    ] = _DEFAULT.static_epochs,
     match_weight: Annotated[
         float, typer.Option("--match-weight", help="Weight of 1 - cos(student, full) (0 = InfoNCE only).")
-    ] = 1.0,
+    ] = _DEFAULT.match_weight,
     title_queries: Annotated[
         int, typer.Option("--title-queries", help="Documents' titles as pseudo-queries.")
-    ] = 5000,
+    ] = _DEFAULT.title_queries,
     sentence_queries: Annotated[
         int, typer.Option("--sentence-queries", help="Documents' sentences as pseudo-queries.")
-    ] = 5000,
+    ] = _DEFAULT.sentence_queries,
+    sentences_per_doc: Annotated[
+        int, typer.Option("--sentences-per-doc", help="Sentences drawn from each of those documents.")
+    ] = _DEFAULT.sentences_per_doc,
     max_steps: Annotated[int | None, typer.Option("--max-steps", help="Stop each variant early.")] = None,
     force: Annotated[
         bool, typer.Option("--force", help="Publish as live even if the gate rejects it.")
@@ -47,7 +60,6 @@ def distill_cmd(
     from pydantic import ValidationError
 
     from training.data import load_split
-    from training.distill_config import DistillConfig
     from training.distill_step import distill_live_bundle
 
     try:
@@ -55,10 +67,12 @@ def distill_cmd(
             variants=[v.strip() for v in variants.split(",") if v.strip()],
             layers=layers,
             epochs=epochs,
+            lr=lr,
             static_epochs=static_epochs,
             match_weight=match_weight,
             title_queries=title_queries,
             sentence_queries=sentence_queries,
+            sentences_per_doc=sentences_per_doc,
             max_steps=max_steps,
         )
     except ValidationError as exc:

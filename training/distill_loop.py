@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -47,8 +48,12 @@ def fit_student(
     temperature: float,
     config: DistillConfig,
     rng: np.random.Generator,
+    on_step: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """The readable loop: batches without repeated queries or positives, one InfoNCE step each."""
+    """The readable loop: batches without repeated queries or positives, one InfoNCE step each.
+
+    `on_step(step)` runs after every step (bench/distill_search.py scores a validation curve with it).
+    """
     batches_per_epoch = [
         no_duplicate_batches(pairs.keys, pairs.positives, config.batch_size, rng, positives=pairs.known)
         for _ in range(epochs)
@@ -81,6 +86,8 @@ def fit_student(
             )
             losses.append(loss)
             step += 1
+            if on_step is not None:
+                on_step(step)
             if step % 50 == 0:
                 logger.info("step %d/%d loss %.4f", step, total, float(np.mean(losses[-50:])))
     model.eval()

@@ -96,3 +96,38 @@ def test_the_static_table_gets_sparse_gradients_only_when_asked(sparse):
     embed(model, ["vitamin d and bone density"]).sum().backward()
     (weight,) = [p for p in model.parameters() if p.requires_grad]
     assert weight.grad is not None and weight.grad.is_sparse == sparse
+
+
+def test_fit_student_calls_on_step_after_every_step_and_learns():
+    from tokenizers import Tokenizer
+
+    from training.distill import static_model
+    from training.distill_loop import fit_student
+    from training.distill_pairs import DistillPairs
+
+    tokenizer = Tokenizer.from_file(str(default_model_path() / "tokenizer.json"))
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((tokenizer.get_vocab_size(), 8)).astype(np.float32)
+    model = static_model(tokenizer, table, sparse=False)
+    params = [p for p in model.parameters() if p.requires_grad]
+    texts = ["vitamin d bone", "statins cholesterol", "insulin glucose", "tumour growth"]
+    docs = rng.standard_normal((4, 8)).astype(np.float32)  # (N, D), one positive per text
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    pairs = DistillPairs(texts, [0, 1, 2, 3], ["a", "b", "c", "d"], {k: {i} for i, k in enumerate("abcd")})
+    seen: list[int] = []
+    info = fit_student(
+        model,
+        params,
+        torch.optim.Adam(params, lr=0.05),
+        pairs,
+        docs,
+        docs.copy(),  # the teacher's query vectors: the positives themselves
+        [[] for _ in texts],
+        epochs=20,
+        temperature=0.05,
+        config=DistillConfig(batch_size=4),
+        rng=rng,
+        on_step=seen.append,
+    )
+    assert seen == list(range(1, info["steps"] + 1)) and info["steps"] == 20
+    assert info["loss_last"] < info["loss_first"]
