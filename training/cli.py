@@ -1,6 +1,6 @@
 """`python -m training …`: the command line of the offline side.
 
-    python -m training train --data DIR --out DIR [--epochs 2 --hard-negatives 1 …] [--config FILE.json]
+    python -m training train --data DIR --out DIR [--epochs 2 --hard-negatives 3 …] [--config FILE.json]
 
 This module assembles the typer app; each command lives beside it (cli_train: train, pipeline; cli_index:
 index; cli_report: report; distill_cli; bundles_cli; jobs/cli: jobs, worker). Every TrainConfig field is an
