@@ -73,7 +73,7 @@ bundle, out = sys.argv[1], sys.argv[2]
 import sqlite3
 rows = sqlite3.connect(bundle + "/docs.sqlite").execute("SELECT id, title, text FROM docs ORDER BY position")
 data = [(i, (t + " " + x).strip() if t else x, None) for i, t, x in rows]
-emb = Embeddings({"path": bundle + "/model", "content": False, "backend": "faiss", "faiss": {"components": "Flat"}})
+emb = Embeddings({"path": bundle + "/model", "content": False, "backend": "faiss", "faiss": {"components": "IDMap,Flat"}})
 emb.index(data)
 emb.save(out)
 print(json.dumps({"indexed": len(data)}))
