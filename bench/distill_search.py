@@ -53,7 +53,7 @@ from training.distill_config import DistillConfig
 from training.distill_loop import fit_student
 from training.distill_pairs import distill_pairs
 from training.distill_step import bundle_doc_embeddings
-from training.distill_students import static_init
+from training.distill_students import sif_weighted, static_init, token_counts
 from training.evaluate import trec_metrics
 from training.retrieval_data import RetrievalData
 from training.validation import carve_validation
@@ -100,9 +100,7 @@ def static_student(
     model_dir: Path, raw_table: np.ndarray, counts: np.ndarray, config: DistillConfig
 ) -> _Student:
     """training.distill._static_student with the token table read from the cache."""
-    p = counts / max(counts.sum(), 1.0)
-    table = np.ascontiguousarray(raw_table * (config.sif_a / (config.sif_a + p))[:, None], dtype=np.float32)
-    return static_student_of(model_dir, table, config)
+    return static_student_of(model_dir, sif_weighted(raw_table, counts, config.sif_a), config)
 
 
 def raw_token_table(model_dir: Path, corpus_texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -114,11 +112,7 @@ def raw_token_table(model_dir: Path, corpus_texts: list[str]) -> tuple[np.ndarra
         # sif_a huge: weights a/(a+p) are 1 to float precision, the rows are the model's token vectors
         np.save(table_path, static_init(model_dir, corpus_texts, sif_a=1e12))
     if not counts_path.exists():
-        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        counts = np.zeros(tokenizer.vocab_size, dtype=np.float64)
-        for ids in tokenizer(corpus_texts, add_special_tokens=False)["input_ids"]:
-            np.add.at(counts, ids, 1)
-        np.save(counts_path, counts)
+        np.save(counts_path, token_counts(AutoTokenizer.from_pretrained(str(model_dir)), corpus_texts))
     return np.load(table_path), np.load(counts_path)
 
 

@@ -49,9 +49,7 @@ def static_init(
     auto: Any = st[0].auto_model
     auto.eval()
     vocab = tokenizer.vocab_size
-    counts = np.zeros(vocab, dtype=np.float64)
-    for enc in tokenizer(list(corpus_texts), add_special_tokens=False)["input_ids"]:
-        np.add.at(counts, enc, 1)
+    counts = token_counts(tokenizer, corpus_texts)
     ids = torch.from_numpy(np.nonzero(counts)[0]) if only_seen else torch.arange(vocab)
     cls, sep = tokenizer.cls_token_id, tokenizer.sep_token_id
     table = np.zeros((vocab, auto.config.hidden_size), dtype=np.float32)
@@ -64,5 +62,18 @@ def static_init(
             hidden = auto(input_ids=input_ids, attention_mask=torch.ones_like(input_ids)).last_hidden_state
             # mean pooling over the 3 positions, normalised: the model's own sentence vector of the token
             table[chunk.numpy()] = F.normalize(hidden.mean(1), dim=-1).numpy()  # (c, D)
+    return sif_weighted(table, counts, sif_a)
+
+
+def token_counts(tokenizer: Any, texts: Sequence[str]) -> np.ndarray:
+    """(vocab,) occurrences of each token id in `texts`, special tokens left out."""
+    counts = np.zeros(tokenizer.vocab_size, dtype=np.float64)
+    for enc in tokenizer(list(texts), add_special_tokens=False)["input_ids"]:
+        np.add.at(counts, enc, 1)
+    return counts
+
+
+def sif_weighted(table: np.ndarray, counts: np.ndarray, sif_a: float) -> np.ndarray:
+    """Rows of `table` (vocab, D) scaled by SIF's a / (a + p(token)), p from `counts` (vocab,)."""
     p = counts / max(counts.sum(), 1.0)
     return np.ascontiguousarray(table * (sif_a / (sif_a + p))[:, None], dtype=np.float32)

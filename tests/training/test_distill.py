@@ -11,6 +11,7 @@ from contract.query_encoders import StaticQueryEncoder
 from training.distill_config import DistillConfig
 from training.distill_loop import student_loss as _student_loss
 from training.distill_pairs import distill_pairs
+from training.distill_students import sif_weighted, token_counts
 from training.retrieval_data import Document, RetrievalData
 
 
@@ -131,3 +132,18 @@ def test_fit_student_calls_on_step_after_every_step_and_learns():
     )
     assert seen == list(range(1, info["steps"] + 1)) and info["steps"] == 20
     assert info["loss_last"] < info["loss_first"]
+
+
+def test_token_counts_and_sif_weights_match_hand_counts():
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(default_model_path()))
+    texts = ["protein protein binding", "binding"]
+    counts = token_counts(tokenizer, texts)
+    protein, binding = tokenizer.convert_tokens_to_ids(["protein", "binding"])
+    assert counts.shape == (tokenizer.vocab_size,) and counts.sum() == 4
+    assert counts[protein] == 2 and counts[binding] == 2
+    table = np.ones((tokenizer.vocab_size, 3), dtype=np.float32)
+    weighted = sif_weighted(table, counts, sif_a=0.5)  # a / (a + p): p = 0.5 for both, 0 for the rest
+    assert np.allclose(weighted[protein], 0.5) and np.allclose(weighted[binding], 0.5)
+    assert np.allclose(np.delete(weighted, [protein, binding], axis=0), 1.0)
