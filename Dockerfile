@@ -82,7 +82,7 @@ USER 10001:10001
 WORKDIR /home/search
 
 # Fail the build, not the first request, if the baked-in encoder cannot load offline as this user.
-RUN python -c "from contract.encoder import Encoder; Encoder.load()"
+RUN python -c "from contract.encoding.encoder import Encoder; Encoder.load()"
 
 # /queue holds the SQLite job queue shared by API and worker (unused when SEARCH_QUEUE_URL is redis://).
 VOLUME ["/bundles", "/data", "/queue"]

@@ -31,7 +31,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from contract import errors as domain
-from contract.mutation_log import MutationLogError
+from contract.mutations.log import MutationLogError
 
 logger = logging.getLogger(__name__)
 

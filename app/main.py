@@ -15,14 +15,14 @@ from typing import TypedDict
 
 from fastapi import FastAPI
 
-from app.batching import DirectRunner, Inference, MicroBatcher
-from app.bundle_listing import read_gate_log
+from app.api.middleware import BodyLimitMiddleware
+from app.api.openapi import install_openapi
+from app.api.routes import bundles, documents, embed, gap, health, jobs, metrics, search, ui
+from app.engine.batching import DirectRunner, Inference, MicroBatcher
 from app.errors import install_error_handlers
-from app.hot_swap import HotSwap
+from app.live.bundle_listing import read_gate_log
+from app.live.hot_swap import HotSwap
 from app.metrics import AppMetrics, MetricsMiddleware
-from app.middleware import BodyLimitMiddleware
-from app.openapi import install_openapi
-from app.routes import bundles, documents, embed, gap, health, jobs, metrics, search, ui
 from app.settings import Settings
 from contract.jobs.queue import JobQueue
 from contract.log_setup import configure_logging

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from training.synthetic import run_experiment
+from training.experiments.aninfonce_synthetic import run_experiment
 
 
 def main() -> None:

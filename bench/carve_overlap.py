@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/carve_overlap.py [--fraction 0.2 --seed 0]
 
-Counts the validation queries (training.validation's carve of scifact's qrels/train.tsv) and the test
+Counts the validation queries (training.data.validation_carve's carve of scifact's qrels/train.tsv) and the test
 queries (qrels/test.tsv) that have a relevant document which is also a positive of a query trained on.
 Only qrels are read (no model, no scores). A validation query that shares its document with a training
 query rewards memorising training positives, which no test query can, so a carve with many of them is
@@ -14,9 +14,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from training.beir import load_beir
-from training.retrieval_data import RetrievalData
-from training.validation import carve_validation
+from training.data.beir import load_beir
+from training.data.retrieval_data import RetrievalData
+from training.data.validation_carve import carve_validation
 
 SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
 

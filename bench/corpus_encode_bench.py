@@ -21,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from contract.encoder import Encoder, default_model_path, document_text
-from contract.onnx_encoder import OnnxQueryEncoder
-from training.beir import load_corpus
-from training.demo_data import build_demo_dataset
-from training.onnx_export import export_onnx
+from contract.encoding.encoder import Encoder, default_model_path, document_text
+from contract.encoding.onnx_encoder import OnnxQueryEncoder
+from training.data.beir import load_corpus
+from training.data.demo_data import build_demo_dataset
+from training.export.onnx_export import export_onnx
 
 SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
 

@@ -23,8 +23,8 @@ import httpx
 import numpy as np
 
 from contract.config import TrainConfig
-from training.demo_data import DEFAULT_DOCS, build_demo_dataset
-from training.pipeline import run_pipeline
+from training.data.demo_data import DEFAULT_DOCS, build_demo_dataset
+from training.publish.pipeline import run_pipeline
 
 REPO = Path(__file__).resolve().parents[1]
 

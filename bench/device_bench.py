@@ -2,7 +2,7 @@
 
     flock BENCH_LOCK .venv/bin/python bench/device_bench.py [steps=8] [batch_size=32] [max_seq_length=128]
 
-Batches are (summary, docstring body) pairs of the demo dataset (training/demo_data.py), with one extra
+Batches are (summary, docstring body) pairs of the demo dataset (training/data/demo_data.py), with one extra
 random corpus negative per pair, so a step embeds 3 × batch_size texts as the default fine-tune does.
 Each device runs the trainer's own `_step` (cuda under its autocast precision) after 2 warm-up steps;
 the median of three timed runs is printed.
@@ -20,14 +20,14 @@ import numpy as np
 import torch
 
 from contract.config import TrainConfig
-from contract.encoder import Encoder
-from training.beir import load_beir
-from training.demo_data import build_demo_dataset
-from training.device import precision_for
-from training.retrieval_data import training_pairs
-from training.train_step import build_loss, build_optimizer
-from training.train_step import optimizer_step as _step
-from training.trainer import seed_everything
+from contract.encoding.encoder import Encoder
+from training.data.beir import load_beir
+from training.data.demo_data import build_demo_dataset
+from training.data.retrieval_data import training_pairs
+from training.train.device import precision_for
+from training.train.step import build_loss, build_optimizer
+from training.train.step import optimizer_step as _step
+from training.train.trainer import seed_everything
 
 
 def main() -> None:

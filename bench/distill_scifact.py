@@ -18,7 +18,7 @@ import logging
 import shutil
 from pathlib import Path
 
-from training.distill_config import DistillConfig
+from training.distill.config import DistillConfig
 
 REPO = Path(__file__).resolve().parents[1]
 SCIFACT = REPO.parent / "shared" / "data" / "scifact"
@@ -46,9 +46,9 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
-    from training.beir import load_beir
-    from training.bundle_store import BundleStore
-    from training.distill_step import attach_query_encoders
+    from training.bundle.store import BundleStore
+    from training.data.beir import load_beir
+    from training.distill.bundle_step import attach_query_encoders
 
     store = BundleStore(args.bundles)
     live = store.current_version()

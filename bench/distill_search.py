@@ -3,7 +3,7 @@
     nice -n 5 .venv/bin/python bench/distill_search.py NAME '{"variants": ["static"], "static_lr": 0.05}' ...
 
 Each argument after the first is one configuration: JSON overrides of DistillConfig's defaults. Each is
-trained on scifact's qrels/train.tsv minus the seeded validation share (training.validation, fraction 0.2,
+trained on scifact's qrels/train.tsv minus the seeded validation share (training.data.validation_carve, fraction 0.2,
 seed 0, as bench/recipe_search.py) plus corpus pseudo-queries, against the fixed document vectors of the
 load bench's bundle (var/bench/bundles, built by bench/load_bench.py), and scored on the held-out training
 queries: its nDCG@10 next to the full query encoder's on the same queries, and its wall time. Results are
@@ -27,7 +27,7 @@ tell apart only differences of about 0.02 or more).
 
 To keep a configuration's cost to its training steps, var/bench/distill_search/ caches the teacher's
 (full query encoder's) vectors of every training text, by text, and the model2vec-style token table
-before its SIF weights (training.distill_students.static_init with weights of 1).
+before its SIF weights (training.distill.students.static_init with weights of 1).
 """
 
 from __future__ import annotations
@@ -44,19 +44,19 @@ import numpy as np
 import torch
 
 from contract.atomic import write_json_atomic
-from contract.bundle import MODEL_DIR, load_bundle
-from contract.encoder import document_text
-from training.beir import load_beir
-from training.bundle_store import BundleStore
-from training.distill import _distilled_student, _Student, pair_negatives, static_student_of
-from training.distill_config import DistillConfig
-from training.distill_loop import fit_student
-from training.distill_pairs import distill_pairs
-from training.distill_step import bundle_doc_embeddings
-from training.distill_students import sif_weighted, static_init, token_counts
-from training.evaluate import trec_metrics
-from training.retrieval_data import RetrievalData
-from training.validation import carve_validation
+from contract.bundles.bundle import MODEL_DIR, load_bundle
+from contract.encoding.encoder import document_text
+from training.bundle.store import BundleStore
+from training.data.beir import load_beir
+from training.data.retrieval_data import RetrievalData
+from training.data.validation_carve import carve_validation
+from training.distill.bundle_step import bundle_doc_embeddings
+from training.distill.config import DistillConfig
+from training.distill.loop import fit_student
+from training.distill.pairs import distill_pairs
+from training.distill.students import sif_weighted, static_init, token_counts
+from training.distill.students_fit import _distilled_student, _Student, pair_negatives, static_student_of
+from training.eval.evaluate import trec_metrics
 
 REPO = Path(__file__).resolve().parents[1]
 SCIFACT = REPO.parent / "shared" / "data" / "scifact"
@@ -66,7 +66,7 @@ BASE_ONNX = REPO / "var" / "bench" / "base-onnx"
 RESULTS = Path(__file__).resolve().parent / "results" / "distill_search.json"
 VALIDATION_FRACTION, VALIDATION_SEED = 0.2, 0
 # rows before this field held out single queries (leaky: validation queries shared relevant documents
-# with trained ones); training.validation now holds out whole groups of queries that share one
+# with trained ones); training.data.validation_carve now holds out whole groups of queries that share one
 CARVE = "whole query groups"
 
 
@@ -99,7 +99,7 @@ class TeacherCache:
 def static_student(
     model_dir: Path, raw_table: np.ndarray, counts: np.ndarray, config: DistillConfig
 ) -> _Student:
-    """training.distill._static_student with the token table read from the cache."""
+    """training.distill.students_fit._static_student with the token table read from the cache."""
     return static_student_of(model_dir, sif_weighted(raw_table, counts, config.sif_a), config)
 
 
@@ -298,7 +298,7 @@ def main() -> None:
         fit, val = carve_validation(load_beir(SCIFACT, "train"), VALIDATION_FRACTION, VALIDATION_SEED)
     model_dir = store.version_path(live) / MODEL_DIR
     # the ONNX fp32 export of the same base model (cosine 1.0000 to torch, bench/load_bench.py), ~2x faster
-    from contract.onnx_encoder import OnnxQueryEncoder
+    from contract.encoding.onnx_encoder import OnnxQueryEncoder
 
     teacher = TeacherCache(WORK / "teacher.npz", OnnxQueryEncoder.load(BASE_ONNX, variant="fp32"))
     val_texts = [val.queries[q] for q in val.queries if val.qrels.get(q)]

@@ -1,4 +1,4 @@
-"""Single-query latency while a big batch runs, with and without fair slicing (app/fairness.py).
+"""Single-query latency while a big batch runs, with and without fair slicing (app/engine/token_slicing.py).
 
     flock "$BENCH_LOCK" .venv/bin/python -u bench/fairness_bench.py [--docs 300] [--n 30]
 
@@ -30,10 +30,10 @@ CACHE = REPO / "var" / "bench"
 
 
 def bundle(n_docs: int) -> Path:
-    from contract.encoder import Encoder
-    from training.beir import load_corpus
-    from training.bundle_build import build_bundle
-    from training.bundle_store import BundleStore
+    from contract.encoding.encoder import Encoder
+    from training.bundle.build import build_bundle
+    from training.bundle.store import BundleStore
+    from training.data.beir import load_corpus
 
     bundles = CACHE / f"fairness-bundles-{n_docs}"
     store = BundleStore(bundles)
@@ -83,7 +83,7 @@ def main() -> None:
 
     from app.main import create_app
     from app.settings import Settings
-    from training.beir import load_corpus, load_queries
+    from training.data.beir import load_corpus, load_queries
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--docs", type=int, default=300)

@@ -1,4 +1,4 @@
-"""Full validation studies of the gap estimators on the synthetic sphere world (training/gap/simulate.py).
+"""Full validation studies of the gap estimators on the synthetic sphere world (training/experiments/gap_simulation.py).
 
     flock /tmp/infonce-heavy.lock .venv/bin/python bench/gap_validation.py [--quick]
 
@@ -22,13 +22,13 @@ import time
 
 import numpy as np
 
-from contract.report_schema import Estimate
+from contract.bundles.report_schema import Estimate
+from training.experiments.gap_simulation import SphereWorld, sample_uniform_cosine, true_risk
 from training.gap import bootstrap, bounds
 from training.gap import estimators as est
 from training.gap.anchors import Anchors
 from training.gap.mutual_info import MAX_FIRST_ORDER, mi_section
 from training.gap.risk_vs_k import K_POOL_FRACTION, risk_vs_k_section
-from training.gap.simulate import SphereWorld, sample_uniform_cosine, true_risk
 
 WORLDS = [
     SphereWorld(dim=8, kappa=10.0, tau=0.5),

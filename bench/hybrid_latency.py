@@ -27,14 +27,14 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
-from contract.encoder import Encoder
-from training.beir import load_beir
-from training.bundle_build import build_bundle
-from training.bundle_store import BundleStore
-from training.embedding_cache import EmbeddingCache
-from training.evaluate import encode_corpus
-from training.lexical_step import attach_lexical
-from training.retrieval_data import RetrievalData
+from contract.encoding.encoder import Encoder
+from training.bundle.build import build_bundle
+from training.bundle.store import BundleStore
+from training.data.beir import load_beir
+from training.data.retrieval_data import RetrievalData
+from training.eval.embedding_cache import EmbeddingCache
+from training.eval.evaluate import encode_corpus
+from training.hybrid.lexical_step import attach_lexical
 
 SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
 MODES = ("dense", "lexical", "hybrid")

@@ -4,9 +4,9 @@
 
 MODEL_DIR: a training run (its config.json gives the validation carve it was trained without) or none
 for the base all-MiniLM-L6-v2. The fusion parameters are tuned on the validation queries carved from
-qrels/train.tsv (training.validation, training.fusion_tuning); the test split is scored once per mode
+qrels/train.tsv (training.data.validation_carve, training.hybrid.fusion_tuning); the test split is scored once per mode
 with the tuned parameters, for both fusion methods, so RRF and convex are compared on equal terms.
-The corpus encoding comes from WORK_DIR/embeddings (training.embedding_cache) when it is there.
+The corpus encoding comes from WORK_DIR/embeddings (training.eval.embedding_cache) when it is there.
 Appends the table to bench/results/hybrid_scifact.json.
 """
 
@@ -19,16 +19,16 @@ import tempfile
 from pathlib import Path
 
 from contract.atomic import write_json_atomic
-from contract.encoder import Encoder, document_text
-from contract.fusion import FusionParams
-from contract.lexical_index import LexicalIndex
-from training.beir import load_beir
-from training.embedding_cache import EmbeddingCache
-from training.evaluate import encode_corpus
-from training.fusion_tuning import metrics_of, runs_for_mode, tune
-from training.lexical_build import build_lexical_index
-from training.lexical_step import mode_runs, validation_split
-from training.run_story import resolve_run
+from contract.encoding.encoder import Encoder, document_text
+from contract.index.fusion import FusionParams
+from contract.index.lexical_index import LexicalIndex
+from training.data.beir import load_beir
+from training.eval.embedding_cache import EmbeddingCache
+from training.eval.evaluate import encode_corpus
+from training.hybrid.bm25_build import build_lexical_index
+from training.hybrid.fusion_tuning import metrics_of, runs_for_mode, tune
+from training.hybrid.lexical_step import mode_runs, validation_split
+from training.publish.provenance import resolve_run
 
 SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
 RESULTS = Path(__file__).resolve().parent / "results" / "hybrid_scifact.json"

@@ -33,9 +33,9 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import training.index_factory as build_mod  # noqa: E402
-from contract.vector_index import VectorIndex, set_flat_batch_threshold  # noqa: E402
-from training.index_factory import build_index  # noqa: E402
+import training.export.index_factory as build_mod  # noqa: E402
+from contract.index.vector_index import VectorIndex, set_flat_batch_threshold  # noqa: E402
+from training.export.index_factory import build_index  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 SCIFACT = REPO.parent / "shared" / "data" / "scifact"
@@ -48,8 +48,8 @@ def real_embeddings() -> tuple[np.ndarray, np.ndarray]:
     if cache.exists():
         z = np.load(cache)
         return z["docs"], z["queries"]
-    from contract.encoder import Encoder, document_text
-    from training.beir import load_corpus
+    from contract.encoding.encoder import Encoder, document_text
+    from training.data.beir import load_corpus
 
     corpus = load_corpus(SCIFACT / "corpus.jsonl")
     queries = [json.loads(line)["text"] for line in (SCIFACT / "queries.jsonl").open() if line.strip()]

@@ -18,11 +18,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from contract.encoder import document_text
-from contract.lexical_index import TOKEN_PATTERN, LexicalIndex, _analysis
-from training.beir import load_beir
-from training.evaluate import trec_metrics
-from training.lexical_build import build_lexical_index
+from contract.encoding.encoder import document_text
+from contract.index.lexical_index import TOKEN_PATTERN, LexicalIndex, _analysis
+from training.data.beir import load_beir
+from training.eval.evaluate import trec_metrics
+from training.hybrid.bm25_build import build_lexical_index
 
 SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
 DEPTH = 100

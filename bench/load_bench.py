@@ -49,17 +49,17 @@ CACHE = REPO / "var" / "bench"
 
 
 def build_bundle_if_needed(bundles: Path, distractors: int = 0, doc_embeddings: Path | None = None) -> str:
-    from training.bundle_store import BundleStore
+    from training.bundle.store import BundleStore
 
     store = BundleStore(bundles)
     if store.current_version():
         return store.current_version()  # type: ignore[return-value]
-    from contract.encoder import Encoder, default_model_path, document_text
-    from contract.onnx_encoder import OnnxQueryEncoder
-    from training.beir import load_beir
-    from training.bundle_build import build_bundle
-    from training.onnx_export import attach_onnx, export_onnx
-    from training.retrieval_data import Document
+    from contract.encoding.encoder import Encoder, default_model_path, document_text
+    from contract.encoding.onnx_encoder import OnnxQueryEncoder
+    from training.bundle.build import build_bundle
+    from training.data.beir import load_beir
+    from training.data.retrieval_data import Document
+    from training.export.onnx_export import attach_onnx, export_onnx
 
     print(f"building the scifact bench bundle in {bundles} (once)", flush=True)
     test = load_beir(SCIFACT, "test")
@@ -70,7 +70,7 @@ def build_bundle_if_needed(bundles: Path, distractors: int = 0, doc_embeddings: 
         shutil.copy(default_model_path() / "tokenizer.json", base_onnx / "tokenizer.json")
     fast = OnnxQueryEncoder.load(base_onnx, variant="fp32")
     texts = [document_text(d.title, d.text) for d in test.corpus.values()]
-    if doc_embeddings is not None:  # e.g. an entry of training.embedding_cache for the same model
+    if doc_embeddings is not None:  # e.g. an entry of training.eval.embedding_cache for the same model
         emb = np.load(doc_embeddings).astype(np.float32)  # (n_docs, dim), corpus order
         if emb.shape[0] != len(texts):
             raise SystemExit(f"{doc_embeddings}: {emb.shape[0]} rows for {len(texts)} documents")
@@ -229,8 +229,8 @@ def encoder_ceiling(bundles: Path, version: str, backend: str, queries: list[str
     bounds what micro-batching can gain on this CPU for these queries: the HTTP layer costs the same
     per request either way.
     """
-    from app.service import SearchSpec, open_live_bundle
-    from contract.bundle import load_bundle
+    from app.engine.live_bundle import SearchSpec, open_live_bundle
+    from contract.bundles.bundle import load_bundle
 
     live = open_live_bundle(load_bundle(bundles / version), backend)
 
@@ -259,9 +259,9 @@ def encoder_ceiling(bundles: Path, version: str, backend: str, queries: list[str
 
 def encode_costs(bundles: Path, version: str, backends: list[str], max_loss: float) -> dict[str, dict]:
     """Per query encoder: ms per query (one per call, in process) and its recorded nDCG@10 on scifact test."""
-    from app.encoder_choice import load_backend, recorded_ndcg_losses, time_encoder
-    from contract.bundle import load_bundle
-    from training.beir import load_beir
+    from app.engine.encoder_choice import load_backend, recorded_ndcg_losses, time_encoder
+    from contract.bundles.bundle import load_bundle
+    from training.data.beir import load_beir
 
     bundle = load_bundle(bundles / version)
     extras = bundle.manifest.extras
@@ -276,7 +276,7 @@ def encode_costs(bundles: Path, version: str, backends: list[str], max_loss: flo
         ms = time_encoder(load_backend(bundle, backend), test)
         out[backend] = {"ms_per_query": ms, "ndcg@10": ndcg.get(backend)}
         print(f"{backend:10s} encode {ms:8.3f} ms/query  nDCG@10 {ndcg.get(backend)}", flush=True)
-    from app.encoder_choice import choose_backend
+    from app.engine.encoder_choice import choose_backend
 
     chosen, _, record = choose_backend(bundle, max_ndcg_loss=max_loss)
     out["auto"] = {**out[chosen], "chosen": chosen, "choice": record}
@@ -323,7 +323,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=CACHE / "load_bench.json")
     args = parser.parse_args()
 
-    from training.beir import load_beir, load_queries
+    from training.data.beir import load_beir, load_queries
 
     bundles = args.bundles or CACHE / ("bundles" if not args.distractors else f"bundles-{args.distractors}")
     version = build_bundle_if_needed(bundles, args.distractors, args.doc_embeddings)

@@ -6,7 +6,7 @@ the shared 2 cores), embedded with the packaged all-MiniLM-L6-v2.
 
 Part 1, synthetic: N vectors (default 100k) from the Gaussian mixture fitted to those embeddings
 (bench/index_bench.py's sampler), queries fresh draws: half tune each ANN index to the recall
-target (FAISS through training.index_factory, Milvus through training.milvus_publish), the other half
+target (FAISS through training.export.index_factory, Milvus through training.export.milvus_build), the other half
 measure recall@10 against exact search. Per backend and index type it prints build time (for Milvus:
 insert + index + load + tuning), recall@10, QPS with 1 and 8 client threads issuing one query per call,
 and resident memory: FAISS = this process's anonymous memory growth while building; Milvus = the server
@@ -38,13 +38,13 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from index_bench import mixture_sampler  # noqa: E402
 
-from contract.index_backend import MILVUS_EXTRAS, BackendConfig  # noqa: E402
-from contract.milvus_index import connect  # noqa: E402
+from contract.index.backend import MILVUS_EXTRAS, BackendConfig  # noqa: E402
+from contract.milvus.index import connect  # noqa: E402
 from tests.servers import milvus_server  # noqa: E402
-from training.index_factory import build_index, recall_at  # noqa: E402
-from training.milvus_publish import milvus_builder  # noqa: E402
-from training.retrieval_data import Document  # noqa: E402
-from training.shards import exact_top_k  # noqa: E402
+from training.data.retrieval_data import Document  # noqa: E402
+from training.export.index_factory import build_index, recall_at  # noqa: E402
+from training.export.milvus_build import milvus_builder  # noqa: E402
+from training.export.shards import exact_top_k  # noqa: E402
 
 K = 10
 RESULTS = REPO / "bench" / "results"
@@ -58,9 +58,9 @@ def scifact_slice() -> tuple[np.ndarray, np.ndarray]:
     if cache.exists():
         z = np.load(cache)
         return z["docs"], z["queries"]
-    from contract.encoder import Encoder, document_text
-    from training.beir import load_beir
-    from training.query_sample import subset
+    from contract.encoding.encoder import Encoder, document_text
+    from training.data.beir import load_beir
+    from training.data.query_sample import subset
 
     data = subset(load_beir(SCIFACT, "test"), n_queries=10_000, n_distractors=DISTRACTORS, seed=0)
     enc = Encoder.load()

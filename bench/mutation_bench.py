@@ -115,7 +115,7 @@ def main() -> None:
     ap.add_argument("--searches", type=int, default=200, help="search requests per /search cell")
     args = ap.parse_args()
 
-    from training.beir import load_beir, load_corpus
+    from training.data.beir import load_beir, load_corpus
 
     src = template(args.docs)
     all_docs = list(load_corpus(SCIFACT / "corpus.jsonl").values())

@@ -33,13 +33,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from contract.bundles.report_schema import Estimate, GapReport
 from contract.config import TrainConfig
-from contract.encoder import Encoder
-from contract.report_schema import Estimate, GapReport
-from training.beir import load_beir
+from contract.encoding.encoder import Encoder
+from training.data.beir import load_beir
+from training.data.retrieval_data import RetrievalData
 from training.gap.report import compute_report
-from training.retrieval_data import RetrievalData
-from training.trainer import train
+from training.train.trainer import train
 
 SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
 

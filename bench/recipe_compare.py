@@ -7,7 +7,7 @@ relevant documents no trained query cites (like every test query, bench/carve_ov
 
 Runs are folders written by bench/recipe_search.py (WORK_DIR/runs/NAME, or any path to a run). Every run
 must have been trained without the same validation carve (same validation_fraction and seed, as in
-training.validation); the script refuses otherwise. Each model's validation nDCG@10 is recomputed per
+training.data.validation_carve); the script refuses otherwise. Each model's validation nDCG@10 is recomputed per
 query (corpus encoding from WORK_DIR/embeddings, which the training run filled) and each candidate is
 compared with the baseline on the same queries: mean difference and a 95 % percentile interval from a
 paired bootstrap over queries (training.gap.bootstrap). The test split is never read.
@@ -22,12 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
-from contract.encoder import Encoder
-from training.beir import load_beir
-from training.embedding_cache import EmbeddingCache
-from training.evaluate import encode_corpus, evaluate
+from contract.encoding.encoder import Encoder
+from training.data.beir import load_beir
+from training.data.validation_carve import carve_validation
+from training.eval.embedding_cache import EmbeddingCache
+from training.eval.evaluate import encode_corpus, evaluate
 from training.gap.bootstrap import bootstrap_means, percentile_ci
-from training.validation import carve_validation
 
 SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
 N_BOOT = 10_000

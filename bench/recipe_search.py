@@ -4,7 +4,7 @@
     (two at once on a shared 2-core machine: OMP_NUM_THREADS=1 each)
 
 Trains one configuration (TrainConfig defaults + key=value overrides, JSON values) on scifact's
-qrels/train.tsv minus the seeded validation share (TrainConfig.validation_fraction, training.validation),
+qrels/train.tsv minus the seeded validation share (TrainConfig.validation_fraction, training.data.validation_carve),
 and appends its validation nDCG@10 (base and tuned, same held-out queries) to
 bench/results/recipe_search.json. The test split is never read: the run evaluates on the train split
 (eval_split=train), whose corpus encoding also serves the validation metrics. Report the test numbers once,
@@ -28,12 +28,12 @@ import torch
 
 from contract.atomic import write_json_atomic
 from contract.config import TrainConfig
-from contract.encoder import Encoder
-from training.beir import load_beir
-from training.embedding_cache import EmbeddingCache
-from training.evaluate import evaluate
-from training.timing import PhaseTimer
-from training.trainer import train
+from contract.encoding.encoder import Encoder
+from training.data.beir import load_beir
+from training.eval.embedding_cache import EmbeddingCache
+from training.eval.evaluate import evaluate
+from training.train.phase_timer import PhaseTimer
+from training.train.trainer import train
 
 SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
 RESULTS = Path(__file__).resolve().parent / "results" / "recipe_search.json"

@@ -145,7 +145,7 @@ class QueryLoad:
 
 def build_slice(scifact: Path, data_root: Path) -> tuple[Path, list[str]]:
     from tests.training.scifact_slice import scifact_slice
-    from training.beir import load_beir
+    from training.data.beir import load_beir
 
     folder = scifact_slice(scifact, data_root / "slice", n_train=16, n_test=8, n_distractors=40)
     queries = list(load_beir(folder, "test").queries.values()) + list(

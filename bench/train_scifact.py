@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 from contract.config import TrainConfig
-from contract.encoder import Encoder
-from training.beir import load_beir
-from training.evaluate import evaluate
-from training.train_examples import limit_queries
-from training.trainer import train
+from contract.encoding.encoder import Encoder
+from training.data.beir import load_beir
+from training.eval.evaluate import evaluate
+from training.train.examples import limit_queries
+from training.train.trainer import train
 
 SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
 

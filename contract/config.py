@@ -1,7 +1,7 @@
 """Every training knob in one block (nanoGPT habit); the config is saved with every artifact.
 
 Each field's `description` is its documentation: `python -m training train --help` shows it (the options
-are generated from these fields, training/cli_config.py), and it travels in the JSON schema."""
+are generated from these fields, training/cli/config_options.py), and it travels in the JSON schema."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ class TrainConfig(BaseModel):
         ge=0.0,
         lt=1.0,
         description="Share of the training queries held out (seeded) and not trained on: it chooses the "
-        "bundle's default search mode and hybrid fusion parameters (training.validation). 0 = train on all "
+        "bundle's default search mode and hybrid fusion parameters (training.data.validation_carve). 0 = train on all "
         "(hybrid stays untuned).",
     )
 

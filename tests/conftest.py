@@ -27,7 +27,7 @@ def scifact() -> Path:
 
 @pytest.fixture(scope="session")
 def _base_encoder():
-    from contract.encoder import Encoder
+    from contract.encoding.encoder import Encoder
 
     return Encoder.load()
 

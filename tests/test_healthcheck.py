@@ -138,9 +138,9 @@ def _wait_for_port(port: int, proc: subprocess.Popen[str], deadline_s: float = 1
 
 def _publish_tiny_bundle(encoder: object, bundles: Path, staging: Path) -> str:
     """Five documents, the real encoder, a flat index: enough for /readyz's canary query."""
-    from training.bundle_build import build_bundle
-    from training.bundle_store import BundleStore
-    from training.retrieval_data import Document
+    from training.bundle.build import build_bundle
+    from training.bundle.store import BundleStore
+    from training.data.retrieval_data import Document
 
     texts = [
         "Vitamin D supplementation and bone mineral density in older adults.",

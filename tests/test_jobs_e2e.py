@@ -89,8 +89,8 @@ class Worker:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, scifact) -> Iterator[dict[str, Any]]:
-    from contract.encoder import Encoder
-    from training.publish import index_model
+    from contract.encoding.encoder import Encoder
+    from training.publish.index_model import index_model
 
     root = tmp_path_factory.mktemp("jobs-e2e")
     data_root = root / "data"

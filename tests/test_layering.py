@@ -149,3 +149,97 @@ def test_importing_the_app_loads_no_model_library():
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[] False"  # no model at import, and no module-level `app = create_app()`
+
+
+# Each package's subpackages in layer order, lowest first: a module may import its own layer and the
+# layers below it, never one above (docs/architecture.md draws the same order). BASE modules sit below
+# every layer and import none; ENTRY modules sit above them all.
+LAYERS = {
+    "training": [
+        "data", "eval", "losses", "gap", "hybrid", "cards", "train", "export", "bundle", "distill",
+        "publish", "jobs", "cli", "experiments",
+    ],
+    "contract": ["encoding", "index", "bundles", "mutations", "milvus", "jobs"],
+    "app": ["schemas", "engine", "live", "api"],
+}  # fmt: skip
+BASE = {
+    "training": set(),
+    "contract": {"errors", "atomic", "config", "log_setup"},
+    "app": {"errors", "metrics", "settings"},
+}
+ENTRY = {"training": {"__main__"}, "contract": set(), "app": {"main", "healthcheck"}}
+MAX_MODULES_PER_FOLDER = 15
+
+
+def _place(module: str) -> tuple[str, str]:
+    """('layer', name) for a module in a layer, ('base' | 'entry', name) for a top-level module."""
+    package, _, rest = module.partition(".")
+    head = rest.split(".")[0]
+    if head in LAYERS[package]:
+        return "layer", head
+    if head in BASE[package]:
+        return "base", head
+    assert head in ENTRY[package] or not rest, f"{module}: neither in a layer nor a known top-level module"
+    return "entry", head
+
+
+def test_every_layer_imports_only_its_own_and_lower_layers():
+    upward = []
+    for module, targets in import_graph().items():
+        package = module.split(".")[0]
+        kind, name = _place(module)
+        for target in targets:
+            if target.split(".")[0] != package or target == package:
+                continue
+            t_kind, t_name = _place(target)
+            if kind == "entry" or t_kind == "base":
+                ok = kind == "entry" or kind == "layer" or (kind == "base" and t_kind == "base")
+            elif kind == "layer" and t_kind == "layer":
+                ok = LAYERS[package].index(t_name) <= LAYERS[package].index(name)
+            else:
+                ok = False
+            if not ok:
+                upward.append(f"{module} -> {target}")
+    assert upward == []
+
+
+def test_every_layer_folder_exists_and_no_folder_is_a_hall():
+    for package, layers in LAYERS.items():
+        for layer in layers:
+            assert (REPO / package / layer / "__init__.py").is_file(), f"{package}/{layer}/ is missing"
+    crowded = {
+        str(folder.relative_to(REPO)): n
+        for package in PACKAGES
+        for folder in [REPO / package, *(p for p in (REPO / package).rglob("*") if p.is_dir())]
+        if (n := len([f for f in folder.glob("*.py") if f.name != "__init__.py"])) > MAX_MODULES_PER_FOLDER
+    }
+    assert crowded == {}
+
+
+def test_the_architecture_map_names_every_module_and_only_those():
+    """docs/architecture.md's module map (its first code block) lists each module under its folder."""
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = text.split("```\n", 2)[1]
+    listed: set[str] = set()
+    folders: list[tuple[int, str]] = []  # (indent, folder path) of the enclosing folder headers
+    for line in block.splitlines():
+        stripped = line.lstrip()
+        indent = len(line) - len(stripped)
+        name = stripped.split(" ", 1)[0]
+        if not name.endswith((".py", "/")):
+            continue
+        while folders and folders[-1][0] >= indent:
+            folders.pop()
+        path = "".join(folder for _, folder in folders) + name
+        if name.endswith("/"):
+            folders.append((indent, name))
+        else:
+            listed.add(path)
+    actual = {
+        str(f.relative_to(REPO))
+        for package in (*PACKAGES, "infonce_search")
+        for f in (REPO / package).rglob("*.py")
+        if f.name != "__init__.py"
+    }
+    assert sorted(actual - listed) == [], "modules missing from docs/architecture.md"
+    assert sorted(listed - actual) == [], "docs/architecture.md lists modules that do not exist"

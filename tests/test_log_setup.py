@@ -41,7 +41,7 @@ def test_a_library_that_sets_its_own_logger_to_debug_stays_quiet_and_contract_lo
         "import logging; from contract.log_setup import configure_logging; configure_logging('INFO'); "
         "import bm25s; "  # bm25s sets its logger to DEBUG at import (after configure_logging ran)
         "logging.getLogger('bm25s').debug('Building index from tokens'); "
-        "logging.getLogger('contract.bundle').info('contract at info'); "
+        "logging.getLogger('contract.bundles.bundle').info('contract at info'); "
         "logging.getLogger('bm25s').warning('bm25s warning')"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), cwd=REPO)

@@ -1,5 +1,5 @@
-"""`python -m training …` runs the typer app of training/cli.py."""
+"""`python -m training …` runs the typer app of training/cli/main.py."""
 
-from training.cli import main
+from training.cli.main import main
 
 main()

@@ -20,10 +20,10 @@ from contract.config import SPLIT_PATTERN
 from contract.errors import DatasetNotFound, DatasetRefused, ModelRefused
 
 SPLIT_RE = re.compile(SPLIT_PATTERN)
-# the packaged encoder (contract.encoder.DEFAULT_MODEL_NAME) is always allowed as a base model
+# the packaged encoder (contract.encoding.encoder.DEFAULT_MODEL_NAME) is always allowed as a base model
 PACKAGED_MODEL = "all-MiniLM-L6-v2"
 SPLIT_OPTIONS = ("train_split", "eval_split")
-# files of a BEIR folder a job reads besides qrels/<split>.tsv (training.data)
+# files of a BEIR folder a job reads besides qrels/<split>.tsv (training.data.split)
 BEIR_FILES = ("corpus.jsonl", "queries.jsonl")
 
 

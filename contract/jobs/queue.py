@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from contract.config import TrainConfig
 from contract.errors import JobConflict, JobOptionsInvalid
-from contract.index_backend import IndexBackend, IndexKind
+from contract.index.backend import IndexBackend, IndexKind
 from contract.jobs.confine import confine_dataset, confine_options, resolve_dataset
 from contract.jobs.defaults import DEFAULT_HEARTBEAT_TIMEOUT_S, default_queue_url
 from contract.jobs.records import (
@@ -69,7 +69,7 @@ class RetrainOptions(TrainConfig):
     index_backend: IndexBackend = "faiss"  # milvus: the worker's --milvus-uri (docs/deploy.md)
     force: bool = False  # True: publish live even if the quality gate would keep it as a candidate
     onnx: bool = True  # export + quality-check the ONNX query encoders into the bundle
-    distill: bool = False  # also train + score the distilled query encoders (training.distill_step)
+    distill: bool = False  # also train + score the distilled query encoders (training.distill.bundle_step)
 
 
 class ReindexOptions(BaseModel):
@@ -83,7 +83,7 @@ class ReindexOptions(BaseModel):
     # then answers from, so it must not become live behind the operator's back (a planted dataset would)
     force: bool = False
     onnx: bool = True  # export + quality-check the ONNX query encoders into the bundle
-    distill: bool = False  # also train + score the distilled query encoders (training.distill_step)
+    distill: bool = False  # also train + score the distilled query encoders (training.distill.bundle_step)
 
 
 OPTION_MODELS: dict[str, type[BaseModel]] = {"retrain": RetrainOptions, "reindex": ReindexOptions}

@@ -1,7 +1,7 @@
 """A small real bundle for the API tests, built once per session from a slice of scifact.
 
 30 scifact test queries with their relevant documents plus 200 distractors (~230 documents, abstracts
-cut to their first 48 words to keep encoding cheap), encoded with the real all-MiniLM-L6-v2 and written with contract.bundle into a flat (exact) FAISS index. Every
+cut to their first 48 words to keep encoding cheap), encoded with the real all-MiniLM-L6-v2 and written with contract.bundles.bundle into a flat (exact) FAISS index. Every
 document gets metadata (`year`, `group`, `even`) so filters can be tested. Bundle A also carries the
 ONNX query encoders (fp32 + int8, with their measured nDCG@10 loss) and a generalization-gap report;
 bundle B is the same corpus without them (a second version for swaps).
@@ -32,8 +32,8 @@ def doc_metadata(i: int) -> dict[str, object]:
 
 @pytest.fixture(scope="session")
 def slice_data(scifact):
-    from training.beir import load_beir
-    from training.query_sample import subset
+    from training.data.beir import load_beir
+    from training.data.query_sample import subset
 
     data = subset(load_beir(scifact, "test"), n_queries=N_QUERIES, n_distractors=N_DISTRACTORS, seed=0)
     data.corpus = {
@@ -44,7 +44,7 @@ def slice_data(scifact):
 
 @pytest.fixture(scope="session")
 def doc_embeddings(shared_encoder, slice_data) -> np.ndarray:
-    from training.evaluate import encode_corpus
+    from training.eval.evaluate import encode_corpus
 
     _, emb = encode_corpus(shared_encoder, slice_data.corpus, show_progress=False)
     return emb  # (n_docs, 384), rows in corpus order
@@ -52,7 +52,7 @@ def doc_embeddings(shared_encoder, slice_data) -> np.ndarray:
 
 def _gap_report(encoder):
     """A schema-valid report (test input: the endpoint must serve whatever report the bundle holds)."""
-    from contract.report_schema import (
+    from contract.bundles.report_schema import (
         Bound,
         Estimate,
         GapReport,
@@ -110,8 +110,8 @@ def _gap_report(encoder):
 @pytest.fixture(scope="session")
 def staged(tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> dict[str, Path]:
     """Two staged (unpublished) bundles: {"A": with ONNX + report, "B": plain}."""
-    from training.bundle_build import build_bundle
-    from training.onnx_export import attach_onnx
+    from training.bundle.build import build_bundle
+    from training.export.onnx_export import attach_onnx
 
     root = tmp_path_factory.mktemp("staged")
     report_dir = root / "report"
@@ -140,7 +140,7 @@ def staged(tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> dict
 
 def publish(staged_dir: Path, bundles: Path, *, force: bool = True) -> str:
     """Publish a hard-linked copy of a staged bundle into `bundles`; returns its version."""
-    from training.bundle_store import BundleStore
+    from training.bundle.store import BundleStore
 
     bundles.mkdir(parents=True, exist_ok=True)
     copy = (
@@ -194,9 +194,9 @@ TINY_DISTILL = dict(
 def staged_distilled(tmp_path_factory, staged, slice_data) -> Path:
     """Bundle A plus distilled query encoders (a 1-layer transformer and a static table, a few steps each),
     trained on corpus pseudo-queries only (titles, sentences), scored on the slice's queries."""
-    from training.distill_config import DistillConfig
-    from training.distill_step import attach_query_encoders
-    from training.retrieval_data import RetrievalData
+    from training.data.retrieval_data import RetrievalData
+    from training.distill.bundle_step import attach_query_encoders
+    from training.distill.config import DistillConfig
 
     folder = tmp_path_factory.mktemp("staged-distilled") / "A"
     shutil.copytree(staged["A"], folder)
@@ -215,10 +215,10 @@ def staged_distilled(tmp_path_factory, staged, slice_data) -> Path:
 @pytest.fixture(scope="session")
 def staged_lexical(tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> Path:
     """Bundle L: the slice with a BM25 index, its default mode and fusion tuned on half of its queries
-    (training.lexical_step, as `index` does; the other bundles are the pre-hybrid layout, dense only)."""
-    from training.bundle_build import build_bundle
-    from training.lexical_step import attach_lexical
-    from training.validation import carve_validation
+    (training.hybrid.lexical_step, as `index` does; the other bundles are the pre-hybrid layout, dense only)."""
+    from training.bundle.build import build_bundle
+    from training.data.validation_carve import carve_validation
+    from training.hybrid.lexical_step import attach_lexical
 
     root = tmp_path_factory.mktemp("staged-lexical")
     folder = build_bundle(

@@ -14,9 +14,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from contract.index_backend import MILVUS_EXTRAS, BackendConfig
-from contract.milvus_index import alias_name, connect
-from contract.milvus_pointer import MilvusPointer
+from contract.index.backend import MILVUS_EXTRAS, BackendConfig
+from contract.milvus.index import alias_name, connect
+from contract.milvus.pointer import MilvusPointer
 from tests.app.conftest import make_settings, wait_until
 from tests.servers import free_port, milvus_server
 
@@ -30,8 +30,8 @@ def milvus(tmp_path_factory) -> BackendConfig:
 
 
 def stage(encoder, corpus, doc_emb, folder: Path, ndcg: float, milvus: BackendConfig | None) -> Path:
-    from training.bundle_build import build_bundle
-    from training.milvus_publish import milvus_builder
+    from training.bundle.build import build_bundle
+    from training.export.milvus_build import milvus_builder
 
     builder = None
     if milvus is not None:
@@ -62,7 +62,7 @@ class Env:
         return make_settings(self.bundles, **(extra | overrides))
 
     def publish(self, name: str, force: bool = True) -> str:
-        from training.bundle_store import BundleStore
+        from training.bundle.store import BundleStore
 
         copy = self.bundles / f".copy-{name}-{len(os.listdir(self.bundles))}"
         shutil.copytree(self.staged[name], copy, copy_function=os.link)
@@ -189,7 +189,7 @@ def test_readiness_repoints_an_alias_that_lags_current(client, env):
     A replica still on an older version reports the mismatch instead (training/test_milvus_publish.py)."""
     if env.milvus is None:
         pytest.skip("the live alias is Milvus's")
-    from contract.bundle import read_manifest
+    from contract.bundles.bundle import read_manifest
 
     c = connect(env.milvus)
     live = read_manifest(env.bundles / _current_version(env)).extras[MILVUS_EXTRAS]["collection"]
@@ -222,7 +222,7 @@ def test_dimension_mismatch_and_missing_backend_are_clear(env, tmp_path):
         pytest.skip("Milvus configuration")
     from pymilvus import DataType
 
-    from contract.bundle import MANIFEST_FILE, read_manifest
+    from contract.bundles.bundle import MANIFEST_FILE, read_manifest
 
     c = connect(env.milvus)
     schema = c.create_schema(auto_id=False)
@@ -254,7 +254,7 @@ def _milvus(env: Env) -> dict:
 
 
 def test_document_writes_on_either_backend(client, env, shared_encoder, slice_data, oracle):
-    """Upserts and deletes (contract/overlay.py) over either backend: Milvus knows no tombstones, so the
+    """Upserts and deletes (contract/mutations/overlay.py) over either backend: Milvus knows no tombstones, so the
     overlay asks it for k + |tombstones| and drops them; a query still gets a full top k."""
     key = {"X-API-Key": "test-key"}
     query = list(slice_data.queries.values())[1]

@@ -1,4 +1,4 @@
-"""Dynamic micro-batching (app/batching.py): batched answers equal the per-request path's, and how long a
+"""Dynamic micro-batching (app/engine/batching.py): batched answers equal the per-request path's, and how long a
 batch waits for more queries (the policy in the module docstring)."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import asyncio
 import numpy as np
 import pytest
 
-from app.batching import Inference, MicroBatcher, _Pending
+from app.engine.batching import Inference, MicroBatcher, _Pending
+from app.engine.live_bundle import LiveBundle, SearchSpec, open_live_bundle
 from app.metrics import AppMetrics
-from app.service import LiveBundle, SearchSpec, open_live_bundle
-from contract.bundle import load_bundle
+from contract.bundles.bundle import load_bundle
 
 pytestmark = pytest.mark.scifact
 

@@ -98,7 +98,7 @@ def test_delete_hides_documents_and_top_k_stays_full(client):
 
 def test_oracle_random_mutations_equal_brute_force(client, shared_encoder, slice_data):
     """After random upserts / deletes, every search equals exact search over the resulting documents."""
-    from contract.encoder import document_text
+    from contract.encoding.encoder import document_text
 
     rng = random.Random(18)
     live = client.app.state.hot_swap.live

@@ -131,7 +131,7 @@ TARDIGRADE = {
 
 @pytest.mark.slow
 def test_two_replicas_share_writes_survive_kill9_reindex_and_rollback(tmp_path, staged, slice_data):
-    from training.publish import index_model
+    from training.publish.index_model import index_model
 
     bundles = tmp_path / "bundles"
     first = publish(staged["B"], bundles)

@@ -23,7 +23,7 @@ def client(live_bundles):
 
 
 def test_query_and_document_vectors_are_the_models(client, shared_encoder, slice_data, live_bundles):
-    from contract.encoder import document_text
+    from contract.encoding.encoder import document_text
 
     queries = list(slice_data.queries.values())[:3]
     r = client.post("/embed", json={"input": queries})
@@ -104,8 +104,8 @@ def test_nothing_live_is_503(tmp_path):
 def test_aninfonce_vectors_are_sqrt_lambda_scaled(tmp_path, shared_encoder, slice_data, doc_embeddings):
     """For AnInfoNCE the answer is the index's space: sqrt(Lambda) * unit embedding, so -1/2 * squared L2
     between an embedded query and an embedded document is the score /search gives that document."""
-    from contract.encoder import Encoder, Similarity, document_text
-    from training.bundle_build import build_bundle
+    from contract.encoding.encoder import Encoder, Similarity, document_text
+    from training.bundle.build import build_bundle
 
     lam = np.random.default_rng(1).uniform(0.5, 20.0, 384).astype(np.float32)
     encoder = Encoder(

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
-from contract.query_encoders import EXTRAS_KEY, StaticQueryEncoder
+from contract.encoding.query_encoders import EXTRAS_KEY, StaticQueryEncoder
 from tests.app.conftest import make_settings, publish
 
 pytestmark = pytest.mark.scifact
@@ -79,7 +79,7 @@ def test_the_static_encoder_serves_its_own_vectors(distilled_bundles, staged_dis
     bundles, _ = distilled_bundles
     query = list(slice_data.queries.values())[2]
     static = StaticQueryEncoder.load(staged_distilled / "query_encoders" / "static")
-    from contract.bundle import load_bundle
+    from contract.bundles.bundle import load_bundle
 
     bundle = load_bundle(staged_distilled)
     pos, scores = bundle.index.search(static.encode([query]), 5)[0]

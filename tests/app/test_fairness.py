@@ -13,9 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from fastapi.testclient import TestClient
 
-from app.fairness import slices
+from app.engine.live_bundle import SearchSpec
+from app.engine.token_slicing import slices
 from app.main import create_app
-from app.service import SearchSpec
 from tests.app.conftest import make_settings, wait_until
 
 pytestmark = pytest.mark.scifact

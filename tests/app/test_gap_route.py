@@ -1,5 +1,5 @@
 """GET /generalization-gap on a hybrid AnInfoNCE bundle: the model's temperature is one number in the
-response, the report and the manifest (contract.similarity), and the retrieval section lists every
+response, the report and the manifest (contract.encoding.similarity), and the retrieval section lists every
 search mode the bundle has with the served one marked."""
 
 from __future__ import annotations
@@ -9,19 +9,19 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from contract.bundle import read_manifest
-from contract.encoder import Encoder
-from contract.similarity import Similarity
+from contract.bundles.bundle import read_manifest
+from contract.encoding.encoder import Encoder
+from contract.encoding.similarity import Similarity
 from tests.app.conftest import make_settings, publish
 
 
 @pytest.fixture(scope="module")
 def aninfonce_bundle(tmp_path_factory, shared_encoder, slice_data, doc_embeddings):
     """The slice under a random anisotropic Λ, with its own gap report and a BM25 index (modes tuned)."""
-    from training.bundle_build import build_bundle
+    from training.bundle.build import build_bundle
+    from training.data.validation_carve import carve_validation
     from training.gap.report import compute_report, write_report
-    from training.lexical_step import attach_lexical
-    from training.validation import carve_validation
+    from training.hybrid.lexical_step import attach_lexical
 
     lam = np.random.default_rng(0).uniform(5.0, 25.0, shared_encoder.dim)
     similarity = Similarity(metric="aninfonce", temperature=None, learned=True, lam=lam.tolist())
@@ -73,7 +73,7 @@ def test_one_temperature_and_every_mode_with_the_served_one_marked(aninfonce_bun
 def test_a_bundle_from_before_hybrid_search_lists_its_dense_mode_only():
     from types import SimpleNamespace
 
-    from app.routes.gap import mode_rows
+    from app.api.routes.gap import mode_rows
 
     old = SimpleNamespace(
         manifest=SimpleNamespace(metrics={"test": {"ndcg@10": 0.6, "recall@10": 0.7}}, extras={}),

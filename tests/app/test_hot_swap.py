@@ -1,4 +1,4 @@
-"""HotSwap (app/hot_swap.py) races, made deterministic by acting at the exact moment that matters.
+"""HotSwap (app/live/hot_swap.py) races, made deterministic by acting at the exact moment that matters.
 
 The load-dependent version of these lives in test_lifecycle.py (hot swap under concurrent requests).
 """
@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from app.hot_swap import HotSwap
+from app.live.hot_swap import HotSwap
 from app.metrics import AppMetrics
 from tests.app.conftest import make_settings, publish
-from training.bundle_store import BundleStore
+from training.bundle.store import BundleStore
 
 pytestmark = pytest.mark.scifact
 
@@ -81,7 +81,7 @@ def test_polls_during_an_activation_never_swap_the_old_version_back(tmp_path, st
 def test_activation_loads_the_model_once_and_publishing_never(tmp_path, staged, monkeypatch):
     """validate() is the only check publish and BundleFolder.activate run: the one model load of an
     activation through the API is the load of the bundle it then serves."""
-    from contract.encoder import Encoder
+    from contract.encoding.encoder import Encoder
 
     loads: list[str] = []
     real_load = Encoder.load.__func__  # type: ignore[attr-defined]

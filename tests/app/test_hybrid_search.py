@@ -11,8 +11,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
-from contract.encoder import document_text
-from contract.fusion import FusionParams, fuse
+from contract.encoding.encoder import document_text
+from contract.index.fusion import FusionParams, fuse
 from tests.app.conftest import doc_metadata, make_settings, publish, wait_until
 from tests.contract.test_lexical_index import brute_force
 
@@ -172,7 +172,7 @@ def test_hot_swap_to_a_lexical_bundle_brings_its_modes(tmp_path, staged, staged_
 
 
 def test_deleted_documents_leave_lexical_and_hybrid_lists(tmp_path, staged_lexical, slice_data, texts):
-    """A document deleted through /documents (contract/overlay.py) is kept out of the BM25 list too: lexical
+    """A document deleted through /documents (contract/mutations/overlay.py) is kept out of the BM25 list too: lexical
     mode equals brute-force BM25 over the remaining documents, and hybrid never returns it."""
     query = next(iter(slice_data.queries.values()))
     ids = list(slice_data.corpus)

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from tests.app.conftest import make_settings, publish, wait_until
-from training.bundle_store import BundleStore
+from training.bundle.store import BundleStore
 
 pytestmark = pytest.mark.scifact
 KEY = {"X-API-Key": "test-key"}

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from app.encoder_choice import recorded_ndcg_losses
+from app.engine.encoder_choice import recorded_ndcg_losses
 from app.main import create_app
+from contract.encoding.onnx_encoder import EXTRAS_KEY, OnnxQueryEncoder
 from contract.errors import ModelLoadError
-from contract.onnx_encoder import EXTRAS_KEY, OnnxQueryEncoder
 from tests.app.conftest import make_settings
-from training.onnx_export import export_onnx
+from training.export.onnx_export import export_onnx
 
 pytestmark = pytest.mark.scifact
 
@@ -53,7 +53,7 @@ def test_quality_is_recorded_in_the_manifest(staged):
 
 
 def test_recorded_losses_name_only_onnx_files_that_exist(tmp_path):
-    """`auto`'s candidates (app/encoder_choice.py): the recorded loss of each ONNX file on disk, torch always."""
+    """`auto`'s candidates (app/engine/encoder_choice.py): the recorded loss of each ONNX file on disk, torch always."""
     model = tmp_path / "model"
     (model / "onnx").mkdir(parents=True)
     (model / "onnx" / "model.onnx").write_bytes(b"x")  # fp32 only: int8 was recorded but is missing

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from app.engine.query_cache import QueryCache
 from app.main import create_app
-from app.query_cache import QueryCache
 from tests.app.conftest import make_settings
 
 

@@ -181,7 +181,7 @@ def test_generalization_gap_serves_the_bundle_report(client, staged, live_bundle
     assert r.status_code == 200, r.text
     body = r.json()
     on_disk = (staged["A"] / "report" / "report.json").read_text()
-    from contract.report_schema import GapReport
+    from contract.bundles.report_schema import GapReport
 
     served = GapReport.model_validate(body["report"])
     # served verbatim, plus which query encoder serves (here the report's own model, torch)

@@ -8,9 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from contract.docstore import DocStore, FilterError, write_docstore
 from contract.errors import BundleInvalid
-from training.retrieval_data import Document
+from contract.index.docstore import DocStore, FilterError, write_docstore
+from training.data.retrieval_data import Document
 
 DOCS = [
     Document(

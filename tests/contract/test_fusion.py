@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from contract.fusion import FusionParams, convex, fuse, min_max, rrf
+from contract.index.fusion import FusionParams, convex, fuse, min_max, rrf
 
 
 def ranking(pairs: list[tuple[int, float]]) -> tuple[np.ndarray, np.ndarray]:

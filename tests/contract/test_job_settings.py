@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from app.settings import Settings
 from contract.jobs.settings import JobSettings
-from training.bundles_cli import bundles_app
-from training.jobs.cli import jobs_app, worker, worker_settings
+from training.cli.bundles import bundles_app
+from training.cli.jobs import jobs_app, worker, worker_settings
 
 SHARED = sorted(JobSettings.model_fields)
 
@@ -110,7 +110,7 @@ def test_the_bundles_cli_uses_the_api_bundles_folder(env, tmp_path):
 
 
 def test_the_publishers_milvus_options_are_the_api_milvus_settings(env):
-    from training.cli_index import backend_config
+    from training.cli.index import backend_config
 
     env(milvus_uri="http://milvus:19530", milvus_token="root:Milvus", milvus_name="scifact")
     api = Settings(index_backend="milvus")

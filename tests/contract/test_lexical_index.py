@@ -1,4 +1,4 @@
-"""BM25 (bm25s, built by training.lexical_build) against a brute-force implementation of the formula."""
+"""BM25 (bm25s, built by training.hybrid.bm25_build) against a brute-force implementation of the formula."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from contract.lexical_index import K1, B, LexicalIndex, analyze
-from training.lexical_build import build_lexical_index
+from contract.index.lexical_index import K1, B, LexicalIndex, analyze
+from training.hybrid.bm25_build import build_lexical_index
 
 WORDS = [
     "cell",

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from contract.docstore import FilterError
 from contract.errors import ConfigError
-from contract.milvus_index import collection_name, filter_expression, literal, quote
+from contract.index.docstore import FilterError
+from contract.milvus.index import collection_name, filter_expression, literal, quote
 
 FIELDS = {
     "year": {"field": "m_year", "type": "INT64"},

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from contract.mutation_log import (
+from contract.mutations.log import (
     Mutation,
     MutationLog,
     MutationLogError,
@@ -66,7 +66,7 @@ def test_a_failed_batch_writes_nothing(tmp_path):
 
 def test_a_commit_is_visible_to_another_process_and_survives_kill(tmp_path):
     code = (
-        "import os, sys; from contract.mutation_log import MutationLog; "
+        "import os, sys; from contract.mutations.log import MutationLog; "
         "log = MutationLog(sys.argv[1]); print(log.append_deletes(['gone'])[1], flush=True); os._exit(9)"
     )
     out = subprocess.run(

@@ -6,11 +6,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from contract.docstore import DocStore, write_docstore
-from contract.mutation_log import Mutation
-from contract.overlay import Overlay
-from training.index_factory import build_index
-from training.retrieval_data import Document
+from contract.index.docstore import DocStore, write_docstore
+from contract.mutations.log import Mutation
+from contract.mutations.overlay import Overlay
+from training.data.retrieval_data import Document
+from training.export.index_factory import build_index
 
 N, D = 600, 16
 

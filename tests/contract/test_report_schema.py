@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from contract.report_schema import (
+from contract.bundles.report_schema import (
     SCHEMA_VERSION,
     Bound,
     Estimate,

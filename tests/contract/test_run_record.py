@@ -1,13 +1,13 @@
-"""contract.run_record: the manifest's training_config is typed, and manifests written before still load —
+"""contract.bundles.run_record: the manifest's training_config is typed, and manifests written before still load —
 the config.json dict as it was, options of older versions, a flat TrainConfig, an untrained model's {}."""
 
 from __future__ import annotations
 
 import json
 
-from contract.bundle import Manifest
+from contract.bundles.bundle import Manifest
+from contract.bundles.run_record import TrainingRecord
 from contract.config import TrainConfig
-from contract.run_record import TrainingRecord
 
 # a manifest.json as bundles were written before training_config was typed (and before `similarity`)
 OLD_MANIFEST = {
@@ -53,7 +53,7 @@ def test_an_old_manifest_loads_with_a_typed_config_and_keeps_what_this_version_d
     assert record.unknown_config == {"retired_option": 0.5}
     assert record.loss["lambda_max"] == 30.0 and record.data["n_train_pairs"] == 800
     assert record.model_extra == {"a_key_from_an_older_version": [1, 2]}
-    assert manifest.similarity is None  # not recorded before contract.similarity
+    assert manifest.similarity is None  # not recorded before contract.encoding.similarity
     # written again and read back: the same record
     again = Manifest.model_validate_json(manifest.model_dump_json())
     assert again.training_config == record

@@ -1,4 +1,4 @@
-"""contract.similarity: one temperature per model, the same in the training log, the gap report and the
+"""contract.encoding.similarity: one temperature per model, the same in the training log, the gap report and the
 manifest; similarity.json files from before `learned` existed still load."""
 
 from __future__ import annotations
@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 import torch
 
-from contract.bundle import read_manifest
-from contract.encoder import Encoder
+from contract.bundles.bundle import read_manifest
+from contract.encoding.encoder import Encoder
+from contract.encoding.similarity import Similarity
 from contract.errors import ModelLoadError
-from contract.similarity import Similarity
+from training.data.retrieval_data import Document, RetrievalData
 from training.gap.sections import model_identity
 from training.losses.an_info_nce import AnInfoNCELoss, inverse_softplus
 from training.losses.info_nce import InfoNCELoss
-from training.retrieval_data import Document, RetrievalData
-from training.train_step import temperature_summary
+from training.train.step import temperature_summary
 
 
 def test_infonce_temperature_is_tau_and_aninfonce_is_one_over_max_lambda():
@@ -69,7 +69,7 @@ def test_training_log_report_and_manifest_agree_on_the_temperature(kind, shared_
     identity = model_identity(encoder)
     assert identity.temperature_effective == pytest.approx(logged, rel=1e-9)
 
-    from training.bundle_build import build_bundle
+    from training.bundle.build import build_bundle
 
     data = _toy_data()
     staged = build_bundle(

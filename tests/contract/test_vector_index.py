@@ -6,12 +6,12 @@ import faiss
 import numpy as np
 import pytest
 
-import contract.vector_index as index_mod
-import training.index_factory as build_mod
-from contract.encoder import Encoder, Similarity
+import contract.index.vector_index as index_mod
+import training.export.index_factory as build_mod
+from contract.encoding.encoder import Encoder, Similarity
 from contract.errors import IndexBuildError, InvalidQuery
-from contract.vector_index import IndexInfo, VectorIndex
-from training.index_factory import build_index, choose_kind
+from contract.index.vector_index import IndexInfo, VectorIndex
+from training.export.index_factory import build_index, choose_kind
 
 N, D, NQ, K = 2_000, 32, 40, 10
 

@@ -78,7 +78,7 @@ def write_corpus(folder: Path, n: int) -> Path:
 
 def synthetic_documents() -> None:
     """Encoder.encode for kind="document" returns unit vectors seeded by the chunk's first text."""
-    from contract.encoder import Encoder
+    from contract.encoding.encoder import Encoder
 
     real = Encoder.encode
 
@@ -93,8 +93,8 @@ def synthetic_documents() -> None:
 
 
 def main() -> None:
-    from contract.bundle import load_bundle
-    from training.publish import index_model
+    from contract.bundles.bundle import load_bundle
+    from training.publish.index_model import index_model
 
     synthetic_documents()
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from training.beir import load_beir
-from training.query_sample import subset
-from training.retrieval_data import RetrievalData
+from training.data.beir import load_beir
+from training.data.query_sample import subset
+from training.data.retrieval_data import RetrievalData
 
 
 def write_beir(folder: Path, splits: dict[str, RetrievalData]) -> Path:

@@ -47,12 +47,12 @@ class PeakSampler:
 
 
 def main() -> None:
-    from contract.index_backend import BackendConfig
-    from contract.milvus_index import connect
-    from training.index_factory import build_index
-    from training.milvus_publish import milvus_builder
-    from training.retrieval_data import Document
-    from training.shards import Shards, ShardWriter
+    from contract.index.backend import BackendConfig
+    from contract.milvus.index import connect
+    from training.data.retrieval_data import Document
+    from training.export.index_factory import build_index
+    from training.export.milvus_build import milvus_builder
+    from training.export.shards import Shards, ShardWriter
 
     folder, uri, n, dim = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     rng = np.random.default_rng(0)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from contract.bundle import (
+from contract.bundles.bundle import (
     IDS_FILE,
     INDEX_FILE,
     MANIFEST_FILE,
@@ -24,9 +24,9 @@ from contract.bundle import (
     sha256_file,
 )
 from contract.errors import BundleInvalid, BundleNotFound, NoLiveBundle
-from training.bundle_build import build_bundle
-from training.bundle_store import PUBLISH_STEPS, BundleStore
-from training.retrieval_data import Document
+from training.bundle.build import build_bundle
+from training.bundle.store import PUBLISH_STEPS, BundleStore
+from training.data.retrieval_data import Document
 
 REPO = Path(__file__).resolve().parents[2]
 TOPICS = ["protein folding", "black holes", "sourdough bread", "volcanoes", "chess openings", "tax law"]
@@ -259,7 +259,7 @@ def test_publish_removes_a_killed_builders_folder_but_not_a_live_one(staged, tmp
     store = BundleStore(tmp_path / "store")
     builder = (
         "import sys, time\n"
-        "from training.bundle_store import BundleStore\n"
+        "from training.bundle.store import BundleStore\n"
         "with BundleStore(sys.argv[1]).build_dir() as p:\n"
         "    (p / 'index.faiss').write_bytes(b'half written')\n"
         "    print(p, flush=True)\n"

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from contract.bundle import MANIFEST_FILE, read_manifest
+from contract.bundles.bundle import MANIFEST_FILE, read_manifest
 from tests.training.test_bundle import staged, variant  # noqa: F401 - `staged` is a fixture
-from training.bundle_store import BundleStore, evaluation_fingerprint
-from training.retrieval_data import Document, RetrievalData
+from training.bundle.store import BundleStore, evaluation_fingerprint
+from training.data.retrieval_data import Document, RetrievalData
 
 
 def _with_fingerprint(folder: Path, fingerprint: str) -> Path:

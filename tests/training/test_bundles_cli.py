@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from training.retrieval_data import Document
+from training.data.retrieval_data import Document
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,8 +26,8 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def two_versions(tmp_path_factory, _base_encoder):
-    from training.bundle_build import build_bundle
-    from training.bundle_store import BundleStore
+    from training.bundle.build import build_bundle
+    from training.bundle.store import BundleStore
 
     root = tmp_path_factory.mktemp("bundles-cli")
     corpus = {f"d{i}": Document(f"d{i}", f"title {i}", f"text number {i} about cells", {}) for i in range(6)}

@@ -53,7 +53,7 @@ def _run_card_code(code: str, model_dirs: list[Path]) -> list[dict]:
 
 
 def test_model_cards_are_true_and_their_code_loads_the_model(pipeline_run, tmp_path):
-    from contract.encoder import Encoder
+    from contract.encoding.encoder import Encoder
 
     bundle_model = pipeline_run["bundles"] / pipeline_run["version"] / "model"
     for card_file in (pipeline_run["run"] / "model" / "README.md", bundle_model / "README.md"):
@@ -109,7 +109,7 @@ def _strings(value):
 
 
 def test_published_bundle_names_no_absolute_path_of_the_building_machine(pipeline_run):
-    from training.portable import is_absolute_path
+    from training.bundle.portable_paths import is_absolute_path
 
     folder = pipeline_run["bundles"] / pipeline_run["version"]
     assert (folder / "model" / "onnx" / "onnx_info.json").is_file()

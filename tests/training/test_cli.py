@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from contract.config import TrainConfig
-from training.cli_config import HELP
+from training.cli.config_options import HELP
 
 REPO = Path(__file__).resolve().parents[2]
 

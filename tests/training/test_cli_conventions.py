@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from training.cli_choices import INDEX_KINDS
-from training.index_factory import KINDS
+from training.cli.choices import INDEX_KINDS
+from training.export.index_factory import KINDS
 
 REPO = Path(__file__).resolve().parents[2]
 

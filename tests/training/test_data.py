@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from contract.encoder import document_text
+from contract.encoding.encoder import document_text
 from contract.errors import DataError
-from training.beir import load_beir, load_corpus, load_qrels, load_queries
-from training.data import load_split
-from training.pairs_file import load_pairs_file, pairs_as_retrieval
-from training.query_sample import subset
-from training.retrieval_data import Pair, training_pairs
+from training.data.beir import load_beir, load_corpus, load_qrels, load_queries
+from training.data.pairs_file import load_pairs_file, pairs_as_retrieval
+from training.data.query_sample import subset
+from training.data.retrieval_data import Pair, training_pairs
+from training.data.split import load_split
 
 CORPUS = [
     {"_id": "d1", "title": "Alpha", "text": "first doc", "metadata": {"year": 2001}},
@@ -105,7 +105,7 @@ def test_training_pairs_one_per_relevant_doc_sorted(tmp_path: Path) -> None:
 
 def test_subset_is_seeded_and_keeps_relevant_docs() -> None:
     rng = random.Random(1)
-    from training.retrieval_data import Document, RetrievalData
+    from training.data.retrieval_data import Document, RetrievalData
 
     corpus = {f"d{i}": Document(f"d{i}", "", f"text {i}", {}) for i in range(200)}
     queries = {f"q{i}": f"query {i}" for i in range(40)}

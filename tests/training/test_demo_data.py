@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from contract.encoder import document_text
-from training.beir import load_beir
-from training.demo_data import build_demo_dataset, harvest
+from contract.encoding.encoder import document_text
+from training.data.beir import load_beir
+from training.data.demo_data import build_demo_dataset, harvest
 
 FILES = ("corpus.jsonl", "queries.jsonl", "qrels/train.tsv", "qrels/test.tsv", "README.md")
 

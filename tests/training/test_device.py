@@ -11,9 +11,9 @@ import torch
 
 from contract.config import TrainConfig
 from contract.errors import ConfigError
-from training.demo_data import build_demo_dataset
-from training.device import precision_for, resolve_device
-from training.trainer import train
+from training.data.demo_data import build_demo_dataset
+from training.train.device import precision_for, resolve_device
+from training.train.trainer import train
 
 NO_GPU = not torch.cuda.is_available()
 

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 
-from contract.encoder import default_model_path
-from contract.query_encoders import StaticQueryEncoder
-from training.distill_config import DistillConfig
-from training.distill_loop import student_loss as _student_loss
-from training.distill_pairs import distill_pairs
-from training.distill_students import sif_weighted, token_counts
-from training.retrieval_data import Document, RetrievalData
+from contract.encoding.encoder import default_model_path
+from contract.encoding.query_encoders import StaticQueryEncoder
+from training.data.retrieval_data import Document, RetrievalData
+from training.distill.config import DistillConfig
+from training.distill.loop import student_loss as _student_loss
+from training.distill.pairs import distill_pairs
+from training.distill.students import sif_weighted, token_counts
 
 
 def _corpus() -> dict[str, Document]:
@@ -88,8 +88,8 @@ def test_sentences_per_doc_draws_distinct_sentences_of_the_document_up_to_what_i
 def test_the_static_table_gets_sparse_gradients_only_when_asked(sparse):
     from tokenizers import Tokenizer
 
-    from training.distill import static_model
-    from training.train_step import embed
+    from training.distill.students_fit import static_model
+    from training.train.step import embed
 
     tokenizer = Tokenizer.from_file(str(default_model_path() / "tokenizer.json"))
     table = np.random.default_rng(0).standard_normal((tokenizer.get_vocab_size(), 8)).astype(np.float32)
@@ -102,9 +102,9 @@ def test_the_static_table_gets_sparse_gradients_only_when_asked(sparse):
 def test_fit_student_calls_on_step_after_every_step_and_learns():
     from tokenizers import Tokenizer
 
-    from training.distill import static_model
-    from training.distill_loop import fit_student
-    from training.distill_pairs import DistillPairs
+    from training.distill.loop import fit_student
+    from training.distill.pairs import DistillPairs
+    from training.distill.students_fit import static_model
 
     tokenizer = Tokenizer.from_file(str(default_model_path() / "tokenizer.json"))
     rng = np.random.default_rng(0)

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
-from training.embedding_cache import EmbeddingCache, corpus_fingerprint, model_fingerprint
-from training.evaluate import encode_corpus
-from training.retrieval_data import Document
+from training.data.retrieval_data import Document
+from training.eval.embedding_cache import EmbeddingCache, corpus_fingerprint, model_fingerprint
+from training.eval.evaluate import encode_corpus
 
 CORPUS = {
     f"d{i}": Document(f"d{i}", f"title {i}", f"document number {i} about topic {i % 3}", {}) for i in range(6)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from contract.encoder import document_text
-from contract.mutation_log import MutationLog, NewDocument
-from training.fold import fold_log
-from training.retrieval_data import Document
+from contract.encoding.encoder import document_text
+from contract.mutations.log import MutationLog, NewDocument
+from training.data.retrieval_data import Document
+from training.publish.mutation_fold import fold_log
 
 
 def test_fold_applies_the_log_up_to_its_head(tmp_path, shared_encoder):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy.stats import binom
 
-from contract.report_schema import Estimate, NotComputable
+from contract.bundles.report_schema import Estimate, NotComputable
 from training.gap import bounds
 from training.gap import estimators as est
 from training.gap.anchors import Anchors

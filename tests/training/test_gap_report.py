@@ -11,18 +11,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from contract.bundles.report_schema import REPORT_FILE, Bound, Estimate, GapReport, NotComputable, Term
 from contract.config import TrainConfig
-from contract.encoder import Encoder
+from contract.encoding.encoder import Encoder
+from contract.encoding.similarity import Similarity
 from contract.errors import ConfigError
-from contract.report_schema import REPORT_FILE, Bound, Estimate, GapReport, NotComputable, Term
-from contract.similarity import Similarity
-from training.beir import load_beir
+from training.data.beir import load_beir
+from training.data.query_sample import subset
+from training.data.retrieval_data import Document, RetrievalData
 from training.gap import bounds
 from training.gap.report import compute_report, report_after_training, write_report
 from training.gap.risk_vs_k import K_POOL_FRACTION
 from training.gap.training_k import K_RULE, actual_training_k, training_k
-from training.query_sample import subset
-from training.retrieval_data import Document, RetrievalData
 
 TOPICS = [
     (
@@ -260,7 +260,7 @@ def test_training_writes_the_report_and_the_cli_regenerates_it(scifact, tmp_path
     import torch
 
     from tests.training.scifact_slice import scifact_slice
-    from training.trainer import train
+    from training.train.trainer import train
 
     data_dir = scifact_slice(scifact, tmp_path / "data", n_train=8, n_test=6, n_distractors=16)
     config = TrainConfig(
@@ -304,7 +304,7 @@ def test_training_writes_the_report_and_the_cli_regenerates_it(scifact, tmp_path
 
 
 def test_subset_helper_is_still_what_the_scifact_test_expects():
-    # guards the contract of training.query_sample.subset used above (queries keep their qrels)
+    # guards the contract of training.data.query_sample.subset used above (queries keep their qrels)
     train, _ = _toy_splits()
     small = subset(train, n_queries=3, n_distractors=2, seed=0)
     assert len(small.queries) == 3 and all(q in small.qrels for q in small.queries)

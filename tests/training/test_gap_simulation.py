@@ -1,4 +1,4 @@
-"""Validation on a synthetic world with known truth (training/gap/simulate.py): fast versions of the
+"""Validation on a synthetic world with known truth (training/experiments/gap_simulation.py): fast versions of the
 studies in bench/gap_validation.py."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import math
 import numpy as np
 import pytest
 
+from training.experiments.gap_simulation import SphereWorld, sample_uniform_cosine, true_risk
 from training.gap import bootstrap, inverse_k_fit
 from training.gap import estimators as est
-from training.gap.simulate import SphereWorld, sample_uniform_cosine, true_risk
 
 WORLD = SphereWorld(dim=8, kappa=10.0, tau=0.5)
 
@@ -99,7 +99,7 @@ def _sphere_anchors(world: SphereWorld, n: int, n_pool: int, seed: int):
     ],
 )
 def test_a_rejected_fit_is_not_served_as_an_estimate_of_ce_inf(world):
-    from contract.report_schema import Estimate, NotComputable
+    from contract.bundles.report_schema import Estimate, NotComputable
     from training.gap.risk_vs_k import risk_vs_k_section
 
     a = _sphere_anchors(world, 600, 4000, 0)
@@ -113,7 +113,7 @@ def test_a_rejected_fit_is_not_served_as_an_estimate_of_ce_inf(world):
 
 
 def test_accepted_fit_is_an_estimate_near_the_truth():
-    from contract.report_schema import Estimate
+    from contract.bundles.report_schema import Estimate
     from training.gap.risk_vs_k import risk_vs_k_section
 
     a = _sphere_anchors(WORLD, 600, 4000, 2)
@@ -124,7 +124,7 @@ def test_accepted_fit_is_an_estimate_near_the_truth():
 
 
 def test_finite_pool_correction_restores_coverage_of_the_population_ce_inf():
-    from contract.report_schema import Estimate, NotComputable
+    from contract.bundles.report_schema import Estimate, NotComputable
     from training.gap.risk_vs_k import risk_vs_k_section
 
     # a small pool: log μ̂ over N = 200 documents is biased by ≈ −c1/N = −14.1/200 ≈ −0.07 nats

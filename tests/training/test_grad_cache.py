@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from training.grad_cache import cached_loss_backward
 from training.losses.an_info_nce import AnInfoNCELoss
 from training.losses.info_nce import InfoNCELoss
-from training.train_step import embed
+from training.train.grad_cache import cached_loss_backward
+from training.train.step import embed
 
 QUERIES = [
     "Aspirin lowers the risk of colorectal cancer.",

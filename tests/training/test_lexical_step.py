@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tests.training.scifact_slice import scifact_slice
-from training.data import load_split
-from training.lexical_step import validation_split
-from training.validation import carve_validation
+from training.data.split import load_split
+from training.data.validation_carve import carve_validation
+from training.hybrid.lexical_step import validation_split
 
 pytestmark = pytest.mark.scifact
 

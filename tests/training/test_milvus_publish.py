@@ -9,20 +9,20 @@ import shutil
 import numpy as np
 import pytest
 
-from contract.bundle import load_bundle, read_manifest
-from contract.encoder import Encoder, Similarity
+from contract.bundles.bundle import load_bundle, read_manifest
+from contract.encoding.encoder import Encoder, Similarity
 from contract.errors import IndexBuildError
-from contract.index_backend import MILVUS_EXTRAS, BackendConfig
-from contract.milvus_index import alias_name, connect
-from contract.milvus_pointer import MilvusPointer
+from contract.index.backend import MILVUS_EXTRAS, BackendConfig
+from contract.milvus.index import alias_name, connect
+from contract.milvus.pointer import MilvusPointer
 from tests.servers import milvus_server
-from training.bundle_build import build_bundle
-from training.bundle_store import PUBLISH_STEPS, BundleStore
-from training.index_factory import recall_at
-from training.milvus_housekeeping import reconcile_live_alias, sweep_orphan_collections
-from training.milvus_publish import milvus_builder
-from training.milvus_rows import typed_fields
-from training.retrieval_data import Document
+from training.bundle.build import build_bundle
+from training.bundle.store import PUBLISH_STEPS, BundleStore
+from training.data.retrieval_data import Document
+from training.export.index_factory import recall_at
+from training.export.milvus_build import milvus_builder
+from training.export.milvus_rows import typed_fields
+from training.publish.milvus_housekeeping import reconcile_live_alias, sweep_orphan_collections
 
 N, DIM = 60, 384
 
@@ -123,7 +123,7 @@ def test_an_alias_left_behind_by_a_crash_after_current_is_reconciled(shared_enco
     assert f"points at {new}" in stale.readiness_problems()[0]
     assert _alias_target(milvus) == new
 
-    # the next publish does it too (training.publish calls this before BundleStore.publish); idempotent
+    # the next publish does it too (training.publish.index_model calls this before BundleStore.publish); idempotent
     connect(milvus).alter_alias(old, alias_name("pubtest"))
     assert reconcile_live_alias(store, MilvusPointer(milvus)) is True
     assert _alias_target(milvus) == new
@@ -264,8 +264,8 @@ def test_index_model_publishes_to_milvus_and_a_failed_publish_drops_its_collecti
     scifact, milvus, tmp_path, monkeypatch
 ):
     from tests.training.test_publish import write_slice
-    from training.embedding_cache import EmbeddingCache
-    from training.publish import index_model
+    from training.eval.embedding_cache import EmbeddingCache
+    from training.publish.index_model import index_model
 
     data = write_slice(scifact, tmp_path / "slice", n_queries=10, n_distractors=30)
     bundles = tmp_path / "bundles"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.negatives import mine_hard_negatives, no_duplicate_batches, random_negatives
+from training.train.negatives import mine_hard_negatives, no_duplicate_batches, random_negatives
 
 
 def _unit_rows(rng: np.random.Generator, n: int, d: int) -> np.ndarray:

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from contract.bundle import load_bundle
-from training.bundle_store import BundleStore
+from contract.bundles.bundle import load_bundle
+from training.bundle.store import BundleStore
 
 pytestmark = pytest.mark.scifact
 

@@ -11,14 +11,14 @@ import numpy as np
 import pytest
 
 from contract.config import TrainConfig
-from contract.encoder import document_text
+from contract.encoding.encoder import document_text
 from contract.errors import ConfigError, JobCancelled
-from training.beir import load_beir
-from training.bundle_store import BundleStore
-from training.evaluate import evaluate, trec_metrics
-from training.publish import index_model
-from training.query_sample import subset
-from training.run_story import resolve_run
+from training.bundle.store import BundleStore
+from training.data.beir import load_beir
+from training.data.query_sample import subset
+from training.eval.evaluate import evaluate, trec_metrics
+from training.publish.index_model import index_model
+from training.publish.provenance import resolve_run
 
 pytestmark = pytest.mark.scifact
 REPO = Path(__file__).resolve().parents[2]
@@ -77,7 +77,9 @@ def test_index_model_publishes_a_servable_bundle(run_dir, slice_dir, shared_enco
     m = bundle.manifest
     data = load_beir(slice_dir, "test")
     assert m.n_vectors == len(data.corpus) == len(bundle.doc_ids)
-    assert m.training_config.config == TrainConfig(loss="infonce", epochs=1)  # typed (contract.run_record)
+    assert m.training_config.config == TrainConfig(
+        loss="infonce", epochs=1
+    )  # typed (contract.bundles.run_record)
     assert m.extras["training_metrics"]["base"]["ndcg@10"] == 0.6
     # the index was tuned on the real test queries, and the recall it reports is measured
     assert m.index.kind == "hnsw" and m.index.tune_queries == len(data.queries)
@@ -162,9 +164,9 @@ def test_a_cancel_during_indexing_publishes_nothing(run_dir, slice_dir, tmp_path
 
 
 def test_encode_corpus_in_checkpointed_chunks_matches_one_call(shared_encoder, slice_dir, monkeypatch):
-    import training.evaluate as evaluate_module
-    from training.beir import load_beir
-    from training.evaluate import encode_corpus
+    import training.eval.evaluate as evaluate_module
+    from training.data.beir import load_beir
+    from training.eval.evaluate import encode_corpus
 
     corpus = load_beir(slice_dir, "test").corpus
     ids, whole = encode_corpus(shared_encoder, corpus, show_progress=False)
@@ -208,6 +210,6 @@ def test_cli_index_command(run_dir, scifact, tmp_path):
     bad = subprocess.run(
         [*cmd[:-3], "--index", "annoy"], cwd=REPO, capture_output=True, text=True, timeout=300, check=False
     )
-    # the parser refuses it before any work, naming the option and the allowed kinds (training/cli_choices.py)
+    # the parser refuses it before any work, naming the option and the allowed kinds (training/cli/choices.py)
     assert bad.returncode == 2 and "'--index'" in bad.stderr and "'annoy' is not one of 'auto'" in bad.stderr
     assert "Traceback" not in bad.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.served_risk import served_risks
+from training.gap.served_risk import served_risks
 
 
 def _unit(x: np.ndarray) -> np.ndarray:

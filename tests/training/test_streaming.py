@@ -21,10 +21,10 @@ import sys
 import numpy as np
 
 from tests.servers import milvus_server
-from training.embedding_cache import EmbeddingCache
-from training.evaluate import encode_corpus
-from training.retrieval_data import Document
-from training.shards import ShardWriter, encode_corpus_to_disk, exact_top_k
+from training.data.retrieval_data import Document
+from training.eval.embedding_cache import EmbeddingCache
+from training.eval.evaluate import encode_corpus
+from training.export.shards import ShardWriter, encode_corpus_to_disk, exact_top_k
 
 N, DIM = 20_000, 384
 N_INDEX = 60_000  # index_model's probe: 92 MB of embeddings

@@ -7,7 +7,13 @@ import pytest
 import torch
 
 from contract.errors import ConfigError
-from training.synthetic import linear_r2, match_features, run_experiment, sample_positives, sample_sphere
+from training.experiments.aninfonce_synthetic import (
+    linear_r2,
+    match_features,
+    run_experiment,
+    sample_positives,
+    sample_sphere,
+)
 
 
 @pytest.fixture()

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from training.demo_data import build_demo_dataset
-from training.timing import TIMINGS_FILE, PhaseTimer, phase
+from training.data.demo_data import build_demo_dataset
+from training.train.phase_timer import TIMINGS_FILE, PhaseTimer, phase
 
 
 def test_phases_add_up_and_are_written(tmp_path):

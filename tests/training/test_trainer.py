@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from contract.config import TrainConfig
-from contract.encoder import Encoder
+from contract.encoding.encoder import Encoder
 from tests.training.scifact_slice import scifact_slice
 from training.gap.training_k import training_k
-from training.trainer import train
+from training.train.trainer import train
 
 pytestmark = pytest.mark.scifact
 
@@ -124,9 +124,9 @@ def test_aninfonce_with_grad_cache_can_be_cancelled_from_on_progress(slice_dir, 
 def test_shared_extra_negatives_are_never_a_positive_of_any_batch_query():
     import numpy as np
 
-    from training.retrieval_data import Pair
-    from training.train_examples import extra_negatives as _extra_negatives
-    from training.train_step import linear_schedule
+    from training.data.retrieval_data import Pair
+    from training.train.examples import extra_negatives as _extra_negatives
+    from training.train.step import linear_schedule
 
     # Given: q0's mined negative (doc 3) is a labelled positive of q1, who is in the same batch
     pairs = [Pair("a", "A", query_id="q0", positive_id="d0"), Pair("b", "B", query_id="q1", positive_id="d1")]
@@ -148,8 +148,8 @@ def test_shared_extra_negatives_are_never_a_positive_of_any_batch_query():
 def test_title_pairs_are_seeded_titles_querying_their_own_body_without_the_title():
     import numpy as np
 
-    from training.retrieval_data import Document, RetrievalData
-    from training.train_examples import title_pairs
+    from training.data.retrieval_data import Document, RetrievalData
+    from training.train.examples import title_pairs
 
     # Given: 6 documents, one without a title and one without a body; q0 is a real query
     docs = [Document(f"d{i}", f"Title {i}", f"Body {i}.", {}) for i in range(6)]

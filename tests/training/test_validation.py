@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from training.pseudo_pairs import sentence_pairs
-from training.retrieval_data import Document, RetrievalData
-from training.validation import carve_validation
+from training.data.pseudo_pairs import sentence_pairs
+from training.data.retrieval_data import Document, RetrievalData
+from training.data.validation_carve import carve_validation
 
 
 def _data(n_queries: int) -> RetrievalData:

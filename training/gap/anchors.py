@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from contract.encoder import Encoder
+from contract.encoding.encoder import Encoder
 from contract.errors import ConfigError
 from contract.log_setup import progress_bars_enabled
-from training.evaluate import encode_corpus
+from training.data.retrieval_data import Document, RetrievalData
+from training.eval.evaluate import encode_corpus
 from training.gap.estimators import pad_exclusions
-from training.retrieval_data import Document, RetrievalData
 
 
 @dataclass

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from contract.report_schema import Bound, Estimate
+from contract.bundles.report_schema import Bound, Estimate
 from training.gap import bootstrap, bounds
 from training.gap import estimators as est
 from training.gap.anchors import Anchors

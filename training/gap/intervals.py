@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from contract.report_schema import Estimate
+from contract.bundles.report_schema import Estimate
 from training.gap import bootstrap
 
 

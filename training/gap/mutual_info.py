@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from contract.report_schema import Estimate, NotComputable
+from contract.bundles.report_schema import Estimate, NotComputable
 from training.gap import bootstrap
 from training.gap import estimators as est
 from training.gap.anchors import Anchors

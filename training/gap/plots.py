@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from contract.atomic import atomic_path
-from contract.report_schema import GapReport
+from contract.bundles.report_schema import GapReport
 
 logger = logging.getLogger(__name__)
 

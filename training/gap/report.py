@@ -39,21 +39,21 @@ from typing import Any
 import numpy as np
 
 from contract.atomic import write_text_atomic
+from contract.bundles.report_schema import REPORT_FILE, Bound, GapReport
 from contract.config import TrainConfig
-from contract.encoder import Encoder
+from contract.encoding.encoder import Encoder
 from contract.errors import ConfigError
 from contract.log_setup import progress_bars_enabled
-from contract.report_schema import REPORT_FILE, Bound, GapReport
-from training.data import load_split
+from training.data.query_sample import sample_queries
+from training.data.retrieval_data import Document, RetrievalData
+from training.data.split import load_split
+from training.data.validation_carve import carve_validation
 from training.gap.anchors import Anchors, build_anchors, pool_embeddings
 from training.gap.gap_at_k import gap_at_k_section, pool_notes
 from training.gap.mutual_info import MI_SAMPLER, MISection, mi_section
 from training.gap.risk_vs_k import risk_vs_k_section
 from training.gap.sections import NEGATIVE_SAMPLER, model_identity, retrieval_section, theory_section
 from training.gap.training_k import actual_training_k
-from training.query_sample import sample_queries
-from training.retrieval_data import Document, RetrievalData
-from training.validation import carve_validation
 
 logger = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def compute_report(
     level: float = 0.95,
 ) -> GapReport:
     """The full report for `encoder` (Whiteley 2026, arXiv 2607.09405); see the module docstring for what it
-    assumes. τ is the encoder's own (contract.similarity: risks divide by `logit_temperature`, the bound
+    assumes. τ is the encoder's own (contract.encoding.similarity: risks divide by `logit_temperature`, the bound
     terms use `effective_temperature`)."""
     if k < 1:
         raise ConfigError(f"k must be >= 1, got {k}")

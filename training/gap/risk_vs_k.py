@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from contract.report_schema import Estimate, InverseKFit, KSufficient, NotComputable, RiskAtK
+from contract.bundles.report_schema import Estimate, InverseKFit, KSufficient, NotComputable, RiskAtK
 from training.gap import bootstrap, inverse_k_fit
 from training.gap import estimators as est
 from training.gap.anchors import Anchors

@@ -10,9 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from contract.encoder import DEFAULT_MODEL_NAME, Encoder, default_model_path
-from contract.errors import ConfigError
-from contract.report_schema import (
+from contract.bundles.report_schema import (
     Bound,
     LambdaSummary,
     ModelIdentity,
@@ -22,12 +20,14 @@ from contract.report_schema import (
     Term,
     TheoryTerms,
 )
-from training.evaluate import EvalResult, evaluate
+from contract.encoding.encoder import DEFAULT_MODEL_NAME, Encoder, default_model_path
+from contract.errors import ConfigError
+from training.eval.evaluate import EvalResult, evaluate
 from training.gap import bootstrap, bounds
 from training.gap.intervals import estimate_from_boot
 
 if TYPE_CHECKING:
-    from training.retrieval_data import Document, RetrievalData
+    from training.data.retrieval_data import Document, RetrievalData
 
 NEGATIVE_SAMPLER = (
     "uniform i.i.d. (with replacement) from the corpus, the anchor query's relevant documents excluded; "

@@ -29,12 +29,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from contract.errors import InfonceSearchError, JobCancelled, JobOptionsInvalid, NoLiveBundle
-from contract.index_backend import BackendConfig
+from contract.index.backend import BackendConfig
 from contract.jobs.records import JobRecord, Progress, RecordStore, update
 from training.jobs.reporter import Reporter
 
 if TYPE_CHECKING:
-    from training.bundle_store import PublishResult
+    from training.bundle.store import PublishResult
 
 logger = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ def _confine(record: JobRecord, options: dict[str, Any]) -> tuple[list[str], Pat
 
 
 def _distill_config(distill: bool) -> Any:
-    from training.distill_config import DistillConfig
+    from training.distill.config import DistillConfig
 
     return DistillConfig() if distill else None
 
@@ -150,7 +150,7 @@ def _distill_config(distill: bool) -> Any:
 def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
     from contract.config import TrainConfig
     from contract.jobs.queue import RetrainOptions
-    from training.pipeline import run_pipeline
+    from training.publish.pipeline import run_pipeline
 
     options = RetrainOptions.model_validate(record.options)
     values = options.model_dump(exclude={"index_kind", "index_backend", "force", "onnx", "distill"})
@@ -181,9 +181,9 @@ def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
 
 def _reindex(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
     from contract.jobs.queue import ReindexOptions
-    from training.bundle_store import BundleStore
-    from training.embedding_cache import EmbeddingCache
-    from training.publish import index_model
+    from training.bundle.store import BundleStore
+    from training.eval.embedding_cache import EmbeddingCache
+    from training.publish.index_model import index_model
 
     options = ReindexOptions.model_validate(record.options)
     _confine(record, {"train_split": "test", "eval_split": "test"})

@@ -122,7 +122,7 @@ def run_worker(
 ) -> None:
     """Block running huey's consumer until SIGINT (graceful) or SIGTERM.
 
-    `device`: where retrain jobs train unless a job's options name one (training/device.py).
+    `device`: where retrain jobs train unless a job's options name one (training/train/device.py).
     """
     from training.jobs import tasks
 

@@ -8,7 +8,7 @@ and the loss is the cross-entropy of row i of s(q_i, candidates) against column 
 (Rusak et al. 2024/25, arXiv 2407.00143; the ½ follows the official code, whose positives are drawn from p(z⁺|z) ∝ e^{-½ dᵀΛd}).
 Λ is a per-dimension inverse temperature: on the sphere -½ λ ‖u - v‖² = λ⟨u, v⟩ - λ, and the constant
 cancels in the softmax, so Λ = λ·1 is plain InfoNCE at τ = 1/λ. Serving searches L2 on √Λ ⊙ e
-(contract.encoder.Encoder.to_index_space).
+(contract.encoding.encoder.Encoder.to_index_space).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from contract.encoding.similarity import Similarity
 from contract.errors import ConfigError
-from contract.similarity import Similarity
 
 logger = logging.getLogger(__name__)
 

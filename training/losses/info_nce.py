@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from contract.encoding.similarity import Similarity
 from contract.errors import ConfigError
-from contract.similarity import Similarity
 
 logger = logging.getLogger(__name__)
 

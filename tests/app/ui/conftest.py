@@ -22,7 +22,7 @@ SAVED: list[Path] = []  # screenshots written in this session (the summary names
 
 @pytest.fixture(scope="session")
 def ui_staged(tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> dict[str, Path]:
-    from training.bundle_build import build_bundle
+    from training.bundle.build import build_bundle
     from training.gap.report import compute_report, write_report
 
     ids = sorted(slice_data.queries)

@@ -11,9 +11,9 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import BaseModel
 
+from app.api.routes.ui import ASSETS, search_modes
 from app.main import create_app
-from app.routes.ui import ASSETS, search_modes
-from app.schemas import SearchRequest
+from app.schemas.search import SearchRequest
 from tests.app.conftest import make_settings
 
 pytestmark = pytest.mark.scifact

@@ -1,0 +1,71 @@
+"""FastAPI dependencies: the lifespan state as typed aliases, and the API-key check."""
+
+from __future__ import annotations
+
+import hmac
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from app.engine.batching import DirectRunner, MicroBatcher
+from app.errors import MissingApiKeyError, WrongApiKeyError
+from app.live.hot_swap import HotSwap
+from app.metrics import AppMetrics
+from app.settings import Settings
+
+
+def get_settings(request: Request) -> Settings:
+    return request.state.settings
+
+
+def get_hot_swap(request: Request) -> HotSwap:
+    return request.state.hot_swap
+
+
+def get_runner(request: Request) -> MicroBatcher | DirectRunner:
+    return request.state.runner
+
+
+def get_metrics(request: Request) -> AppMetrics:
+    return request.state.metrics
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+HotSwapDep = Annotated[HotSwap, Depends(get_hot_swap)]
+RunnerDep = Annotated[MicroBatcher | DirectRunner, Depends(get_runner)]
+MetricsDep = Annotated[AppMetrics, Depends(get_metrics)]
+
+
+def _given_key(request: Request) -> str | None:
+    given = request.headers.get("x-api-key")
+    auth = request.headers.get("authorization", "")
+    if given is None and auth.lower().startswith("bearer "):
+        given = auth[7:].strip()
+    return given or None
+
+
+def has_api_key(request: Request, settings: SettingsDep) -> bool:
+    """Read routes with more detail for the key holder: False without a key, 403 for a wrong one."""
+    if _given_key(request) is None:
+        return False
+    require_api_key(request, settings)
+    return True
+
+
+def require_api_key(request: Request, settings: SettingsDep) -> None:
+    """Mutating routes: header `X-API-Key: <key>` or `Authorization: Bearer <key>`."""
+    if settings.api_key is None:
+        raise WrongApiKeyError(
+            "this server has no API key configured (SEARCH_API_KEY), so mutating routes are disabled"
+        )
+    given = _given_key(request)
+    if not given:
+        raise MissingApiKeyError(
+            "this route needs an API key: send it as 'X-API-Key: <key>' or 'Authorization: Bearer <key>'",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+    if not hmac.compare_digest(given.encode(), settings.api_key.encode()):
+        raise WrongApiKeyError("wrong API key")
+
+
+ApiKeyDep = Depends(require_api_key)

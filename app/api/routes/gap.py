@@ -1,0 +1,67 @@
+"""GET /generalization-gap: the live bundle's GapReport as written, with its version and model, plus what
+only the live bundle knows: the query encoder it serves and the test metrics of each of its search modes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter
+
+from app.api.deps import HotSwapDep
+from app.engine.encoder_choice import served_section
+from app.engine.retrieval_modes import default_mode, modes
+from app.errors import ReportMissingError
+from app.schemas.search import GapResponse
+from contract.bundles.bundle import Bundle
+from contract.bundles.report_schema import ModeMetrics
+
+router = APIRouter(tags=["report"])
+
+
+@router.get(
+    "/generalization-gap",
+    response_model=GapResponse,
+    responses={
+        503: {"description": "No bundle is live."},
+        404: {"description": "The live bundle has no report."},
+    },
+    summary="Generalization-gap report of the live model",
+)
+async def generalization_gap(hot_swap: HotSwapDep) -> GapResponse:
+    """The estimated generalization gap (risks, gap, bounds; all in nats) reported when the live bundle
+    was built, with the bundle version and the model identity. The retrieval section also lists the test
+    metrics of every search mode the bundle has, its default (served) mode marked."""
+    live = hot_swap.require()
+    report = live.bundle.report
+    if report is None:
+        raise ReportMissingError(
+            f"bundle {live.version} has no generalization-gap report (report/report.json)"
+        )
+    served = served_section(live.bundle, live.backend, report)
+    update: dict[str, Any] = {"served_query_encoder": served}
+    if report.retrieval is not None:
+        update["retrieval"] = report.retrieval.model_copy(update={"by_mode": mode_rows(live.bundle)})
+    report = report.model_copy(update=update)
+    return GapResponse(version=live.version, model=live.serving_summary(), report=report)
+
+
+def mode_rows(bundle: Bundle) -> list[ModeMetrics]:
+    """The report's `retrieval.by_mode` from the bundle manifest: `metrics["test.<mode>"]` per mode the
+    bundle has; a bundle from before hybrid search records only `metrics["test"]`, its (dense) mode's."""
+    served, metrics = default_mode(bundle), bundle.manifest.metrics
+    rows = []
+    for mode in modes(bundle):
+        values = metrics.get(f"test.{mode}") or (metrics.get("test", {}) if mode == served else {})
+        rows.append(
+            ModeMetrics.model_validate(
+                {
+                    "mode": mode,
+                    "served": mode == served,
+                    "ndcg_at_10": values.get("ndcg@10"),
+                    "recall_at_10": values.get("recall@10"),
+                    "mrr_at_10": values.get("mrr@10"),
+                    "metrics": dict(values),
+                }
+            )
+        )
+    return rows

@@ -1,0 +1,119 @@
+"""POST /search: text or vector queries, top-k with filters, scored by the model's learned similarity."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body
+
+from app.api.deps import HotSwapDep, RunnerDep, SettingsDep
+from app.engine import retrieval_modes
+from app.engine.search_spec import SearchSpec
+from app.errors import InvalidInputError, ResponseTooLargeError
+from app.schemas.search import SEARCH_EXAMPLES, Hit, QueryResult, SearchRequest, SearchResponse, Timings
+from app.settings import Settings
+
+router = APIRouter(tags=["search"])
+HIT_OVERHEAD_BYTES = 40  # {"id":"","score":-0.123456789} and separators, per hit
+ERRORS: dict[int | str, dict[str, Any]] = {
+    422: {
+        "description": "Malformed body (`error.details` names each offending field), a request over the "
+        "token budget, or an answer over the response-size limit (`response_too_large`)."
+    },
+    413: {"description": "Body larger than SEARCH_MAX_BODY_BYTES."},
+    429: {"description": "The batching queue is full; retry later."},
+    503: {"description": "No bundle is live yet."},
+}
+
+
+@router.post(
+    "/search",
+    response_model=SearchResponse,
+    response_model_exclude_none=True,
+    responses=ERRORS,
+    summary="Search",
+)
+async def search(
+    body: Annotated[SearchRequest, Body(openapi_examples=SEARCH_EXAMPLES)],
+    hot_swap: HotSwapDep,
+    runner: RunnerDep,
+    settings: SettingsDep,
+) -> SearchResponse:
+    """Top-k documents per query, best first. Scores are the learned similarity of the live model
+    (cosine for InfoNCE; -1/2 * sum_c lambda_c (u_c - v_c)^2 for AnInfoNCE), see `metric`."""
+    started = time.perf_counter()
+    live = hot_swap.require()  # one bundle for the whole request, even if a swap happens meanwhile
+    field = next(n for n in ("query", "queries", "vector", "vectors") if getattr(body, n) is not None)
+    _check_limits(body, field, settings)
+    tokens = None
+    if body.texts is not None:
+        tokens = await asyncio.to_thread(live.count_tokens, body.texts)
+        if sum(tokens) > settings.max_request_tokens:
+            raise InvalidInputError(
+                f"body.{field}: {sum(tokens)} tokens, above this server's budget of "
+                f"{settings.max_request_tokens} per request (send fewer or shorter queries)"
+            )
+    raw = body.raw_vectors
+    spec = SearchSpec(
+        texts=body.texts,
+        tokens=tokens,
+        vectors=live.vectors_to_index_space(raw, field) if raw is not None else None,
+        k=body.top_k,
+        filter=body.filter_dict(),
+        min_score=body.min_score,
+        include=list(dict.fromkeys(body.include)),
+        mode=retrieval_modes.resolve(body.mode, live.bundle, has_text=body.texts is not None),
+    )
+    answer = await runner.submit(live, spec)
+    size = _estimated_bytes(answer.hits)
+    if size > settings.max_response_bytes:
+        raise ResponseTooLargeError(
+            f"the answer would be about {size:,} bytes, above this server's limit of "
+            f"{settings.max_response_bytes:,}: ask for a smaller top_k, fewer queries or fewer include fields"
+        )
+    return SearchResponse(
+        version=live.version,
+        metric=live.encoder.metric,
+        mode=spec.mode,
+        results=[QueryResult(hits=h) for h in answer.hits],
+        timings=Timings(
+            encode_ms=round(answer.encode_ms, 3),
+            search_ms=round(answer.search_ms, 3),
+            total_ms=round((time.perf_counter() - started) * 1000, 3),
+        ),
+    )
+
+
+def _check_limits(body: SearchRequest, field: str, settings: Settings) -> None:
+    """This server's limits on one request (SEARCH_MAX_*): a 422 naming the field past its limit."""
+    if body.n_queries > settings.max_batch:
+        raise InvalidInputError(
+            f"body.{field}: {body.n_queries} queries, at most {settings.max_batch} per request"
+        )
+    if body.top_k > settings.max_top_k:
+        raise InvalidInputError(
+            f"body.top_k: {body.top_k} is above this server's limit of {settings.max_top_k}"
+        )
+    if body.filter and len(body.filter) > settings.max_filter_fields:
+        raise InvalidInputError(
+            f"body.filter: {len(body.filter)} fields, this server's limit is {settings.max_filter_fields}"
+        )
+    long = [i for i, t in enumerate(body.texts or []) if len(t) > settings.max_query_chars]
+    if long:
+        where = "query" if field == "query" else f"queries[{long[0]}]"
+        raise InvalidInputError(
+            f"body.{where}: longer than this server's limit of {settings.max_query_chars} characters"
+        )
+
+
+def _estimated_bytes(hits: list[list[Hit]]) -> int:
+    """JSON size of the hits, within a few percent (no serialisation: it runs for every request)."""
+    total = 0
+    for per_query in hits:
+        for h in per_query:
+            total += HIT_OVERHEAD_BYTES + len(h.id) + len(h.title or "") + len(h.text or "")
+            if h.metadata is not None:
+                total += len(str(h.metadata))
+    return total

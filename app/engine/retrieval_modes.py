@@ -1,0 +1,93 @@
+"""Retrieval modes of POST /search: dense (FAISS), lexical (BM25) and hybrid (both, fused).
+
+The mode a request gets: the one it asks for, else the live bundle's default, recorded at index time as
+the best on validation queries (manifest `extras["retrieval"]`, training.hybrid.fusion_tuning). A vector query
+has no words, so it is dense whatever the default; asking for lexical or hybrid with one is a 422, and so
+is asking for either from a bundle built before hybrid search (it has no lexical index: dense only).
+
+What `score` (and so `min_score`) means per mode: dense, the model's learned similarity; lexical, the
+BM25 score (≥ 0, unbounded, only documents sharing a term with the query); hybrid, the fused score: for
+RRF Σ 1/(k + rank) over the two lists (at most 2/(k+1)), for the convex fusion α·dense + (1−α)·lexical
+of scores min-max normalised within each list (in [0, 1]). contract/index/fusion.py has the formulas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from app.errors import InvalidInputError
+from contract.index.fusion import MODES, FusionParams, fuse
+from contract.index.vector_index import Ranking
+
+if TYPE_CHECKING:
+    from contract.bundles.bundle import Bundle
+
+EXTRAS_KEY = "retrieval"
+
+
+def record(bundle: Bundle) -> dict[str, Any]:
+    value = bundle.manifest.extras.get(EXTRAS_KEY)
+    return value if isinstance(value, dict) else {}
+
+
+def default_mode(bundle: Bundle) -> str:
+    mode = record(bundle).get("default_mode", "dense")
+    return mode if bundle.lexical is not None and mode in MODES else "dense"
+
+
+def modes(bundle: Bundle) -> list[str]:
+    return list(MODES) if bundle.lexical is not None else ["dense"]
+
+
+def fusion_params(bundle: Bundle) -> FusionParams:
+    return FusionParams.from_record(record(bundle).get("fusion"))
+
+
+def resolve(requested: str | None, bundle: Bundle, *, has_text: bool) -> str:
+    """The mode that answers a request (422 naming body.mode when it cannot be served)."""
+    if requested is None:
+        return default_mode(bundle) if has_text else "dense"
+    if requested != "dense" and not has_text:
+        raise InvalidInputError(
+            f"body.mode: {requested!r} searches words; a vector query can only be searched in mode 'dense'"
+        )
+    if requested != "dense" and bundle.lexical is None:
+        raise InvalidInputError(
+            f"body.mode: bundle {bundle.version} has no lexical index (built before hybrid search): "
+            "only 'dense' is available"
+        )
+    return requested
+
+
+def rows(
+    bundle: Bundle,
+    mode: str,
+    texts: list[str],
+    vectors: np.ndarray,
+    k: int,
+    allowed: np.ndarray | None,
+    *,
+    dense: Callable[[np.ndarray, int], list[Ranking]],
+    excluded: np.ndarray | None = None,
+) -> list[Ranking]:
+    """Lexical or hybrid rankings of one request (per text).
+
+    `allowed` (the filter's bundle positions) binds the BM25 list; `dense` is the overlay's search
+    (bundle + upserts, the same filter applied, contract/mutations/overlay.py); `excluded` (deleted or replaced
+    bundle positions) is kept out of the BM25 list. BM25 covers the bundle's own documents only: an
+    upserted document is found by the dense side of hybrid, not by lexical mode, until a reindex folds
+    the log in.
+    """
+    assert bundle.lexical is not None  # resolve() refuses these modes without one
+    if excluded is not None and len(excluded):
+        base = np.arange(bundle.lexical.n_docs, dtype=np.int64) if allowed is None else allowed
+        allowed = np.setdiff1d(base, excluded, assume_unique=True)
+    if mode == "lexical":
+        return bundle.lexical.search(texts, k, allowed=allowed)
+    params = fusion_params(bundle)
+    depth = max(k, params.depth)
+    lexical = bundle.lexical.search(texts, depth, allowed=allowed)
+    return [fuse(d, lx, params, k) for d, lx in zip(dense(vectors, depth), lexical, strict=True)]

@@ -1,0 +1,56 @@
+"""One request must not hold the inference thread for long: a token budget and fair slicing.
+
+Encoding cost grows with tokens, not characters or queries (a 2,048-character query is ~400 tokens cut
+to the model's 256; a typical one is ~20), so the budget is counted in tokens, with the serving model's
+own tokenizer and truncation:
+
+- a request over `Settings.max_request_tokens` is refused up front (422, naming the field);
+- a request over `Settings.fair_chunk_tokens` is run as consecutive slices of at most that many tokens
+  (at least one query each), each queued on its own behind whatever arrived meanwhile. Both runners
+  are FIFO (the micro-batch queue; the one-thread executor), so a small request waits for at most one
+  slice of a big one, not for all of it. bench/fairness_bench.py measures single-query latency while
+  a big batch runs.
+
+The answer of a sliced request is its slices' hits in order, with their encode and search times summed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+
+import numpy as np
+
+from app.engine.search_spec import SearchAnswer, SearchSpec
+
+
+def slices(spec: SearchSpec, max_tokens: int) -> list[SearchSpec]:
+    """Consecutive slices of `spec`'s texts with at most `max_tokens` tokens each (one text at least)."""
+    if spec.texts is None or spec.tokens is None or sum(spec.tokens) <= max_tokens:
+        return [spec]
+    out: list[SearchSpec] = []
+    start, used = 0, 0
+    for i, n in enumerate(spec.tokens):
+        if i > start and used + n > max_tokens:
+            out.append(replace(spec, texts=spec.texts[start:i], tokens=spec.tokens[start:i]))
+            start, used = i, 0
+        used += n
+    out.append(replace(spec, texts=spec.texts[start:], tokens=spec.tokens[start:]))
+    return out
+
+
+async def run_sliced(
+    run_one: Callable[[SearchSpec], Awaitable[SearchAnswer]], spec: SearchSpec, max_tokens: int
+) -> SearchAnswer:
+    """Run `spec` slice by slice through `run_one` (each slice queues anew) and join the answers."""
+    parts = slices(spec, max_tokens)
+    if len(parts) == 1:
+        return await run_one(spec)
+    answers = [await run_one(part) for part in parts]
+    vectors = [a.vectors for a in answers if a.vectors is not None]
+    return SearchAnswer(
+        hits=[hits for a in answers for hits in a.hits],
+        encode_ms=sum(a.encode_ms for a in answers),
+        search_ms=sum(a.search_ms for a in answers),
+        vectors=np.concatenate(vectors) if vectors else None,  # an /embed request's slices, in order
+    )

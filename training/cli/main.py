@@ -1,0 +1,108 @@
+"""`python -m training …`: the command line of the offline side.
+
+    python -m training train --data DIR --out DIR [--epochs 2 --hard-negatives 3 …] [--config FILE.json]
+
+This module assembles the typer app; each command lives beside it (cli_train: train, pipeline; cli_index:
+index; cli_report: report; distill_cli; bundles_cli; jobs/cli: jobs, worker). Every TrainConfig field is an
+option of `train` and `pipeline`, generated from the model with its description as help
+(training/cli/config_options.py), so the two cannot drift apart. Domain errors and invalid options end as one
+line on stderr and exit code 2, never a traceback. Logging is configured here, once per command.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from training.cli.bundles import bundles_app
+from training.cli.choices import LogLevelOpt
+from training.cli.distill import distill_cmd
+from training.cli.index import index_cmd
+from training.cli.jobs import jobs_app, worker
+from training.cli.report import report_cmd
+from training.cli.support import configure_logging, fail
+from training.cli.train import pipeline_cmd, train_cmd
+
+app = typer.Typer(
+    help="infonce-search offline tools: fine-tune an encoder with InfoNCE, report, index, publish.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,  # plain click help: long flags are never cut in a narrow terminal
+)
+
+
+def demo_data_cmd(
+    out: Annotated[Path, typer.Option("--out", help="Folder to write (replaced if it exists).")],
+    docs: Annotated[
+        int | None, typer.Option("--docs", min=2, help="Documents (= queries) in the corpus [default: 1100].")
+    ] = None,
+    test_queries: Annotated[
+        int | None,
+        typer.Option("--test-queries", min=1, help="Queries held out in qrels/test.tsv [default: 300]."),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sample and the train/test split.")] = 0,
+    log_level: LogLevelOpt = "INFO",
+) -> None:
+    configure_logging(log_level)
+    from training.data.demo_data import DEFAULT_DOCS, DEFAULT_TEST_QUERIES, build_demo_dataset
+
+    try:
+        path = build_demo_dataset(
+            out, n_docs=docs or DEFAULT_DOCS, n_test=test_queries or DEFAULT_TEST_QUERIES, seed=seed
+        )
+    except (ValueError, OSError) as exc:
+        fail(f"demo-data: {exc}")
+    typer.echo(f"demo dataset written to {path}")
+
+
+app.command("train", help="Fine-tune the encoder on a dataset and print base-vs-tuned metrics.")(train_cmd)
+app.command("index", help="Encode a corpus with a trained model, build a FAISS bundle and publish it.")(
+    index_cmd
+)
+app.command("report", help="Regenerate the generalization-gap report (report.json + PNG plots) for a model.")(
+    report_cmd
+)
+app.command(
+    "demo-data", help="Build the demo dataset (BEIR folder) from this Python's standard-library docstrings."
+)(demo_data_cmd)
+app.command(
+    "pipeline",
+    help="Train, write the gap report, build the index and publish the bundle through the quality gate.",
+)(pipeline_cmd)
+app.add_typer(jobs_app, name="jobs")  # light: huey + pydantic, no torch
+app.add_typer(bundles_app, name="bundles")
+app.command(
+    "distill", help="Train cheap query encoders into the live bundle's space; publish a new version."
+)(distill_cmd)
+app.command("worker", help="Run the job worker (huey consumer) until interrupted.")(worker)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib import metadata
+
+        try:
+            version = metadata.version("infonce-search")
+        except metadata.PackageNotFoundError:  # a source checkout that was never installed
+            version = "0+unknown"
+        typer.echo(f"infonce-search {version}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """infonce-search offline tools."""
+
+
+def main() -> None:
+    """Console entry point (`infonce-search`, `python -m training`)."""
+    app(prog_name="python -m training" if sys.argv and sys.argv[0].endswith("__main__.py") else None)

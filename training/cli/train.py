@@ -1,0 +1,165 @@
+"""`python -m training train` and `pipeline`: the commands that run training. Their training options are
+generated from TrainConfig (training/cli/config_options.py); torch loads only once a run starts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from contract.config import TrainConfig
+from training.cli.choices import IndexOpt, LogLevelOpt
+from training.cli.config_options import ConfigFileOpt, load_config, with_config_options
+from training.cli.index import (
+    DistillOpt,
+    IndexBackendOpt,
+    KeepOpt,
+    MilvusNameOpt,
+    MilvusTokenOpt,
+    MilvusUriOpt,
+    OnnxOpt,
+    backend_config,
+    distill_config,
+)
+from training.cli.support import JsonOpt, QuietOpt, configure_logging, echo_json, fail, one_line_errors
+
+if TYPE_CHECKING:
+    from training.publish.pipeline import PipelineResult
+
+DataOpt = Annotated[
+    Path,
+    typer.Option(
+        "--data", help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv) or a pairs JSONL file."
+    ),
+]
+
+
+def metrics_table(base: dict[str, float], tuned: dict[str, float]) -> str:
+    names = [n for n in ("ndcg@10", "mrr@10", "recall@1", "recall@10", "recall@100") if n in base]
+    lines = [f"{'metric':<11}{'base':>8}{'tuned':>8}{'change':>9}"]
+    lines += [f"{n:<11}{base[n]:>8.4f}{tuned[n]:>8.4f}{tuned[n] - base[n]:>+9.4f}" for n in names]
+    return "\n".join(lines)
+
+
+def _prepare_run(
+    data: Path, config_file: Path | None, log_level: str, overrides: dict[str, Any], *, quiet: bool = False
+) -> TrainConfig:
+    """What `train` and `pipeline` do before a run: logging, the config, a dataset that exists."""
+    configure_logging(log_level, quiet=quiet)
+    config = load_config(config_file, overrides)
+    if not data.exists():
+        fail(f"--data {data}: no such file or folder (expected a BEIR folder or a pairs JSONL file)")
+    return config
+
+
+@with_config_options
+def train_cmd(
+    data: DataOpt,
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out", help="Output folder: model/, config.json, metrics.json, train_log.jsonl, report/."
+        ),
+    ],
+    config_file: ConfigFileOpt = None,
+    log_level: LogLevelOpt = "INFO",
+    quiet: QuietOpt = False,
+    as_json: JsonOpt = False,
+    **overrides: Any,
+) -> None:
+    config = _prepare_run(data, config_file, log_level, overrides, quiet=quiet)
+    from training.train.trainer import train  # torch and friends load only when a run starts
+
+    with one_line_errors():
+        result = train(config, data, out, show_progress=not quiet)
+    if as_json:
+        echo_json(
+            {
+                "base": result.base_metrics,
+                "tuned": result.tuned_metrics,
+                "train_seconds": result.train_seconds,
+                "out_dir": result.out_dir,
+                "model_dir": result.model_dir,
+                "metrics_path": result.metrics_path,
+                "report_dir": result.report_dir,
+            }
+        )
+        return
+    typer.echo(metrics_table(result.base_metrics, result.tuned_metrics))
+    typer.echo(
+        f"trained in {result.train_seconds:.0f}s; model in {result.model_dir}, metrics in {result.metrics_path}"
+    )
+
+
+@with_config_options
+def pipeline_cmd(
+    data: DataOpt,
+    bundles: Annotated[Path, typer.Option("--bundles", help="Bundles folder (versions + CURRENT).")],
+    work_dir: Annotated[
+        Path, typer.Option("--work-dir", help="Where training run folders are written.")
+    ] = Path("runs"),
+    index: IndexOpt = "auto",
+    target_recall: Annotated[
+        float, typer.Option("--target-recall", help="ANN recall@10 vs exact search to tune to.")
+    ] = 0.95,
+    force: Annotated[
+        bool, typer.Option("--force", help="Make the bundle live even if the quality gate rejects it.")
+    ] = False,
+    keep: KeepOpt = 5,
+    onnx: OnnxOpt = True,
+    distill: DistillOpt = False,
+    config_file: ConfigFileOpt = None,
+    log_level: LogLevelOpt = "INFO",
+    quiet: QuietOpt = False,
+    as_json: JsonOpt = False,
+    index_backend: IndexBackendOpt = "faiss",
+    milvus_uri: MilvusUriOpt = None,
+    milvus_token: MilvusTokenOpt = None,
+    milvus_name: MilvusNameOpt = None,
+    **overrides: Any,
+) -> None:
+    config = _prepare_run(data, config_file, log_level, overrides, quiet=quiet)
+    from training.publish.pipeline import run_pipeline  # torch and friends load only when a run starts
+
+    with one_line_errors():
+        backend = backend_config(index_backend, milvus_uri, milvus_token, milvus_name)
+        result = run_pipeline(
+            data,
+            bundles,
+            config=config,
+            work_dir=work_dir,
+            index_kind=index,
+            target_recall=target_recall,
+            force=force,
+            keep=keep,
+            onnx=onnx,
+            distill=distill_config(distill),
+            show_progress=not quiet,
+            backend=backend,
+        )
+    _print_pipeline(result, as_json)
+
+
+def _print_pipeline(result: PipelineResult, as_json: bool) -> None:
+    """The pipeline's outcome: metrics, the bundle's fate and each phase's wall time (or all as JSON)."""
+    if as_json:
+        echo_json(
+            {
+                "base": result.train.base_metrics,
+                "tuned": result.train.tuned_metrics,
+                "publish": result.publish.model_dump(),
+                "phase_seconds": result.timer.seconds,
+                "seconds": result.seconds,
+                "run_dir": result.run_dir,
+            }
+        )
+        return
+    typer.echo(metrics_table(result.train.base_metrics, result.train.tuned_metrics))
+    published = result.publish
+    state = "live" if published.live else "kept as a candidate"
+    typer.echo(f"bundle {published.version} {state} ({published.reason})")
+    typer.echo(result.timer.table())
+    typer.echo(
+        f"run folder {result.run_dir} (phase times in timings.json); pipeline took {result.seconds:.0f}s"
+    )

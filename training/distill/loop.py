@@ -1,0 +1,146 @@
+"""The distillation loop: the student's query tower trained with InfoNCE against fixed document vectors."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from training.distill.config import DistillConfig
+from training.distill.pairs import DistillPairs
+from training.losses.info_nce import info_nce_loss
+from training.train.negatives import no_duplicate_batches
+
+logger = logging.getLogger(__name__)
+
+
+def student_loss(
+    student_q: torch.Tensor,
+    teacher_q: torch.Tensor,
+    docs: torch.Tensor,
+    extra: torch.Tensor | None,
+    *,
+    temperature: float,
+    match_weight: float,
+) -> torch.Tensor:
+    """InfoNCE of student queries (B, D) against fixed docs (B, D) + extra (M, D); plus the matching term."""
+    loss = info_nce_loss(student_q, docs, temperature=temperature, extra_docs=extra)
+    if match_weight > 0:
+        loss = loss + match_weight * (1.0 - F.cosine_similarity(student_q, teacher_q, dim=-1)).mean()
+    return loss
+
+
+def fit_student(
+    model: Any,
+    params: list[torch.nn.Parameter],
+    optimizer: torch.optim.Optimizer,
+    pairs: DistillPairs,
+    doc_emb: np.ndarray,
+    teacher_q: np.ndarray,
+    negatives: list[list[int]],
+    *,
+    epochs: int,
+    temperature: float,
+    config: DistillConfig,
+    rng: np.random.Generator,
+    on_step: Callable[[int], None] | None = None,
+) -> dict[str, Any]:
+    """The readable loop: batches without repeated queries or positives, one InfoNCE step each.
+
+    `on_step(step)` runs after every step (bench/distill_search.py scores a validation curve with it).
+    """
+    batches_per_epoch = [
+        no_duplicate_batches(pairs.keys, pairs.positives, config.batch_size, rng, positives=pairs.known)
+        for _ in range(epochs)
+    ]
+    total = sum(len(b) for b in batches_per_epoch)
+    if config.max_steps is not None:
+        total = min(total, config.max_steps)
+    scheduler = _warmup_then_linear(optimizer, total)
+    docs_t, teacher_t = torch.from_numpy(doc_emb), torch.from_numpy(teacher_q)
+    model.train()
+    step, losses, started = 0, [], time.perf_counter()
+    for batches in batches_per_epoch:
+        for batch in batches:
+            if step >= total:
+                break
+            extra_pos = sorted({j for i in batch for j in negatives[i]})
+            extra = docs_t[extra_pos] if extra_pos else None  # (M, D), fixed
+            loss = _student_step(
+                model,
+                params,
+                optimizer,
+                scheduler,
+                pairs,
+                batch,
+                docs_t,
+                teacher_t,
+                extra,
+                temperature=temperature,
+                match_weight=config.match_weight,
+            )
+            losses.append(loss)
+            step += 1
+            if on_step is not None:
+                on_step(step)
+            if step % 50 == 0:
+                logger.info("step %d/%d loss %.4f", step, total, float(np.mean(losses[-50:])))
+    model.eval()
+    return {"steps": step, "seconds": round(time.perf_counter() - started, 1), **_loss_summary(losses)}
+
+
+def _warmup_then_linear(optimizer: torch.optim.Optimizer, total: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """The trainer's schedule: linear warm-up over the first tenth of the steps, then linear decay."""
+    from training.train.step import linear_schedule
+
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: linear_schedule(s, max(1, total // 10), total)
+    )
+
+
+def _student_step(
+    model: Any,
+    params: list[torch.nn.Parameter],
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.LambdaLR,
+    pairs: DistillPairs,
+    batch: list[int],
+    docs_t: torch.Tensor,
+    teacher_t: torch.Tensor,
+    extra: torch.Tensor | None,
+    *,
+    temperature: float,
+    match_weight: float,
+) -> float:
+    """One optimiser step on one batch (row indices into `pairs`); returns the batch loss."""
+    from training.train.step import embed
+
+    q = embed(model, [pairs.texts[i] for i in batch])  # (B, D)
+    loss = student_loss(
+        q,
+        teacher_t[batch],
+        docs_t[[pairs.positives[i] for i in batch]],
+        extra,
+        temperature=temperature,
+        match_weight=match_weight,
+    )
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if not any(p.grad is not None and p.grad.is_sparse for p in params):  # clipping needs dense grads
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+    optimizer.step()
+    scheduler.step()
+    return float(loss.detach())
+
+
+def _loss_summary(losses: list[float]) -> dict[str, float | None]:
+    """Mean loss of the first and the last ten steps (None without steps)."""
+    return {
+        "loss_first": round(float(np.mean(losses[:10])), 4) if losses else None,
+        "loss_last": round(float(np.mean(losses[-10:])), 4) if losses else None,
+    }

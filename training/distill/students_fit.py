@@ -1,0 +1,238 @@
+"""Cheap query encoders distilled into the document space of a bundle's model, with InfoNCE.
+
+The documents keep the full model's embeddings, *fixed*; only a query tower is trained, so the index
+does not change. The loss is the project's InfoNCE (`info_nce_loss`, the model's own τ) of the student's
+query vector against the fixed positive document vector, the other positives of the batch and mined hard
+negatives (ranks of the full model's query vector), plus an optional matching term
+`match_weight · (1 − cos(student(q), full(q)))` that pulls the student onto the full query encoder
+(embedding matching for an asymmetric dual encoder: Kim et al. 2023, EmbedDistill, arXiv 2301.12005).
+
+Two students:
+- `distilled`: the first `layers` transformer layers of the model, fine-tuned, exported to ONNX.
+- `static`: `StaticEmbedding` initialised model2vec-style (the MinishLab model2vec library): every vocabulary
+  token, alone between [CLS] and [SEP], goes through the full model; its mean-pooled, normalised output is
+  the token's row, down-weighted by its corpus frequency (SIF weights a/(a+p), Arora et al. 2017, ICLR,
+  "A simple but tough-to-beat baseline for sentence embeddings") so that stop-words do not dominate a mean.
+  Then fine-tuned with the same loss.
+
+Training text: the split's training queries (one pair per relevant document) plus corpus pseudo-queries,
+since queries are few: each document's title and one of its sentences, each paired with its own document.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from contract.encoding.encoder import Encoder
+from contract.errors import ConfigError
+from training.data.retrieval_data import RetrievalData
+from training.distill.config import DistillConfig, Variant
+from training.distill.loop import fit_student
+from training.distill.pairs import DistillPairs, distill_pairs
+from training.distill.students import static_init, truncated_student
+from training.train.negatives import mine_hard_negatives
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Student:
+    """A student ready for `fit_student`: the model, what trains, its optimiser and epochs."""
+
+    model: Any
+    params: list[torch.nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    epochs: int
+    info: dict[str, Any] = field(default_factory=dict)  # recorded with the variant
+    saved_len: int | None = None  # `distilled`: the model's max_seq_length, restored before saving
+
+
+def _distilled_student(model_dir: Path, config: DistillConfig) -> _Student:
+    model = truncated_student(model_dir, config.layers)
+    saved_len = model.max_seq_length
+    model.max_seq_length = min(config.max_seq_length, saved_len or config.max_seq_length)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.01)
+    return _Student(model, params, optimizer, config.epochs, {"layers": config.layers}, saved_len)
+
+
+def _static_student(
+    model_dir: Path, pairs: DistillPairs, corpus_texts: Sequence[str], config: DistillConfig
+) -> _Student:
+    started = time.perf_counter()
+    table = static_init(
+        model_dir,
+        [*corpus_texts, *pairs.texts],
+        sif_a=config.sif_a,
+        only_seen=config.static_init_vocab == "seen",
+    )
+    info = {"init_seconds": round(time.perf_counter() - started, 1)}
+    return static_student_of(model_dir, table, config, info)
+
+
+def static_student_of(
+    model_dir: Path, table: np.ndarray, config: DistillConfig, info: dict[str, Any] | None = None
+) -> _Student:
+    """A static student over the SIF-weighted token `table` (vocab, D), with its optimiser."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    tokenizer.no_truncation()
+    model = static_model(tokenizer, table, sparse=config.static_sparse)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = (torch.optim.SparseAdam if config.static_sparse else torch.optim.Adam)(
+        params, lr=config.static_lr
+    )
+    return _Student(model, params, optimizer, config.static_epochs, info or {})
+
+
+def static_model(tokenizer: Any, table: np.ndarray, *, sparse: bool) -> Any:
+    """StaticEmbedding + Normalize; `sparse`: its table gets sparse gradients (for `SparseAdam`).
+
+    A batch touches about a thousand of the 30k rows: with sparse gradients (lazy Adam) a step costs
+    those rows, not the whole table, 2.6x faster steps on this CPU (measured under load), but on
+    scifact's earlier single-query validation carve it scored 0.765 against dense Adam's 0.785
+    (bench/distill_search.py; not re-run on the carve of whole query groups).
+    """
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, StaticEmbedding
+
+    static = StaticEmbedding(tokenizer, embedding_weights=table)
+    static.embedding.sparse = sparse
+    return SentenceTransformer(modules=[static, Normalize()])
+
+
+def _save_student(variant: Variant, student: _Student, out_dir: Path) -> None:
+    """A sentence-transformers folder (+ ONNX for `distilled`, at the model's own max_seq_length)."""
+    if variant == "distilled":
+        student.model.max_seq_length = student.saved_len
+    out_dir.mkdir(parents=True, exist_ok=True)
+    student.model.save(str(out_dir), safe_serialization=True)
+    if variant == "distilled":
+        from training.export.onnx_export import export_onnx
+
+        export_onnx(out_dir, quantize=False)
+
+
+def train_variant(
+    variant: Variant,
+    model_dir: Path,
+    out_dir: Path,
+    pairs: DistillPairs,
+    doc_emb: np.ndarray,
+    teacher_q: np.ndarray,
+    negatives: list[list[int]],
+    corpus_texts: Sequence[str],
+    *,
+    temperature: float,
+    config: DistillConfig,
+) -> dict[str, Any]:
+    """Train one student and save it as a sentence-transformers folder (+ ONNX for `distilled`)."""
+    rng = np.random.default_rng(config.seed)
+    torch.manual_seed(config.seed)
+    if variant == "distilled":
+        student = _distilled_student(model_dir, config)
+    else:
+        student = _static_student(model_dir, pairs, corpus_texts, config)
+    info: dict[str, Any] = {"variant": variant, **student.info}
+    info |= fit_student(
+        student.model,
+        student.params,
+        student.optimizer,
+        pairs,
+        doc_emb,
+        teacher_q,
+        negatives,
+        epochs=student.epochs,
+        temperature=temperature,
+        config=config,
+        rng=rng,
+    )
+    _save_student(variant, student, out_dir)
+    logger.info("trained the %s query encoder in %s s (%d steps)", variant, info["seconds"], info["steps"])
+    return info
+
+
+def _teacher(encoder: Encoder, model_dir: Path) -> Any:
+    """The full query encoder for the teacher vectors: the bundle's ONNX fp32 export when it has one.
+
+    It gives torch's vectors (cosine 1.0000 on scifact, bench/load_bench.py) at about half the cost, and
+    tens of thousands of pseudo-queries make this encoding the longest part of distilling a static table.
+    """
+    from contract.encoding.onnx_encoder import FILES, ONNX_SUBDIR, OnnxQueryEncoder
+
+    if (model_dir / ONNX_SUBDIR / FILES["fp32"]).exists():
+        return OnnxQueryEncoder.load(model_dir, variant="fp32")
+    return encoder
+
+
+def pair_negatives(
+    teacher_q: np.ndarray,
+    doc_emb: np.ndarray,
+    pairs: DistillPairs,
+    config: DistillConfig,
+    rng: np.random.Generator,
+) -> list[list[int]]:
+    """Per pair, `config.hard_negatives` documents mined from the full model's ranking of its query
+    (none when 0), never one of the pair's known positives."""
+    if config.hard_negatives == 0:
+        return [[] for _ in pairs.texts]
+    return mine_hard_negatives(
+        teacher_q,  # (P, D)
+        doc_emb,  # (N, D)
+        pairs.positives,
+        [{int(j) for j in pairs.known[k]} for k in pairs.keys],  # type: ignore[call-overload]
+        n=config.hard_negatives,
+        rank_min=config.hard_negative_rank_min,
+        rank_max=config.hard_negative_rank_max,
+        margin=config.hard_negative_margin,
+        rng=rng,
+    )
+
+
+def distill_query_encoders(
+    encoder: Encoder,
+    model_dir: Path,
+    out_root: Path,
+    train: RetrievalData,
+    doc_ids: Sequence[str],
+    doc_emb: np.ndarray,
+    config: DistillConfig,
+) -> dict[str, dict[str, Any]]:
+    """Train every configured student into `out_root/<variant>/`; returns {variant: training info}."""
+    if encoder.metric != "cosine":
+        raise ConfigError("query-encoder distillation supports cosine (InfoNCE) models only, not AnInfoNCE")
+    rng = np.random.default_rng(config.seed)
+    pairs = distill_pairs(train, doc_ids, config, rng)
+    if len(pairs.texts) < 2:
+        raise ConfigError("distillation needs at least 2 training pairs (queries or corpus pseudo-queries)")
+    teacher_q = _teacher(encoder, model_dir).encode(pairs.texts, kind="query", batch_size=64)  # (P, D)
+    negatives = pair_negatives(teacher_q, doc_emb, pairs, config, rng)
+    from contract.encoding.encoder import document_text
+
+    corpus_texts = [document_text(d.title, d.text) for d in train.corpus.values()]
+    temperature = float(encoder.similarity.temperature or 0.05)
+    out: dict[str, dict[str, Any]] = {}
+    for variant in config.variants:
+        out[variant] = train_variant(
+            variant,
+            model_dir,
+            out_root / variant,
+            pairs,
+            np.ascontiguousarray(doc_emb, dtype=np.float32),
+            teacher_q,
+            negatives,
+            corpus_texts,
+            temperature=temperature,
+            config=config,
+        )
+        out[variant] |= {"n_pairs": len(pairs.texts), "temperature": temperature}
+    return out

@@ -1,0 +1,131 @@
+"""The main job: train → report → index → publish through the quality gate.
+
+`python -m training pipeline` (the README's demo) and the retrain job both run this. Each stage writes
+its own artifacts (the run folder of `train`, then a bundle staged beside the published versions), so a
+crash at any point leaves at most an unpublished folder behind — never a half-written live bundle.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from contract.config import TrainConfig
+from contract.index.backend import BackendConfig
+from training.bundle.store import PublishResult
+from training.distill.config import DistillConfig
+from training.eval.embedding_cache import EmbeddingCache
+from training.publish.index_model import index_model
+from training.train.phase_timer import PhaseTimer
+from training.train.trainer import ProgressFn, TrainResult, train
+
+logger = logging.getLogger(__name__)
+
+CACHE_SUBDIR = "embeddings"
+
+
+@dataclass
+class PipelineResult:
+    run_dir: Path
+    train: TrainResult
+    publish: PublishResult
+    seconds: float
+    timer: PhaseTimer  # wall time per phase; also in <run_dir>/timings.json
+
+
+def default_run_dir(work_dir: str | Path) -> Path:
+    """A fresh, time-sorted run folder under `work_dir`."""
+    return Path(work_dir) / datetime.now(UTC).strftime("run-%Y%m%dT%H%M%SZ")
+
+
+def run_pipeline(
+    data_dir: str | Path,
+    bundles_dir: str | Path,
+    *,
+    config: TrainConfig,
+    work_dir: str | Path,
+    index_kind: str = "auto",
+    target_recall: float = 0.95,
+    force: bool = False,
+    keep: int = 5,
+    gate_metric: str = "ndcg@10",
+    tolerance: float = 0.005,
+    onnx: bool = True,
+    distill: DistillConfig | None = None,
+    on_progress: ProgressFn | None = None,
+    show_progress: bool = True,
+    checkpoint: Callable[[], None] | None = None,
+    cache_dir: str | Path | None = None,
+    backend: BackendConfig | None = None,
+) -> PipelineResult:
+    """Fine-tune on `data_dir`, write the gap report, build the index and publish the bundle: live only if
+    the quality gate accepts it (or `force`); `publish.reason` says why.
+
+    `on_progress` sees every training step (and may raise to stop); `checkpoint` is called between the
+    later phases and during document encoding, and cancels by raising (see `index_model`). Phase wall times
+    go to `<run_dir>/timings.json`; corpus embeddings are cached in `cache_dir` (default
+    `<work_dir>/embeddings`), so a later run on the same corpus skips the base model's encode.
+    """
+    started = time.perf_counter()
+    timer = PhaseTimer()
+    cache = EmbeddingCache(cache_dir if cache_dir is not None else Path(work_dir) / CACHE_SUBDIR)
+    run_dir = default_run_dir(work_dir)
+    trained = _train_phase(config, data_dir, run_dir, timer, cache, on_progress, show_progress)
+    if checkpoint is not None:
+        checkpoint()
+    logger.info("pipeline: indexing %s into %s", data_dir, bundles_dir)
+    published = index_model(
+        run_dir,
+        data_dir,
+        bundles_dir,
+        index_kind=index_kind,
+        target_recall=target_recall,
+        split=config.eval_split,
+        force=force,
+        keep=keep,
+        gate_metric=gate_metric,
+        tolerance=tolerance,
+        onnx=onnx,
+        distill=distill,
+        distill_split=config.train_split,
+        evaluation=trained.evaluation,
+        show_progress=show_progress,
+        checkpoint=checkpoint,
+        timer=timer,
+        cache=cache,
+        backend=backend,
+    )
+    _write_timings(timer, run_dir)
+    return PipelineResult(run_dir, trained, published, time.perf_counter() - started, timer)
+
+
+def _train_phase(
+    config: TrainConfig,
+    data_dir: str | Path,
+    run_dir: Path,
+    timer: PhaseTimer,
+    cache: EmbeddingCache,
+    on_progress: ProgressFn | None,
+    show_progress: bool,
+) -> TrainResult:
+    logger.info("pipeline: training into %s", run_dir)
+    return train(
+        config,
+        data_dir,
+        run_dir,
+        on_progress=on_progress,
+        show_progress=show_progress,
+        timer=timer,
+        cache=cache,
+    )
+
+
+def _write_timings(timer: PhaseTimer, run_dir: Path) -> None:
+    timer.write(run_dir)
+    logger.info(
+        "pipeline phases (wall s): %s", ", ".join(f"{n} {sec:.1f}" for n, sec in timer.seconds.items())
+    )
