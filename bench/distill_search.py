@@ -311,7 +311,7 @@ def main() -> None:
         "teacher": teacher,
         "raw_table": raw_table,
         "counts": counts,
-        "temperature": float(bundle.encoder.similarity.temperature or 0.05),
+        "temperature": bundle.encoder.similarity.logit_divisor(),
         "full_val": ndcg(teacher.encode(val_texts), doc_emb, doc_ids, val),
     }
     for index, overrides in enumerate(configs):

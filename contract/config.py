@@ -10,6 +10,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 SPLIT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"  # contract.jobs.confine checks the same
+# The one default InfoNCE temperature τ (sentence-transformers' MultipleNegativesRankingLoss scale 20).
+# It lives here, in a base module, because TrainConfig sits below every layer; everything else reads it as
+# contract.encoding.similarity.DEFAULT_TEMPERATURE, beside the Similarity that owns τ.
+DEFAULT_TEMPERATURE = 0.05
 
 
 class TrainConfig(BaseModel):
@@ -70,7 +74,7 @@ class TrainConfig(BaseModel):
         "√Λ-scaled vectors).",
     )
     temperature: float = Field(
-        0.05,
+        DEFAULT_TEMPERATURE,
         gt=0,
         description="InfoNCE temperature τ (MultipleNegativesRankingLoss scale = 1/τ, 20 at the default); "
         "AnInfoNCE starts at Λ = 1/τ.",

@@ -25,6 +25,7 @@ from contract.encoding.onnx_encoder import EXTRAS_KEY as ONNX_KEY
 from contract.encoding.onnx_encoder import FILES, ONNX_SUBDIR, OnnxQueryEncoder, Variant
 from contract.encoding.query_encoders import EXTRAS_KEY as QE_KEY
 from contract.encoding.query_encoders import load_variant, recorded_losses, timing_queries
+from contract.encoding.similarity import temperature_or_default
 from contract.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
@@ -115,7 +116,7 @@ def choose_backend(
 
 def served_section(bundle: Bundle, backend: str, report: GapReport) -> ServedQueryEncoder:
     """The gap report's `served_query_encoder`: the served encoder's risk at the report's k and τ."""
-    tau = report.model.temperature or 0.05
+    tau = temperature_or_default(report.model.logit_temperature)
     if backend in DISTILLED_BACKENDS:
         risks = ((bundle.manifest.extras.get(QE_KEY) or {}).get("served_risk")) or {}
         entry = risks.get(backend) or {}

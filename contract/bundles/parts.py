@@ -18,7 +18,7 @@ from contract.encoding.encoder import model_dim_on_disk, similarity_on_disk
 from contract.errors import BundleInvalid, IndexBuildError, ModelLoadError
 from contract.index.lexical_index import PARAMS_FILE as LEXICAL_PARAMS_FILE
 from contract.index.lexical_index import LexicalIndex
-from contract.index.vector_index import IndexInfo, VectorIndex
+from contract.index.vector_index import IndexInfo, VectorIndex, metric_of
 
 
 def sha256_file(path: Path) -> str:
@@ -70,15 +70,15 @@ def shape_problems(dim: int, ntotal: int, *, manifest_dim: int, manifest_n: int)
     return problems
 
 
-def load_faiss(path: Path, info: IndexInfo, metric: str, *, mmap: bool) -> VectorIndex:
+def load_faiss(path: Path, info: IndexInfo, index_metric: str, *, mmap: bool) -> VectorIndex:
     """index.faiss with the manifest's search parameters; its metric must be the manifest's."""
     try:
         index = VectorIndex.load(path, info, mmap=mmap)
     except IndexBuildError as exc:
         raise BundleInvalid(str(exc)) from exc
-    index_metric = "l2" if index.index.metric_type == 1 else "ip"  # faiss.METRIC_L2 == 1
-    if index_metric != metric or info.metric != metric:
-        raise BundleInvalid(f"{path}: metric {index_metric} != manifest {metric}")
+    found = metric_of(index.index)
+    if found != index_metric or info.metric != index_metric:
+        raise BundleInvalid(f"{path}: metric {found} != manifest {index_metric}")
     return index
 
 
@@ -93,7 +93,7 @@ def check_model_files(model_dir: Path, *, dim: int, similarity: str, index_metri
     model_dim = model_dim_on_disk(model_dir)
     if model_dim is not None and model_dim != dim:
         raise BundleInvalid(f"{model_dir}: encoder dim {model_dim} != manifest dim {dim}")
-    declared_index = "l2" if declared.metric == "aninfonce" else "ip"
+    declared_index = declared.index_metric
     if declared.metric != similarity or declared_index != index_metric:
         raise BundleInvalid(
             f"{model_dir}: encoder similarity {declared.metric} does not match manifest "

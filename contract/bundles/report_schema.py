@@ -100,6 +100,17 @@ class ModelIdentity(_Strict):
     )
     lambda_summary: LambdaSummary | None = None
 
+    # The served names stay (report.json files and GET /generalization-gap read them); Python says which.
+    @property
+    def logit_temperature(self) -> float:
+        """`temperature`: what every risk divides the score by (Similarity.logit_temperature)."""
+        return self.temperature
+
+    @property
+    def model_temperature(self) -> float:
+        """`temperature_effective`: the model's τ (Similarity.effective_temperature)."""
+        return self.temperature_effective
+
 
 class RiskAtK(_Strict):
     k: int
@@ -190,11 +201,19 @@ class ServedQueryEncoder(_Strict):
     negatives). Filled by the API from the bundle manifest (training/gap/served_risk.py computes it)."""
 
     backend: str
-    k: int
-    temperature: float
+    k: int = Field(description="negatives per anchor: the report's k")
+    temperature: float = Field(
+        description="the divisor of the score in the risk, the report's model.temperature (the logit "
+        "temperature: 1 for AnInfoNCE); not the model's temperature, which is model.temperature_effective"
+    )
     risk_test: Estimate | None = None
     delta_vs_full: Estimate | None = Field(None, description="risk(served) − risk(full query encoder)")
     note: str = ""
+
+    @property
+    def logit_temperature(self) -> float:
+        """`temperature`: what the risk divides the score by (the report's model.logit_temperature)."""
+        return self.temperature
 
 
 class GapReport(_Strict):

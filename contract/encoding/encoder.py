@@ -3,12 +3,12 @@
 Contract module: the API imports it. It must stay free of training-loop imports.
 
 Every phase calls `Encoder.encode`, which always returns float32, L2-normalised rows, and
-`Encoder.to_index_space`, which maps those rows into the space the FAISS index searches:
+`Encoder.to_index_space`, which maps those rows into the space the FAISS index searches. Both that map and
+the scores are the model's `Similarity`'s (contract/encoding/similarity.py); the Encoder only delegates:
 
 - metric "cosine" (InfoNCE): identity; the index uses inner product, so score = cosine similarity.
 - metric "aninfonce" (AnInfoNCE, Rusak et al. 2024/25, arXiv 2407.00143): y = sqrt(Λ) ⊙ e and an L2
-  index, because -½ (u−v)ᵀ diag(Λ) (u−v) = -½ ‖√Λ⊙u − √Λ⊙v‖². The reported score is that
-  learned similarity: score = -½ · squared L2 distance.
+  index; the reported score is the learned similarity -½ · squared L2 distance.
 
 The similarity travels with the model in `similarity.json` beside the sentence-transformers files, so
 a model folder alone says how it must be searched.
@@ -31,7 +31,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-from contract.encoding.similarity import SIMILARITY_FILE, Metric, Similarity
+from contract.encoding.similarity import SIMILARITY_FILE, IndexMetric, Metric, Similarity
 from contract.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
@@ -102,9 +102,9 @@ class Encoder:
         return self.similarity.metric
 
     @property
-    def index_metric(self) -> Literal["ip", "l2"]:
+    def index_metric(self) -> IndexMetric:
         """The FAISS metric that reproduces the learned similarity on `to_index_space` vectors."""
-        return "l2" if self.metric == "aninfonce" else "ip"
+        return self.similarity.index_metric
 
     def encode(
         self,
@@ -127,22 +127,20 @@ class Encoder:
         )
         return np.ascontiguousarray(emb, dtype=np.float32)  # (n, dim)
 
+    def encode_for_index(
+        self, texts: Sequence[str], *, kind: TextKind = "document", batch_size: int = 32
+    ) -> np.ndarray:
+        """Texts -> the vectors the index stores and searches with (n, dim): `encode`, then `to_index_space`.
+        The one way serving encodes documents it writes (upserts) or returns (/embed)."""
+        return self.to_index_space(self.encode(texts, kind=kind, batch_size=batch_size))  # (n, dim)
+
     def to_index_space(self, emb: np.ndarray) -> np.ndarray:
-        """Map normalised embeddings to the vectors the index stores and searches with."""
-        emb = np.ascontiguousarray(emb, dtype=np.float32)  # (n, dim)
-        if self.metric == "aninfonce":
-            assert self.similarity.lam is not None
-            scale = np.sqrt(np.asarray(self.similarity.lam, dtype=np.float32))  # (dim,)
-            return np.ascontiguousarray(emb * scale[None, :])
-        return emb
+        """Map normalised embeddings to the vectors the index stores and searches with (Similarity's)."""
+        return self.similarity.to_index_space(emb)
 
     def similarity_matrix(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """The learned similarity between normalised rows of a (n, d) and b (m, d): (n, m)."""
-        if self.metric == "aninfonce":
-            ya, yb = self.to_index_space(a), self.to_index_space(b)
-            sq = (ya**2).sum(1)[:, None] + (yb**2).sum(1)[None, :] - 2.0 * ya @ yb.T  # (n, m)
-            return -0.5 * sq
-        return a @ b.T
+        """The learned similarity between normalised rows of a (n, d) and b (m, d): (n, m) (Similarity's)."""
+        return self.similarity.scores(a, b)
 
 
 def _embedding_dim(model: Any) -> int:

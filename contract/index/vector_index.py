@@ -4,7 +4,7 @@ Contract module: the API imports it, so it imports nothing from training except 
 
 Metric: ``ip`` (cosine on normalised vectors, InfoNCE) or ``l2`` (AnInfoNCE on √Λ-scaled vectors). The
 score returned is the model's similarity: the inner product, or −½·squared L2 distance (the AnInfoNCE
-learned similarity, see contract/encoding/encoder.py).
+learned similarity; the one conversion is contract.encoding.similarity.index_scores).
 
 Process-global knob: ``faiss.cvar.distance_compute_blas_threshold``. FAISS only switches exact search
 from a per-query SIMD scan to one sgemm when nq·d >= 128000 (334 queries at d = 384), so batches of
@@ -22,18 +22,18 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import faiss
 import numpy as np
 from pydantic import BaseModel
 
 from contract.atomic import atomic_path
+from contract.encoding.similarity import IndexMetric, index_scores
 from contract.errors import IndexBuildError, InfonceSearchError, InvalidQuery
 
 logger = logging.getLogger(__name__)
 
-IndexMetric = Literal["ip", "l2"]
 # One query's answer from any index (FAISS, Milvus, the overlay, BM25, fusion): positions int64 and
 # scores float32, best first. A batch of queries gives one Ranking each.
 Ranking = tuple[np.ndarray, np.ndarray]
@@ -67,12 +67,17 @@ def set_flat_batch_threshold(dim: int) -> None:
         faiss.cvar.distance_compute_blas_threshold = target
 
 
-def faiss_metric(metric: str) -> int:
-    if metric == "ip":
+def faiss_metric(index_metric: str) -> int:
+    if index_metric == "ip":
         return faiss.METRIC_INNER_PRODUCT
-    if metric == "l2":
+    if index_metric == "l2":
         return faiss.METRIC_L2
-    raise IndexBuildError(f"unknown index metric {metric!r} (expected 'ip' or 'l2')")
+    raise IndexBuildError(f"unknown index metric {index_metric!r} (expected 'ip' or 'l2')")
+
+
+def metric_of(index: faiss.Index) -> IndexMetric:
+    """The metric a FAISS index was built with, in the manifest's words."""
+    return "l2" if index.metric_type == faiss.METRIC_L2 else "ip"
 
 
 def as_matrix(
@@ -146,10 +151,7 @@ class VectorIndex:
 
     def _row(self, dist: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         keep = pos >= 0  # FAISS pads with −1 when it finds fewer than k
-        scores = dist[keep].astype(np.float32)
-        if self.info.metric == "l2":
-            scores = -0.5 * scores
-        return pos[keep].astype(np.int64), scores
+        return pos[keep].astype(np.int64), index_scores(dist[keep].astype(np.float32), self.info.metric)
 
     def _search_allowed(
         self, q: np.ndarray, k: int, allowed: np.ndarray
@@ -264,11 +266,10 @@ class VectorIndex:
         # read_index already returns the concrete class; a second downcast_index would make a
         # non-owning wrapper and the index would be freed with the first one
         if info is None:
-            metric: IndexMetric = "l2" if index.metric_type == faiss.METRIC_L2 else "ip"
             info = IndexInfo(
                 factory="?",
                 kind=_kind_of(index),
-                metric=metric,
+                metric=metric_of(index),
                 ntotal=index.ntotal,
                 dim=index.d,
                 bytes_per_vector=path.stat().st_size / max(1, index.ntotal),

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from contract.encoding.similarity import index_scores
 from contract.errors import BundleInvalid, ConfigError, IndexUnavailable, InvalidQuery
 from contract.index.backend import MILVUS_EXTRAS, BackendConfig
 from contract.index.docstore import FilterError
@@ -137,10 +138,10 @@ class MilvusIndex:
         self.info: IndexInfo = manifest.index.model_copy(deep=True)
         self.collection = check_name(str(extras["collection"]))
         self.alias = check_name(str(extras.get("alias") or alias_name(config.milvus_name)))
-        self.metric = manifest.metric.index
+        self.index_metric = manifest.metric.index
         self.fields: dict[str, dict[str, str]] = dict(extras.get("fields") or {})
         self.search_params: dict[str, Any] = {
-            "metric_type": METRIC_TYPES[self.metric],
+            "metric_type": METRIC_TYPES[self.index_metric],
             "params": dict(extras.get("search_params") or {}),
         }
         self._dim = manifest.dim
@@ -221,7 +222,7 @@ class MilvusIndex:
         for hits in found:
             pos = np.fromiter((h["entity"][POS_FIELD] for h in hits), dtype=np.int64, count=len(hits))
             dist = np.fromiter((h["distance"] for h in hits), dtype=np.float32, count=len(hits))
-            rows.append((pos, dist if self.metric == "ip" else (-0.5 * dist).astype(np.float32)))
+            rows.append((pos, index_scores(dist, self.index_metric)))  # float32 either way
         return rows
 
     def readiness_problems(self) -> list[str]:

@@ -31,6 +31,7 @@ import faiss
 import numpy as np
 
 from contract.bundles.bundle import seq_of_manifest
+from contract.encoding.similarity import index_scores
 from contract.errors import ConfigError
 from contract.index.backend import search_with_filter
 from contract.index.docstore import INCLUDE_FIELDS, DocStore, compile_filter
@@ -201,9 +202,7 @@ class Overlay:
         out = []
         for i in range(len(q)):
             keep = ids[i] >= 0
-            scores = dist[i][keep].astype(np.float32)
-            if self.index.info.metric == "l2":
-                scores = -0.5 * scores  # the learned similarity, as VectorIndex reports it
+            scores = index_scores(dist[i][keep].astype(np.float32), self.index.info.metric)  # as VectorIndex
             out.append((ids[i][keep].astype(np.int64), scores))
         return out
 

@@ -80,3 +80,54 @@ def test_training_log_report_and_manifest_agree_on_the_temperature(kind, shared_
     assert manifest.similarity.effective_temperature() == pytest.approx(logged, rel=1e-9)
     reloaded = Encoder.load(staged / "model")
     assert reloaded.similarity == manifest.similarity
+
+
+def test_similarity_scores_index_space_and_index_scores_agree_with_brute_force():
+    """Similarity owns scoring: its scores are the closed forms, and an index over its index space answers
+    them (FAISS's squared L2 made into −½·d² by the one conversion)."""
+    import faiss
+
+    from contract.encoding.similarity import index_scores
+
+    rng = np.random.default_rng(0)
+    u = rng.standard_normal((5, 8)).astype(np.float32)
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    v = rng.standard_normal((7, 8)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    lam = rng.uniform(1.0, 30.0, 8)
+    aninfonce = Similarity(metric="aninfonce", temperature=None, lam=[float(x) for x in lam])
+    brute = -0.5 * (lam * (u[:, None, :] - v[None, :, :]) ** 2).sum(-1)  # (5, 7)
+    assert aninfonce.scores(u, v) == pytest.approx(brute, rel=1e-4, abs=1e-4)
+    assert Similarity().scores(u, v) == pytest.approx(u @ v.T)
+    for sim in (Similarity(), aninfonce):
+        index = faiss.IndexFlat(
+            8, faiss.METRIC_L2 if sim.index_metric == "l2" else faiss.METRIC_INNER_PRODUCT
+        )
+        index.add(sim.to_index_space(v))
+        raw, pos = index.search(sim.to_index_space(u), 7)  # (5, 7) each, best first
+        answered = sim.index_scores(raw)
+        assert np.array_equal(answered, index_scores(raw, sim.index_metric))
+        assert answered == pytest.approx(np.take_along_axis(sim.scores(u, v), pos, 1), rel=1e-4, abs=1e-4)
+    assert (Similarity().index_metric, aninfonce.index_metric) == ("ip", "l2")
+    assert Similarity().identity_index_space and not aninfonce.identity_index_space
+
+
+def test_one_default_temperature_everywhere():
+    from contract.config import TrainConfig
+    from contract.encoding.similarity import DEFAULT_TEMPERATURE, temperature_or_default
+
+    assert Similarity().temperature == Similarity.DEFAULT_TEMPERATURE == DEFAULT_TEMPERATURE
+    assert TrainConfig().temperature == DEFAULT_TEMPERATURE
+    assert InfoNCELoss().temperature == pytest.approx(DEFAULT_TEMPERATURE)
+    assert AnInfoNCELoss(4).init_temperature == DEFAULT_TEMPERATURE
+    assert temperature_or_default(None) == DEFAULT_TEMPERATURE and temperature_or_default(0.2) == 0.2
+    # what a risk divides by: τ (the default when none was recorded), 1 for AnInfoNCE
+    assert Similarity(temperature=None).logit_divisor() == DEFAULT_TEMPERATURE
+    assert Similarity(temperature=0.07).logit_divisor() == 0.07
+    assert Similarity(metric="aninfonce", temperature=None, lam=[2.0]).logit_divisor() == 1.0
+
+
+def test_encode_for_index_is_encode_then_to_index_space(shared_encoder):
+    texts = ["a document about bones", "another one, about statins"]
+    expected = shared_encoder.to_index_space(shared_encoder.encode(texts, kind="document"))
+    assert np.array_equal(shared_encoder.encode_for_index(texts), expected)

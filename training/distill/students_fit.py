@@ -219,7 +219,7 @@ def distill_query_encoders(
     from contract.encoding.encoder import document_text
 
     corpus_texts = [document_text(d.title, d.text) for d in train.corpus.values()]
-    temperature = float(encoder.similarity.temperature or 0.05)
+    temperature = encoder.similarity.logit_divisor()  # cosine: τ, or the default τ when none was recorded
     out: dict[str, dict[str, Any]] = {}
     for variant in config.variants:
         out[variant] = train_variant(

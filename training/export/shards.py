@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from contract.atomic import write_json_atomic
 from contract.encoding.encoder import document_text
+from contract.encoding.similarity import index_scores
 from contract.errors import IndexBuildError
 from contract.index.vector_index import faiss_metric
 
@@ -62,7 +63,7 @@ def exact_top_k(x: np.ndarray, q: np.ndarray, k: int, metric: str) -> np.ndarray
     best_p = np.zeros((len(q), 0), dtype=np.int64)
     for start, block in chunks(x):
         dist, idx = faiss.knn(q, block, min(k, len(block)), metric=faiss_metric(metric))  # (nq, k) each
-        s = dist if metric == "ip" else -dist  # l2: squared distances, smallest first
+        s = index_scores(dist, metric)  # l2: −½ · squared distances, the smallest distance first
         pos = idx.astype(np.int64) + start
         cand_s, cand_p = np.concatenate([best_s, s], axis=1), np.concatenate([best_p, pos], axis=1)
         # stable: on ties the best so far (lower positions, earlier chunks) stay first
@@ -218,7 +219,7 @@ def encode_corpus_to_disk(
 def index_space(encoder: Encoder, emb: np.ndarray, folder: str | Path) -> np.ndarray:
     """encoder.to_index_space(emb) without a second full copy in RAM: the identity for cosine models;
     AnInfoNCE's √Λ-scaled rows are written chunk by chunk to a shard in `folder` and memory-mapped."""
-    if encoder.metric != "aninfonce":
+    if encoder.similarity.identity_index_space:
         return emb if emb.dtype == np.float32 and emb.flags.c_contiguous else encoder.to_index_space(emb)
     writer = ShardWriter(folder, emb.shape[1], len(emb), shard_rows=max(len(emb), 1))
     for _, block in chunks(emb):

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from contract.encoding.similarity import Similarity
+from contract.encoding.similarity import DEFAULT_TEMPERATURE, Similarity
 from contract.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -77,7 +77,9 @@ class AnInfoNCELoss(nn.Module):
     Give w its own learning rate (the official code uses 10x the encoder's) via `param_groups`.
     """
 
-    def __init__(self, dim: int, *, init_temperature: float = 0.05, symmetric: bool = False) -> None:
+    def __init__(
+        self, dim: int, *, init_temperature: float = DEFAULT_TEMPERATURE, symmetric: bool = False
+    ) -> None:
         super().__init__()
         if dim < 1:
             raise ConfigError(f"AnInfoNCE needs the embedding dimension (>= 1), got {dim}")

@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from contract.encoding.similarity import Similarity
+from contract.encoding.similarity import DEFAULT_TEMPERATURE, Similarity
 from contract.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ class InfoNCELoss(nn.Module):
 
     def __init__(
         self,
-        temperature: float = 0.05,
+        temperature: float = DEFAULT_TEMPERATURE,
         *,
         learn_temperature: bool = False,
         symmetric: bool = False,
