@@ -223,3 +223,43 @@ def test_scifact_slice_beats_random(scifact: Path, shared_encoder) -> None:
     assert result.metrics["recall@100"] >= result.metrics["recall@10"] >= result.metrics["recall@1"]
     # random ranking of ~155 docs with ~1.1 relevant per query gives nDCG@10 around 0.03 (base model: 0.87)
     assert result.metrics["ndcg@10"] > 0.4
+
+
+@pytest.mark.parametrize("metric", ["cosine", "aninfonce"])
+def test_search_metrics_through_an_index_equal_exact_search_and_hand_metrics(metric: str) -> None:
+    """nDCG through an index (ONNX quality, distilled encoders): the index's answer, the exact answer by the
+    model's similarity and the hand-computed nDCG@10 / recall@10 of the brute-force ranking agree."""
+    import faiss
+
+    from contract.index.vector_index import IndexInfo, VectorIndex
+    from training.eval.search_metrics import search_metrics
+
+    rng = np.random.default_rng(3)
+    docs = rng.standard_normal((60, 8)).astype(np.float32)
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    queries = rng.standard_normal((6, 8)).astype(np.float32)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    doc_ids = [f"d{i}" for i in range(60)]
+    qids = [f"q{i}" for i in range(6)]
+    qrels = {q: {f"d{(7 * i) % 60}": 1, f"d{(7 * i + 3) % 60}": 2} for i, q in enumerate(qids)}
+    lam = [float(x) for x in rng.uniform(2.0, 20.0, 8)] if metric == "aninfonce" else None
+    sim = Similarity(metric=metric, temperature=None if lam else 0.05, lam=lam)
+    flat = faiss.IndexFlat(8, faiss.METRIC_L2 if sim.index_metric == "l2" else faiss.METRIC_INNER_PRODUCT)
+    flat.add(sim.to_index_space(docs))
+    info = IndexInfo(
+        factory="Flat", kind="flat", metric=sim.index_metric, ntotal=60, dim=8, bytes_per_vector=32
+    )
+    through_index = search_metrics(sim, queries, qids, qrels, doc_ids, index=VectorIndex(flat, info))
+    exact = search_metrics(sim, queries, qids, qrels, doc_ids, doc_embeddings=docs)
+    order = np.argsort(-sim.scores(queries, docs), axis=1, kind="stable")  # (6, 60) brute force
+    rankings = {q: [doc_ids[j] for j in order[i]] for i, q in enumerate(qids)}
+    hand = {
+        "ndcg@10": round(float(np.mean([hand_ndcg10(rankings[q], qrels[q]) for q in qids])), 6),
+        "recall@10": round(float(np.mean([hand_recall(rankings[q], qrels[q], 10) for q in qids])), 6),
+    }
+    assert through_index == exact
+    assert exact == pytest.approx(hand, abs=2e-6)
+    assert search_metrics(sim, queries[:0], [], qrels, doc_ids, doc_embeddings=docs) == {
+        "ndcg@10": 0.0,
+        "recall@10": 0.0,
+    }

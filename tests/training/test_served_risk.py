@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from contract.encoding.similarity import Similarity
 from training.gap.served_risk import served_risks
 
 
@@ -21,8 +22,9 @@ def test_same_vectors_differ_by_exactly_zero_and_noisy_ones_cost_risk():
     full = _unit(docs[:40] + 0.3 * rng.standard_normal((40, 16)))  # near their positives
     noisy = _unit(full + 1.5 * rng.standard_normal((40, 16)))
     out = served_risks(
-        {"full": full, "same": full.copy(), "noisy": noisy}, docs, qids, qrels, doc_ids, k=15, tau=0.1
-    )
+        {"full": full, "same": full.copy(), "noisy": noisy}, docs, qids, qrels, doc_ids,
+        similarity=Similarity(metric="cosine", temperature=0.1), n_negatives=15,
+    )  # fmt: skip
     assert out["n_anchors"] == 40 and out["k"] == 15
     assert out["same"]["delta_vs_full"]["value"] == 0.0
     assert out["same"]["risk_test"] == out["full"]["risk_test"]

@@ -35,7 +35,7 @@ from training.bundle.store import BundleStore, PublishResult
 from training.data.retrieval_data import RetrievalData
 from training.distill.config import DistillConfig
 from training.distill.students_fit import distill_query_encoders
-from training.eval.evaluate import trec_metrics
+from training.eval.search_metrics import search_metrics
 from training.gap.served_risk import served_risks
 
 logger = logging.getLogger(__name__)
@@ -50,21 +50,15 @@ def score_queries(
     qrels: Mapping[str, Mapping[str, int]],
 ) -> dict[str, float]:
     """Mean nDCG@10 and recall@10 of normalised query vectors (n, D), searched in the bundle's index."""
-    if not qids:
-        return {"ndcg@10": 0.0, "recall@10": 0.0}
-    rows = bundle.index.search(bundle.encoder.to_index_space(query_emb), 100)
-    run = {
-        q: {bundle.doc_ids[int(j)]: float(s) for j, s in zip(*rows[r], strict=True)}
-        for r, q in enumerate(qids)
-    }
-    per_query = trec_metrics({q: dict(qrels[q]) for q in qids}, run, k_values=(10,))
-    return {m: round(float(np.mean(list(per_query[m].values()))), 6) for m in ("ndcg@10", "recall@10")}
+    return search_metrics(
+        bundle.encoder.similarity, query_emb, qids, qrels, bundle.doc_ids, index=bundle.index
+    )
 
 
 def bundle_doc_embeddings(bundle: Any) -> np.ndarray:
     """The bundle's document vectors: read back from an exact inner-product index, else re-encoded."""
     index = bundle.index
-    if bundle.encoder.metric == "cosine" and index.info.factory.startswith("Flat"):
+    if bundle.encoder.similarity.identity_index_space and index.info.factory.startswith("Flat"):
         return np.ascontiguousarray(index.index.reconstruct_n(0, index.ntotal), dtype=np.float32)  # (n, D)
     from contract.encoding.encoder import document_text
 
@@ -163,9 +157,11 @@ def _served_risk(
 ) -> dict[str, Any]:
     """Held-out risk of every served query encoder (training.gap.served_risk) in the report's setting."""
     # the gap report's setting when the bundle has one, else the training k rule's default batch
-    k = bundle.report.k if bundle.report is not None else 31
-    tau = float(bundle.encoder.similarity.temperature or 0.05)
-    return served_risks(served_q, doc_emb, qids, qrels, bundle.doc_ids, k=k, tau=tau, seed=seed)
+    n_negatives = bundle.report.k if bundle.report is not None else 31
+    return served_risks(
+        served_q, doc_emb, qids, qrels, bundle.doc_ids,
+        similarity=bundle.encoder.similarity, n_negatives=n_negatives, seed=seed,
+    )  # fmt: skip
 
 
 def _record_in_manifest(

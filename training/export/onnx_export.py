@@ -208,10 +208,13 @@ def measure_onnx_quality(
     qids = [q for q in queries if qrels.get(q)]
     texts = [queries[q] for q in qids]
 
+    # imported here: evaluate pulls pytrec_eval and the data readers, which exporting the model never needs
+    from training.eval.search_metrics import search_metrics
+
     def ndcg(query_emb: np.ndarray) -> float:
-        return _ndcg_at_10(
-            encoder, query_emb, qids, doc_ids, qrels, doc_embeddings=doc_embeddings, index=index
-        )
+        return search_metrics(
+            encoder.similarity, query_emb, qids, qrels, doc_ids, index=index, doc_embeddings=doc_embeddings
+        )["ndcg@10"]
 
     torch_q = encoder.encode(texts, kind="query")  # (nq, D)
     result: dict[str, Any] = {
@@ -230,34 +233,6 @@ def measure_onnx_quality(
         result["cosine_min"][variant] = float((onnx_q * torch_q).sum(1).min()) if len(qids) else 1.0
     logger.info("ONNX quality vs torch (nDCG@10 on %d queries): %s", len(qids), result["ndcg@10"])
     return result
-
-
-def _ndcg_at_10(
-    encoder: Encoder,
-    query_emb: np.ndarray,
-    qids: Sequence[str],
-    doc_ids: Sequence[str],
-    qrels: Mapping[str, Mapping[str, int]],
-    *,
-    doc_embeddings: np.ndarray | None,
-    index: Any,
-) -> float:
-    """Mean trec_eval nDCG@10 of the top 100 by the model's learned similarity."""
-    # imported here: evaluate pulls pytrec_eval and the data readers, which serving never needs
-    from training.eval.evaluate import exact_search, trec_metrics
-
-    if not qids:
-        return 0.0
-    if index is not None:
-        rows = index.search(encoder.to_index_space(query_emb), 100)
-    else:
-        if doc_embeddings is None:
-            raise ValueError("nDCG@10 needs either an index or doc_embeddings")
-        scores, idx = exact_search(query_emb, doc_embeddings, 100, similarity=encoder.similarity_matrix)
-        rows = list(zip(idx, scores, strict=True))
-    run = {q: {doc_ids[int(j)]: float(s) for j, s in zip(*rows[r], strict=True)} for r, q in enumerate(qids)}
-    per_query = trec_metrics({q: dict(qrels[q]) for q in qids}, run)["ndcg@10"]
-    return round(float(np.mean(list(per_query.values()))), 6)
 
 
 def attach_onnx(

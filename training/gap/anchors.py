@@ -1,16 +1,19 @@
 """Anchors: one split's (query, positive) pairs as rows of a similarity matrix over the document pool —
-what every section of the gap report (risk, R(k) curve, mutual information) is computed from."""
+what every section of the gap report (risk, R(k) curve, mutual information) and the served query
+encoders' risks (training.gap.served_risk) are computed from. The matrix is the model's own Similarity."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from contract.encoding.encoder import Encoder
+from contract.encoding.similarity import Similarity
 from contract.errors import ConfigError
 from contract.log_setup import progress_bars_enabled
-from training.data.retrieval_data import Document, RetrievalData
+from training.data.retrieval_data import Document
 from training.eval.evaluate import encode_corpus
 from training.gap.estimators import pad_exclusions
 
@@ -28,13 +31,19 @@ class Anchors:
 
 
 def build_anchors(
-    encoder: Encoder, data: RetrievalData, query_emb: np.ndarray, doc_emb: np.ndarray, column: dict[str, int]
+    similarity: Similarity,
+    qids: Sequence[str],
+    qrels: Mapping[str, Mapping[str, int]],
+    query_emb: np.ndarray,
+    doc_emb: np.ndarray,
+    column: Mapping[str, int],
 ) -> Anchors:
-    """`data`'s (query, relevant document) pairs as rows of its query × pool similarity matrix."""
-    sim = encoder.similarity_matrix(query_emb, doc_emb)  # (n_queries, n_pool)
+    """The (query, relevant document) pairs of `qids` (rows of `query_emb`, in that order) as rows of the
+    query × pool matrix `similarity` scores; `column` maps a document id to its pool row in `doc_emb`."""
+    sim = similarity.scores(query_emb, doc_emb)  # (n_queries, n_pool)
     rows, cols, groups, exclude = [], [], [], []
-    for qi, qid in enumerate(data.queries):
-        relevant = [column[d] for d in data.qrels.get(qid, {})]
+    for qi, qid in enumerate(qids):
+        relevant = [column[d] for d in qrels.get(qid, {})]
         for c in relevant:
             rows.append(qi)
             cols.append(c)
@@ -46,7 +55,7 @@ def build_anchors(
         pos=np.asarray(sim[rows_arr, cols], dtype=np.float64),
         exclude=pad_exclusions(exclude, doc_emb.shape[0]),
         groups=np.asarray(groups),
-        n_queries=len(data.queries),
+        n_queries=len(qids),
         pos_col=np.asarray(cols, dtype=np.int64),
     )
 

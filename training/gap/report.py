@@ -98,7 +98,7 @@ def compute_report(
     if k < 1:
         raise ConfigError(f"k must be >= 1, got {k}")
     identity = model_identity(encoder)
-    tau, tau_eff = identity.temperature, identity.temperature_effective
+    tau, tau_eff = identity.logit_temperature, identity.model_temperature
     rng = np.random.default_rng(seed)  # one stream, drawn in the order of the sections below
     n_train_split_queries = len(train.queries)
     scored = _score_splits(
@@ -147,8 +147,8 @@ def _score_splits(
     q_test = encoder.encode(list(test.queries.values()), kind="query", show_progress=show)  # (nq, dim)
     return _Scored(
         train, test, corpus, doc_emb, q_train, q_test,
-        build_anchors(encoder, train, q_train, doc_emb, column),
-        build_anchors(encoder, test, q_test, doc_emb, column),
+        build_anchors(encoder.similarity, list(train.queries), train.qrels, q_train, doc_emb, column),
+        build_anchors(encoder.similarity, list(test.queries), test.qrels, q_test, doc_emb, column),
     )  # fmt: skip
 
 
