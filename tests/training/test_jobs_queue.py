@@ -20,7 +20,7 @@ from contract.errors import DatasetNotFound, DatasetRefused, JobCancelled, JobCo
 from contract.jobs.queue import JobQueue, resolve_dataset
 from contract.jobs.records import JobRecord, update
 from tests.servers import redis_server
-from training.jobs.reporter import Reporter
+from training.jobs.heartbeat import JobHeartbeat
 from training.jobs.tasks import bundle_lock, execute
 from training.jobs.worker import fail_dead_jobs
 
@@ -133,13 +133,13 @@ def test_running_job_sees_cancel_at_its_next_step(queue_url, data_root, tmp_path
     queue = JobQueue(queue_url)
     record = _submit(queue, data_root, tmp_path)
     update(queue.records, record.id, state="running")
-    reporter = Reporter(queue.records, record.id)
-    reporter.on_progress({"step": 1, "total_steps": 5, "loss": 1.5})  # no cancel yet: returns
+    heartbeat = JobHeartbeat(queue.records, record.id)
+    heartbeat.on_progress({"step": 1, "total_steps": 5, "loss": 1.5})  # no cancel yet: returns
     assert queue.cancel(record.id).state == "running"  # running jobs end at their next step
-    reporter.beat()
+    heartbeat.beat()
     with pytest.raises(JobCancelled):
-        reporter.on_progress({"step": 2, "total_steps": 5, "loss": 1.4})
-    reporter.beat()  # the heartbeat thread writes the latest progress
+        heartbeat.on_progress({"step": 2, "total_steps": 5, "loss": 1.4})
+    heartbeat.beat()  # the heartbeat thread writes the latest progress
     progress = queue.get(record.id).progress
     assert (progress.step, progress.total_steps, progress.loss) == (2, 5, 1.4)
 
@@ -148,17 +148,17 @@ def test_bundle_lock_serialises_and_a_waiting_job_can_be_cancelled(queue_url, da
     queue = JobQueue(queue_url)
     bundles = tmp_path / "bundles"
     waiting = _submit(queue, data_root, tmp_path)
-    reporter = Reporter(queue.records, waiting.id)
+    heartbeat = JobHeartbeat(queue.records, waiting.id)
     outcome: list[str] = []
 
     def second() -> None:
         try:
-            with bundle_lock(bundles, reporter):
+            with bundle_lock(bundles, heartbeat):
                 outcome.append("acquired")
         except JobCancelled:
             outcome.append("cancelled")
 
-    with bundle_lock(bundles, Reporter(queue.records, "unused")):
+    with bundle_lock(bundles, JobHeartbeat(queue.records, "unused")):
         thread = threading.Thread(target=second)
         thread.start()
         time.sleep(1.0)
@@ -167,7 +167,7 @@ def test_bundle_lock_serialises_and_a_waiting_job_can_be_cancelled(queue_url, da
         thread.join(timeout=10)
     assert outcome == ["cancelled"]
     # once released, the lock can be taken again
-    with bundle_lock(bundles, reporter):
+    with bundle_lock(bundles, heartbeat):
         pass
 
 

@@ -190,18 +190,18 @@ class BundleStore(BundleFolder):
         self,
         version: str,
         metrics: dict[str, dict[str, float]],
-        metric: str,
+        gate_metric: str,
         tolerance: float,
         force: bool,
         fingerprint: str | None = None,
         mode: str = "dense",
     ) -> GateDecision:
         now = datetime.now(UTC)
-        cand = metrics.get("test", {}).get(metric)
+        cand = metrics.get("test", {}).get(gate_metric)
         live_version = self.current_version()
         common = {
             "version": version,
-            "metric": metric,
+            "metric": gate_metric,
             "candidate_value": cand,
             "tolerance": tolerance,
             "forced": force,
@@ -213,7 +213,7 @@ class BundleStore(BundleFolder):
         if live_version is None or not (self.root / live_version).is_dir():
             return GateDecision(accepted=True, reason="first bundle: nothing live to compare with", **common)
         live_manifest = read_manifest(self.root / live_version)
-        live_value = live_manifest.metrics.get("test", {}).get(metric)
+        live_value = live_manifest.metrics.get("test", {}).get(gate_metric)
         live_fingerprint = live_manifest.extras.get(FINGERPRINT_KEY)
         common["live_value"] = live_value
         common["live_eval_fingerprint"] = live_fingerprint
@@ -221,20 +221,28 @@ class BundleStore(BundleFolder):
         if live_fingerprint != fingerprint:  # different data, or one side unknown: numbers do not compare
             ok, reason = (
                 False,
-                f"cannot compare test {metric}: the candidate was evaluated on a different evaluation set "
+                f"cannot compare test {gate_metric}: the candidate was evaluated on a different evaluation set "
                 f"than live {live_version} ({str(fingerprint)[:12]} vs {str(live_fingerprint)[:12]}); "
                 "publish with force to make it live",
             )
         elif live_value is None:
-            ok, reason = True, f"live bundle {live_version} has no test {metric}: nothing to compare"
+            ok, reason = True, f"live bundle {live_version} has no test {gate_metric}: nothing to compare"
         elif cand is None:
-            ok, reason = False, f"candidate has no test {metric}; live {live_version} has {live_value:.4f}"
+            ok, reason = (
+                False,
+                f"candidate has no test {gate_metric}; live {live_version} has {live_value:.4f}",
+            )
         elif cand >= live_value - tolerance:
-            ok, reason = True, f"test {metric} {cand:.4f} vs live {live_value:.4f} (tolerance {tolerance})"
+            ok, reason = (
+                True,
+                f"test {gate_metric} {cand:.4f} vs live {live_value:.4f} (tolerance {tolerance})",
+            )
         else:
             ok, reason = (
                 False,
-                (f"test {metric} {cand:.4f} is worse than live {live_value:.4f} by more than {tolerance}"),
+                (
+                    f"test {gate_metric} {cand:.4f} is worse than live {live_value:.4f} by more than {tolerance}"
+                ),
             )
         if force and not ok:
             return GateDecision(accepted=True, reason=f"forced: {reason}", **common)

@@ -148,20 +148,22 @@ def _encode_texts(
 
 def trec_metrics(
     qrels: dict[str, dict[str, int]],
-    run: dict[str, dict[str, float]],
+    trec_run: dict[str, dict[str, float]],
     k_values: Sequence[int] = (1, 10, 100),
 ) -> dict[str, dict[str, float]]:
-    """Per-query metrics from trec_eval: {metric name: {query id: value}}, for the queries in `run`.
+    """Per-query metrics from trec_eval: {metric name: {query id: value}}, for the queries in `trec_run`.
 
-    `run` maps query id -> {doc id: score}; it should hold at least the top max(k_values, 10) documents.
+    `trec_run` (a TREC run) maps query id -> {doc id: score}; it should hold at least the top max(k_values, 10) documents.
     """
     recall = "recall." + ",".join(str(k) for k in sorted(set(k_values)))
-    full = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", recall}).evaluate(run)
-    top10 = {q: dict(sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))[:10]) for q, docs in run.items()}
+    full = pytrec_eval.RelevanceEvaluator(qrels, {"ndcg_cut.10", recall}).evaluate(trec_run)
+    top10 = {
+        q: dict(sorted(docs.items(), key=lambda kv: (-kv[1], kv[0]))[:10]) for q, docs in trec_run.items()
+    }
     rr = pytrec_eval.RelevanceEvaluator(qrels, {"recip_rank"}).evaluate(top10)
     per_query: dict[str, dict[str, float]] = {"ndcg@10": {}, "mrr@10": {}}
     per_query.update({f"recall@{k}": {} for k in sorted(set(k_values))})
-    for qid in run:
+    for qid in trec_run:
         values = full.get(qid, {})
         per_query["ndcg@10"][qid] = float(values.get("ndcg_cut_10", 0.0))
         per_query["mrr@10"][qid] = float(rr.get(qid, {}).get("recip_rank", 0.0))
@@ -198,9 +200,11 @@ def evaluate(
     query_embeddings = _query_embeddings(encoder, data, query_embeddings, batch_size)
     t1 = time.perf_counter()
 
-    run = _ranked_run(encoder, query_embeddings, doc_embeddings, doc_ids, query_ids, k_values, show_progress)
+    trec_run = _ranked_run(
+        encoder, query_embeddings, doc_embeddings, doc_ids, query_ids, k_values, show_progress
+    )
     qrels = {qid: data.qrels.get(qid, {}) for qid in query_ids}
-    per_query = trec_metrics(qrels, run, k_values)
+    per_query = trec_metrics(qrels, trec_run, k_values)
     t2 = time.perf_counter()
 
     metrics = {name: float(np.mean(list(values.values()))) for name, values in per_query.items()}

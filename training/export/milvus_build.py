@@ -115,7 +115,7 @@ def milvus_builder(
 class _Plan:
     config: BackendConfig
     corpus: Mapping[str, Document]
-    metric: IndexMetric
+    index_metric: IndexMetric
     index_kind: str
     target_recall: float
     seed: int
@@ -139,7 +139,7 @@ class _Plan:
             raise IndexBuildError(f"Milvus collection {name} already exists (version ids are unique)")
         try:
             _fill(client, name, ids, self.corpus, x, fields)
-            _index(client, name, index_type, METRIC_TYPES[self.metric], build_params)
+            _index(client, name, index_type, METRIC_TYPES[self.index_metric], build_params)
         except IndexBuildError:
             raise
         except Exception as exc:
@@ -148,12 +148,12 @@ class _Plan:
                 f"Milvus refused {index_type} for collection {name}: {str(message).splitlines()[0]}"
             ) from exc
         search, recall, n_tune = _tune(
-            client, name, x, queries, grid, self.metric, self.target_recall, self.seed
+            client, name, x, queries, grid, self.index_metric, self.target_recall, self.seed
         )
         info = IndexInfo(
             factory=f"milvus:{index_type}" + "".join(f",{k}={v}" for k, v in build_params.items()),
             kind=MILVUS_KIND,
-            metric=self.metric,
+            metric=self.index_metric,
             params=search,
             recall_at_10=recall,
             tune_queries=n_tune,
@@ -171,7 +171,7 @@ class _Plan:
             "index_type": index_type,
             "build_params": build_params,
             "search_params": search,
-            "metric_type": METRIC_TYPES[self.metric],
+            "metric_type": METRIC_TYPES[self.index_metric],
             "fields": fields,
         }
         return info, {MILVUS_EXTRAS: record}

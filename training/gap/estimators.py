@@ -45,13 +45,16 @@ def pad_exclusions(exclude: list[np.ndarray] | list[list[int]], n_pool: int) -> 
     return out
 
 
-def sample_negatives(n_pool: int, k: int, exclude: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """(n, k) pool columns drawn i.i.d. uniformly from the pool minus each anchor's excluded columns."""
+def sample_negatives(
+    n_pool: int, n_negatives: int, exclude: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """(n, k) pool columns, k = n_negatives, drawn i.i.d. uniformly from the pool minus each anchor's
+    excluded columns."""
     n = exclude.shape[0]
     allowed = n_pool - (exclude >= 0).sum(axis=1)  # (n,)
     if np.any(allowed <= 0):
         raise ValueError("an anchor has no admissible negative: its positives cover the whole pool")
-    idx = (rng.random((n, k)) * allowed[:, None]).astype(np.int64)  # (n, k) rank among allowed columns
+    idx = (rng.random((n, n_negatives)) * allowed[:, None]).astype(np.int64)  # (n, k) rank among allowed
     # Walking the sorted exclusions in order maps a rank among allowed columns to a pool column.
     sentinel = np.where(exclude >= 0, exclude, np.iinfo(np.int64).max)  # (n, P)
     for p in range(exclude.shape[1]):
@@ -71,15 +74,20 @@ def infonce_risk(pos: np.ndarray, neg: np.ndarray, tau: float) -> np.ndarray:
 
 
 def risk_with_random_negatives(
-    sim: np.ndarray, pos: np.ndarray, exclude: np.ndarray, k: int, tau: float, rng: np.random.Generator
+    sim: np.ndarray,
+    pos: np.ndarray,
+    exclude: np.ndarray,
+    n_negatives: int,
+    tau: float,
+    rng: np.random.Generator,
 ) -> np.ndarray:
-    """Per-anchor risk (n,) with k fresh random pool negatives per anchor."""
+    """Per-anchor risk (n,) with k = n_negatives fresh random pool negatives per anchor."""
     n, n_pool = sim.shape
     out = np.empty(n)
-    step = max(1, _CHUNK_ELEMENTS // max(k, 1))
-    for start in range(0, n, step):
-        rows = slice(start, start + step)
-        cols = sample_negatives(n_pool, k, exclude[rows], rng)  # (m, k)
+    chunk_rows = max(1, _CHUNK_ELEMENTS // max(n_negatives, 1))
+    for start in range(0, n, chunk_rows):
+        rows = slice(start, start + chunk_rows)
+        cols = sample_negatives(n_pool, n_negatives, exclude[rows], rng)  # (m, k)
         neg = np.take_along_axis(np.asarray(sim[rows], dtype=np.float64), cols, axis=1)  # (m, k)
         out[rows] = infonce_risk(pos[rows], neg, tau)
     return out
@@ -120,9 +128,9 @@ def pool_log_mu(sim: np.ndarray, exclude: np.ndarray, tau: float, scale: float =
     """log μ(a) = log mean_{pool minus own positives} e^{scale·s/τ}, per anchor (n,)."""
     n, n_pool = sim.shape
     out = np.empty(n)
-    step = max(1, _CHUNK_ELEMENTS // max(n_pool, 1))
-    for start in range(0, n, step):
-        rows = np.arange(start, min(start + step, n))
+    chunk_rows = max(1, _CHUNK_ELEMENTS // max(n_pool, 1))
+    for start in range(0, n, chunk_rows):
+        rows = np.arange(start, min(start + chunk_rows, n))
         logits = np.asarray(sim[rows], dtype=np.float64) * (scale / tau)  # (m, N)
         ex = exclude[rows]  # (m, P)
         r, c = np.nonzero(ex >= 0)

@@ -42,7 +42,7 @@ class GapAtK:
 def gap_at_k_section(
     a_train: Anchors,
     a_test: Anchors,
-    k: int,
+    n_negatives: int,
     tau: float,
     tau_eff: float,
     delta: float,
@@ -50,14 +50,18 @@ def gap_at_k_section(
     level: float,
     rng: np.random.Generator,
 ) -> GapAtK:
-    """(a) R_train, R_test and their gap at the training k, bootstrap over queries; Hoeffding on R_test."""
-    l_train = est.risk_with_random_negatives(a_train.sim, a_train.pos, a_train.exclude, k, tau, rng)
-    l_test = est.risk_with_random_negatives(a_test.sim, a_test.pos, a_test.exclude, k, tau, rng)
+    """(a) R_train, R_test and their gap at the training k = n_negatives, bootstrap over queries; Hoeffding
+    on R_test."""
+    l_train = est.risk_with_random_negatives(a_train.sim, a_train.pos, a_train.exclude, n_negatives, tau, rng)
+    l_test = est.risk_with_random_negatives(a_test.sim, a_test.pos, a_test.exclude, n_negatives, tau, rng)
     g = bootstrap.gap_with_ci(
         l_train, l_test, n_boot=n_boot, level=level, rng=rng,
         groups_train=a_train.groups, groups_test=a_test.groups,
     )  # fmt: skip
-    boot = f"bootstrap percentile over queries ({n_boot} resamples), k={k} random pool negatives per anchor"
+    boot = (
+        f"bootstrap percentile over queries ({n_boot} resamples), k={n_negatives} random pool negatives per "
+        "anchor"
+    )
     hw = bounds.hoeffding_halfwidth(tau_eff, a_test.n_queries, delta)
     return GapAtK(
         n_train=len(l_train),
@@ -72,18 +76,19 @@ def gap_at_k_section(
             assumptions=f"n = {a_test.n_queries} held-out queries (the i.i.d. unit: anchors of one query are "
             "dependent) that the model does not depend on; for the mean over queries of each query's mean "
             f"anchor loss, whose range is ≤ 4/τ (P1 Lemma 5); Hoeffding at confidence {1 - delta:g}",
-            vacuous=bounds.is_vacuous(hw, k),
+            vacuous=bounds.is_vacuous(hw, n_negatives),
         ),
     )
 
 
-def pool_notes(a_test: Anchors, n_pool: int, k: int) -> list[str]:
-    """A note when the training k is too large a share of the pool for 'an unbounded population'."""
+def pool_notes(a_test: Anchors, n_pool: int, n_negatives: int) -> list[str]:
+    """A note when the training k (n_negatives) is too large a share of the pool for 'an unbounded
+    population'."""
     min_pool = int(n_pool - (a_test.exclude >= 0).sum(axis=1).max())
-    if k <= min_pool // K_POOL_FRACTION:
+    if n_negatives <= min_pool // K_POOL_FRACTION:
         return []
     return [
-        f"the training k = {k} exceeds 1/{K_POOL_FRACTION} of the pool ({min_pool} documents): risk_train, "
+        f"the training k = {n_negatives} exceeds 1/{K_POOL_FRACTION} of the pool ({min_pool} documents): risk_train, "
         "risk_test and gap describe negatives drawn from this corpus, with repeats, not from an unbounded "
         "population"
     ]

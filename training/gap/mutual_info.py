@@ -66,8 +66,8 @@ def query_log_means(logits: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 def _row_blocks(n_rows: int, n_cols: int) -> list[slice]:
     """Row blocks whose (rows × n_cols) float64 temporaries stay under est._CHUNK_ELEMENTS."""
-    step = max(1, est._CHUNK_ELEMENTS // max(n_cols, 1))
-    return [slice(i, min(i + step, n_rows)) for i in range(0, n_rows, step)]
+    chunk_rows = max(1, est._CHUNK_ELEMENTS // max(n_cols, 1))
+    return [slice(i, min(i + chunk_rows, n_rows)) for i in range(0, n_rows, chunk_rows)]
 
 
 def marginal_terms(a: Anchors, tau: float) -> tuple[np.ndarray, np.ndarray]:
@@ -89,8 +89,10 @@ def marginal_terms(a: Anchors, tau: float) -> tuple[np.ndarray, np.ndarray]:
     return -np.asarray(a.pos, dtype=np.float64) / tau + log_mu, c1 / p
 
 
-def marginal_infonce(a: Anchors, k: int, tau: float, rng: np.random.Generator) -> np.ndarray:
-    """Per anchor I_NCE term log(k+1) − l_NCE with k distinct other queries' positives as negatives (n,)."""
+def marginal_infonce(a: Anchors, n_negatives: int, tau: float, rng: np.random.Generator) -> np.ndarray:
+    """Per anchor I_NCE term log(k+1) − l_NCE with k = n_negatives distinct other queries' positives as
+    negatives (n,)."""
+    k = n_negatives  # the paper's k in the formulas below
     starts = _group_starts(a.groups)
     own = np.searchsorted(a.groups[starts], a.groups)  # (n,)
     sizes = np.diff(np.r_[starts, len(a.groups)])
@@ -106,9 +108,11 @@ def marginal_infonce(a: Anchors, k: int, tau: float, rng: np.random.Generator) -
 
 
 def mi_section(
-    a: Anchors, k: int, tau: float, n_boot: int, level: float, rng: np.random.Generator
+    a: Anchors, n_negatives: int, tau: float, n_boot: int, level: float, rng: np.random.Generator
 ) -> MISection:
-    """(d): I_NCE(k) and −CE∞ on held-out anchors under the positives' marginal, bootstrap CIs over queries."""
+    """(d): I_NCE(k), k = n_negatives, and −CE∞ on held-out anchors under the positives' marginal,
+    bootstrap CIs over queries."""
+    k = n_negatives  # the paper's k in the formulas below
     n_q = int(np.unique(a.groups).size)
     method = f"bootstrap percentile over held-out queries ({n_boot} resamples); negatives: {MI_SAMPLER}"
     mi_k: Estimate | NotComputable

@@ -26,11 +26,11 @@ def metrics_of(
     runs: Runs, qrels: Mapping[str, Mapping[str, int]], doc_ids: Sequence[str]
 ) -> dict[str, float]:
     """Mean trec_eval metrics (training.eval.evaluate.trec_metrics) of one ranking per query."""
-    run = {
+    trec_run = {
         qid: {doc_ids[p]: float(s) for p, s in zip(pos.tolist(), sc.tolist(), strict=True)}
         for qid, (pos, sc) in runs.items()
     }
-    per_query = trec_metrics({q: dict(qrels.get(q, {})) for q in run}, run, K_VALUES)
+    per_query = trec_metrics({q: dict(qrels.get(q, {})) for q in trec_run}, trec_run, K_VALUES)
     return {name: statistics.fmean(values.values()) for name, values in per_query.items()}
 
 

@@ -3,7 +3,7 @@
 retrain = `run_pipeline` (train → report → index → publish through the quality gate).
 reindex = `index_model` on the live bundle's model folder (`<bundles>/<CURRENT>/model`).
 
-A `Reporter` (training/jobs/reporter.py) writes the job's heartbeat, progress and log lines to its record
+A `JobHeartbeat` (training/jobs/heartbeat.py) writes the job's heartbeat, progress and log lines to its record
 and turns a cancel request into `JobCancelled` at the next training step; after training, `check_cancel`
 runs between phases and every 1,024 documents encoded, so a reindex of a large corpus is cancellable
 too. The job ends `cancelled` and
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from contract.errors import InfonceSearchError, JobCancelled, JobOptionsInvalid, NoLiveBundle
 from contract.index.backend import BackendConfig
 from contract.jobs.records import JobRecord, Progress, RecordStore, update
-from training.jobs.reporter import Reporter
+from training.jobs.heartbeat import JobHeartbeat
 
 if TYPE_CHECKING:
     from training.bundle.store import PublishResult
@@ -59,7 +59,7 @@ def worker_id() -> str:
 
 
 @contextmanager
-def bundle_lock(bundles_dir: Path, reporter: Reporter) -> Iterator[None]:
+def bundle_lock(bundles_dir: Path, heartbeat: JobHeartbeat) -> Iterator[None]:
     """Hold `<bundles>/.jobs.lock` exclusively; poll (so a waiting job stays cancellable)."""
     bundles_dir.mkdir(parents=True, exist_ok=True)
     with open(bundles_dir / LOCK_FILE, "a+") as fh:
@@ -68,7 +68,7 @@ def bundle_lock(bundles_dir: Path, reporter: Reporter) -> Iterator[None]:
                 fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
-                reporter.check_cancel()
+                heartbeat.check_cancel()
                 time.sleep(LOCK_POLL_S)
         try:
             yield
@@ -89,23 +89,23 @@ def execute(job_id: str, records: RecordStore) -> None:
     if claimed is None:
         logger.info("job %s is no longer queued (%s); skipping", job_id, records.get(job_id).state)
         return
-    with Reporter(records, job_id) as reporter:
+    with JobHeartbeat(records, job_id) as heartbeat:
         try:
-            with bundle_lock(Path(claimed.bundles_dir), reporter):
+            with bundle_lock(Path(claimed.bundles_dir), heartbeat):
                 started = update(records, job_id, expect={"queued"}, state="running", started_at=time.time())
                 if started is None:
                     raise JobCancelled(f"job {job_id} cancelled while waiting for the bundle lock")
                 logger.info("job %s started: %s on %s", job_id, claimed.type, claimed.dataset)
                 # the end state is written before the lock is released, so the records of jobs on one
                 # bundles folder never overlap: the next job starts after this one has finished
-                reporter.finish(_attempt(claimed, reporter))
+                heartbeat.finish(_attempt(claimed, heartbeat))
         except Exception as e:  # cancelled while waiting for the lock, or the lock file is unusable
-            reporter.finish(_failure(job_id, e))
+            heartbeat.finish(_failure(job_id, e))
 
 
-def _attempt(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
+def _attempt(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
     try:
-        outcome = _retrain(record, reporter) if record.type == "retrain" else _reindex(record, reporter)
+        outcome = _retrain(record, heartbeat) if record.type == "retrain" else _reindex(record, heartbeat)
     except Exception as e:
         return _failure(record.id, e)
     logger.info("job %s succeeded: bundle %s live=%s", record.id, outcome["bundle_version"], outcome["live"])
@@ -147,7 +147,7 @@ def _distill_config(distill: bool) -> Any:
     return DistillConfig() if distill else None
 
 
-def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
+def _retrain(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
     from contract.config import TrainConfig
     from contract.jobs.queue import RetrainOptions
     from training.publish.pipeline import run_pipeline
@@ -159,7 +159,7 @@ def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
     _, model = _confine(record, record.options)
     values["base_model"] = None if model is None else str(model)
     config = TrainConfig(**values)
-    reporter.progress(phase="train", total_steps=config.max_steps)
+    heartbeat.progress(phase="train", total_steps=config.max_steps)
     with tempfile.TemporaryDirectory(prefix=f"job-{record.id[:8]}-") as work_dir:
         result = run_pipeline(
             record.data_dir,
@@ -170,16 +170,16 @@ def _retrain(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
             force=options.force,
             onnx=options.onnx,
             distill=_distill_config(options.distill),
-            on_progress=reporter.on_progress,
+            on_progress=heartbeat.on_progress,
             show_progress=False,  # progress goes to the job record, not to tqdm bars in the worker log
-            checkpoint=reporter.check_cancel,
+            checkpoint=heartbeat.check_cancel,
             cache_dir=embedding_cache_dir(record.bundles_dir),
             backend=job_backend(options.index_backend),
         )
     return _publish_outcome(result.publish)
 
 
-def _reindex(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
+def _reindex(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
     from contract.jobs.queue import ReindexOptions
     from training.bundle.store import BundleStore
     from training.eval.embedding_cache import EmbeddingCache
@@ -193,8 +193,8 @@ def _reindex(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
         raise NoLiveBundle(f"reindex needs a live bundle's model, and {record.bundles_dir} has none yet")
     model_dir = Path(record.bundles_dir) / version / "model"
     logger.info("re-encoding %s with the live model of bundle %s", record.dataset, version)
-    reporter.progress(phase="index")
-    reporter.check_cancel()
+    heartbeat.progress(phase="index")
+    heartbeat.check_cancel()
     result = index_model(
         model_dir,
         record.data_dir,
@@ -204,7 +204,7 @@ def _reindex(record: JobRecord, reporter: Reporter) -> dict[str, Any]:
         onnx=options.onnx,
         distill=_distill_config(options.distill),
         show_progress=False,
-        checkpoint=reporter.check_cancel,
+        checkpoint=heartbeat.check_cancel,
         cache=EmbeddingCache(embedding_cache_dir(record.bundles_dir)),
         backend=job_backend(options.index_backend),
     )

@@ -98,11 +98,11 @@ def index_model(
     """
     _check_options(index_kind, target_recall, backend, distill)
     stop = checkpoint or (lambda: None)
-    model_path, run = (None, None) if model_dir is None else resolve_run(model_dir)
+    model_path, run_dir = (None, None) if model_dir is None else resolve_run(model_dir)
     with phase(timer, "load data + model"):
         encoder = Encoder.load(model_path)
         data = load_split(data_dir, split)
-    story = run_story(run, data_dir, split, data)
+    story = run_story(run_dir, data_dir, split, data)
     pointer = MilvusPointer(backend) if backend is not None and backend.backend == "milvus" else None
     store = BundleStore(bundles_dir, keep=keep, pointer=pointer)
     # both beside the versions (publishing is a rename); a crash leaves folders the next publish removes

@@ -58,20 +58,20 @@ class RunStory:
     report_dir: Path | None
 
 
-def run_story(run: Path | None, data_dir: str | Path, split: str, data: RetrievalData) -> RunStory:
+def run_story(run_dir: Path | None, data_dir: str | Path, split: str, data: RetrievalData) -> RunStory:
     story = RunStory(
         {}, {"data": str(data_dir), "split": split, FINGERPRINT_KEY: evaluation_fingerprint(data)}, None
     )
-    if run is None:
+    if run_dir is None:
         return story
-    if (run / RUN_CONFIG).is_file():
-        story.training_config = _read_json(run / RUN_CONFIG)
-    if (run / RUN_METRICS).is_file():
-        story.extras["training_metrics"] = _read_json(run / RUN_METRICS)
-    if (run / RUN_REPORT / "report.json").is_file():
-        story.report_dir = run / RUN_REPORT
-    if (run / MANIFEST_FILE).is_file():  # re-indexing with a published bundle's model: keep its story
-        previous = read_manifest(run)
+    if (run_dir / RUN_CONFIG).is_file():
+        story.training_config = _read_json(run_dir / RUN_CONFIG)
+    if (run_dir / RUN_METRICS).is_file():
+        story.extras["training_metrics"] = _read_json(run_dir / RUN_METRICS)
+    if (run_dir / RUN_REPORT / "report.json").is_file():
+        story.report_dir = run_dir / RUN_REPORT
+    if (run_dir / MANIFEST_FILE).is_file():  # re-indexing with a published bundle's model: keep its story
+        previous = read_manifest(run_dir)
         story.training_config = previous.training_config.model_dump(mode="json")
         kept = {k: v for k, v in previous.extras.items() if k == "training_metrics"}
         story.extras = {**kept, **story.extras, "reindexed_from": previous.version}

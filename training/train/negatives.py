@@ -80,23 +80,23 @@ def no_duplicate_batches(
 
 
 def random_negatives(
-    n_docs: int, k: int, rng: np.random.Generator, *, exclude: set[int] | None = None
+    n_docs: int, n_negatives: int, rng: np.random.Generator, *, exclude: set[int] | None = None
 ) -> list[int]:
-    """k distinct corpus positions drawn uniformly, never one in `exclude` (batch positives and their
+    """n_negatives distinct corpus positions drawn uniformly, never one in `exclude` (batch positives and their
     known positives)."""
     exclude = exclude or set()
     available = n_docs - len(exclude)
-    k = min(k, max(available, 0))
+    n = min(n_negatives, max(available, 0))
     picked: list[int] = []
     seen: set[int] = set()
-    while len(picked) < k:
-        for j in rng.integers(0, n_docs, size=2 * (k - len(picked)) + 4):
+    while len(picked) < n:
+        for j in rng.integers(0, n_docs, size=2 * (n - len(picked)) + 4):
             j = int(j)
             if j in exclude or j in seen:
                 continue
             seen.add(j)
             picked.append(j)
-            if len(picked) == k:
+            if len(picked) == n:
                 break
     return picked
 

@@ -1,4 +1,4 @@
-"""The progress side of a running job: `Reporter` collects its progress and log lines, a thread writes
+"""The progress side of a running job: `JobHeartbeat` collects its progress and log lines, a thread writes
 them to the job record with the heartbeat every HEARTBEAT_INTERVAL_S and reads back `cancel_requested`.
 
 The trainer's progress callback (`on_progress`) raises `JobCancelled` at the next step once a cancel was
@@ -17,7 +17,7 @@ from contract.jobs.records import HEARTBEAT_INTERVAL_S, LOG_TAIL_LINES, JobRecor
 logger = logging.getLogger(__name__)
 
 
-class Reporter(logging.Handler):
+class JobHeartbeat(logging.Handler):
     """Collects this job's progress and log lines; a thread writes them out with the heartbeat."""
 
     def __init__(self, records: RecordStore, job_id: str):
@@ -98,7 +98,7 @@ class Reporter(logging.Handler):
             except Exception:  # a busy database must not kill the heartbeat thread
                 logger.warning("heartbeat for job %s failed", self.job_id, exc_info=True)
 
-    def __enter__(self) -> Reporter:
+    def __enter__(self) -> JobHeartbeat:
         logging.getLogger().addHandler(self)
         self._beater.start()
         return self
