@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from contract.config import TrainConfig
+from training.cards.metrics_table import text_table
 from training.cli.choices import LogLevelOpt
 from training.cli.config_options import ConfigFileOpt, given_config, load_config, with_config_options
 from training.cli.publish_options import PublishOptions
@@ -23,13 +24,6 @@ DataOpt = Annotated[
         "--data", help="BEIR folder (corpus.jsonl, queries.jsonl, qrels/<split>.tsv) or a pairs JSONL file."
     ),
 ]
-
-
-def metrics_table(base: dict[str, float], tuned: dict[str, float]) -> str:
-    names = [n for n in ("ndcg@10", "mrr@10", "recall@1", "recall@10", "recall@100") if n in base]
-    lines = [f"{'metric':<11}{'base':>8}{'tuned':>8}{'change':>9}"]
-    lines += [f"{n:<11}{base[n]:>8.4f}{tuned[n]:>8.4f}{tuned[n] - base[n]:>+9.4f}" for n in names]
-    return "\n".join(lines)
 
 
 def _prepare_run(
@@ -76,7 +70,7 @@ def train_cmd(
             }
         )
         return
-    typer.echo(metrics_table(result.base_metrics, result.tuned_metrics))
+    typer.echo(text_table(result.base_metrics, result.tuned_metrics))
     typer.echo(
         f"trained in {result.train_seconds:.0f}s; model in {result.model_dir}, metrics in {result.metrics_path}"
     )
@@ -125,7 +119,7 @@ def _print_pipeline(result: PipelineResult, as_json: bool) -> None:
             }
         )
         return
-    typer.echo(metrics_table(result.train.base_metrics, result.train.tuned_metrics))
+    typer.echo(text_table(result.train.base_metrics, result.train.tuned_metrics))
     published = result.publish
     state = "live" if published.live else "kept as a candidate"
     typer.echo(f"bundle {published.version} {state} ({published.reason})")
