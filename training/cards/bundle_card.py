@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from training.cards.metrics_table import markdown_table
 from training.cards.model_card import (
     CARD_FILE,
     gap_section,
+    metrics_section,
     model_card,
     read_record,
     record_section,
@@ -45,7 +45,12 @@ def write_bundle_model_card(
 def bundle_card(manifest: dict[str, Any], gate: dict[str, Any] | None, report: dict[str, Any] | None) -> str:
     lines = [
         *_summary(manifest),
-        *_evaluation(manifest.get("metrics") or {}),
+        *metrics_section(
+            None,
+            (manifest.get("metrics") or {}).get("test"),
+            title="Evaluation (exact search, the gate's numbers)",
+            empty="No test metrics recorded.",
+        ),
         *_gate(gate),
         *_index(manifest),
         "",
@@ -79,16 +84,6 @@ def _summary(manifest: dict[str, Any]) -> list[str]:
         + (f" (evaluation set sha256 {str(fingerprint)[:12]}…)" if fingerprint else ""),
         "",
     ]
-
-
-def _evaluation(metrics: dict[str, Any]) -> list[str]:
-    lines = ["## Evaluation (exact search, the gate's numbers)", ""]
-    test = metrics.get("test") or {}
-    if test:
-        lines += markdown_table({"value": test})
-    else:
-        lines.append("No test metrics recorded.")
-    return lines
 
 
 def _gate(gate: dict[str, Any] | None) -> list[str]:

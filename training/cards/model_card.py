@@ -150,9 +150,14 @@ def training_section(training_config: dict[str, Any], base_model: str) -> list[s
 
 
 def metrics_section(
-    training_metrics: dict[str, Any] | None, test_metrics: dict[str, float] | None
+    training_metrics: dict[str, Any] | None,
+    test_metrics: dict[str, float] | None,
+    *,
+    title: str = "Evaluation",
+    empty: str = "No evaluation recorded.",
 ) -> list[str]:
-    lines = ["## Evaluation", ""]
+    """Base vs fine-tuned when the training metrics are recorded, else the test metrics, else `empty`."""
+    lines = [f"## {title}", ""]
     base, tuned = (training_metrics or {}).get("base"), (training_metrics or {}).get("tuned")
     if base and tuned:
         lines += [
@@ -164,7 +169,7 @@ def metrics_section(
     elif test_metrics:
         lines += markdown_table({"value": test_metrics})
     else:
-        lines.append("No evaluation recorded.")
+        lines.append(empty)
     return lines
 
 
