@@ -110,7 +110,7 @@ def test_the_bundles_cli_uses_the_api_bundles_folder(env, tmp_path):
 
 
 def test_the_publishers_milvus_options_are_the_api_milvus_settings(env):
-    from training.cli.index import backend_config
+    from training.cli.publish_options import backend_config
 
     env(milvus_uri="http://milvus:19530", milvus_token="root:Milvus", milvus_name="scifact")
     api = Settings(index_backend="milvus")

@@ -65,3 +65,50 @@ def test_bad_dataset_content_and_bad_options_are_one_line_errors(tmp_path):
     config.write_text('{"epochs": 0}')
     from_file = _run("train", "--data", str(data), "--out", str(tmp_path / "out"), "--config", str(config))
     assert from_file.returncode == 2 and "--epochs" in from_file.stderr and str(config) in from_file.stderr
+
+
+def test_distill_help_lists_and_explains_every_distill_config_field():
+    from training.cli.config_options import descriptions
+    from training.distill.config import DistillConfig
+
+    result = _run("distill", "--help")
+    assert result.returncode == 0, result.stderr
+    help_text = " ".join(result.stdout.split())
+    for name, description in descriptions(DistillConfig).items():
+        assert f"--{name.replace('_', '-')}" in result.stdout, name
+        assert " ".join(description.split()[:4]) in help_text, name
+    assert "--variants <str>" in result.stdout and "[default: distilled,static]" in help_text
+    assert "--static-init-vocab <full|seen>" in result.stdout  # a Literal field shows its choices
+
+
+def test_distill_options_are_checked_by_distill_config_before_any_work(tmp_path):
+    common = ("distill", "--bundles", str(tmp_path / "bundles"), "--data", str(tmp_path / "data"))
+    bad_variant = _run(*common, "--variants", "distilled,bogus")
+    assert bad_variant.returncode == 2 and bad_variant.stderr.strip() == (
+        "error: invalid option --variants: Input should be 'distilled' or 'static'"
+    )
+    bad_lr = _run(*common, "--lr", "-1", "--layers", "9")
+    assert bad_lr.returncode == 2 and bad_lr.stderr.strip() == (
+        "error: invalid option --layers: Input should be less than or equal to 6; "
+        "--lr: Input should be greater than 0"
+    )
+    bad_choice = _run(*common, "--static-init-vocab", "all")
+    assert bad_choice.returncode == 2 and "Invalid value for '--static-init-vocab'" in bad_choice.stderr
+    # valid options pass validation: the command goes on to read the (missing) data and says so
+    valid = _run(*common, "--variants", "static", "--static-sparse", "--max-steps", "1")
+    assert valid.returncode == 2 and str(tmp_path / "data") in valid.stderr
+    assert "invalid option" not in valid.stderr and "Traceback" not in valid.stderr
+
+
+def test_index_and_pipeline_share_the_publishing_options():
+    from training.cli.config_options import descriptions
+    from training.cli.publish_options import PublishOptions
+
+    for command in ("index", "pipeline"):
+        result = _run(command, "--help")
+        assert result.returncode == 0, result.stderr
+        help_text = " ".join(result.stdout.split())
+        for name, description in descriptions(PublishOptions).items():
+            assert f"--{name.replace('_', '-')}" in result.stdout, (command, name)
+            assert " ".join(description.split()[:4]) in help_text, (command, name)
+        assert "--index-backend <faiss|milvus>" in result.stdout and "SEARCH_MILVUS_URI" in help_text

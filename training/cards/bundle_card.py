@@ -8,25 +8,18 @@ derived from checksummed records and is itself left out of the checksums.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from training.cards.model_card import (
     CARD_FILE,
-    METRIC_NAMES,
     gap_section,
+    metrics_section,
     model_card,
+    read_record,
     record_section,
     write_text_atomic,
 )
-
-
-def _read(path: Path) -> dict[str, Any] | None:
-    if not path.is_file():
-        return None
-    data = json.loads(path.read_text(encoding="utf-8"))
-    return data if isinstance(data, dict) else None
 
 
 def write_bundle_model_card(
@@ -39,12 +32,12 @@ def write_bundle_model_card(
 ) -> Path:
     """`<bundle>/model/README.md` from what the manifest will record (called before its checksums)."""
     card = model_card(
-        similarity=_read(folder / "model" / "similarity.json") or {},
+        similarity=read_record(folder / "model" / "similarity.json") or {},
         training_config=training_config,
         base_model=base_model,
         training_metrics=extras.get("training_metrics"),
         test_metrics=metrics.get("test"),
-        report=_read(folder / "report" / "report.json"),
+        report=read_record(folder / "report" / "report.json"),
     )
     return write_text_atomic(folder / "model" / CARD_FILE, card)
 
@@ -52,7 +45,12 @@ def write_bundle_model_card(
 def bundle_card(manifest: dict[str, Any], gate: dict[str, Any] | None, report: dict[str, Any] | None) -> str:
     lines = [
         *_summary(manifest),
-        *_evaluation(manifest.get("metrics") or {}),
+        *metrics_section(
+            None,
+            (manifest.get("metrics") or {}).get("test"),
+            title="Evaluation (exact search, the gate's numbers)",
+            empty="No test metrics recorded.",
+        ),
         *_gate(gate),
         *_index(manifest),
         "",
@@ -86,17 +84,6 @@ def _summary(manifest: dict[str, Any]) -> list[str]:
         + (f" (evaluation set sha256 {str(fingerprint)[:12]}…)" if fingerprint else ""),
         "",
     ]
-
-
-def _evaluation(metrics: dict[str, Any]) -> list[str]:
-    lines = ["## Evaluation (exact search, the gate's numbers)", ""]
-    test = metrics.get("test") or {}
-    if test:
-        lines += ["| metric | value |", "|---|---:|"]
-        lines += [f"| {n} | {test[n]:.4f} |" for n in METRIC_NAMES if n in test]
-    else:
-        lines.append("No test metrics recorded.")
-    return lines
 
 
 def _gate(gate: dict[str, Any] | None) -> list[str]:
@@ -178,5 +165,5 @@ def _how_to_use(version: str) -> list[str]:
 
 def write_bundle_card(folder: Path, manifest: dict[str, Any], gate: dict[str, Any] | None) -> Path:
     """`<bundle>/README.md` (at publication, with the gate's decision)."""
-    report = _read(folder / "report" / "report.json")
+    report = read_record(folder / "report" / "report.json")
     return write_text_atomic(folder / CARD_FILE, bundle_card(manifest, gate, report))

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from contract.atomic import write_text_atomic
+from training.cards.metrics_table import markdown_table
 
 CARD_FILE = "README.md"
-METRIC_NAMES = ("ndcg@10", "mrr@10", "recall@1", "recall@10", "recall@100")
 HYPER_PARAMETERS = (
     "epochs",
     "batch_size",
@@ -150,28 +150,26 @@ def training_section(training_config: dict[str, Any], base_model: str) -> list[s
 
 
 def metrics_section(
-    training_metrics: dict[str, Any] | None, test_metrics: dict[str, float] | None
+    training_metrics: dict[str, Any] | None,
+    test_metrics: dict[str, float] | None,
+    *,
+    title: str = "Evaluation",
+    empty: str = "No evaluation recorded.",
 ) -> list[str]:
-    lines = ["## Evaluation", ""]
+    """Base vs fine-tuned when the training metrics are recorded, else the test metrics, else `empty`."""
+    lines = [f"## {title}", ""]
     base, tuned = (training_metrics or {}).get("base"), (training_metrics or {}).get("tuned")
     if base and tuned:
         lines += [
             f"Exact search over the whole corpus, pytrec_eval, {tuned.get('n_queries', '?')} held-out queries, "
             f"{tuned.get('n_docs', '?')} documents:",
             "",
-            "| metric | base | fine-tuned | change |",
-            "|---|---:|---:|---:|",
-        ]
-        lines += [
-            f"| {n} | {base[n]:.4f} | {tuned[n]:.4f} | {tuned[n] - base[n]:+.4f} |"
-            for n in METRIC_NAMES
-            if n in base and n in tuned
+            *markdown_table({"base": base, "fine-tuned": tuned}, change=True),
         ]
     elif test_metrics:
-        lines += ["| metric | value |", "|---|---:|"]
-        lines += [f"| {n} | {test_metrics[n]:.4f} |" for n in METRIC_NAMES if n in test_metrics]
+        lines += markdown_table({"value": test_metrics})
     else:
-        lines.append("No evaluation recorded.")
+        lines.append(empty)
     return lines
 
 
@@ -233,7 +231,9 @@ def model_card(
     return "\n".join(front + [line for s in sections for line in [*s, ""]]).rstrip() + "\n"
 
 
-def _read(path: Path) -> dict[str, Any] | None:
+def read_record(path: Path) -> dict[str, Any] | None:
+    """A JSON object a run or bundle records (config.json, similarity.json, report.json …); None when the
+    file is absent or holds something else."""
     if not path.is_file():
         return None
     data = json.loads(path.read_text(encoding="utf-8"))
@@ -243,15 +243,15 @@ def _read(path: Path) -> dict[str, Any] | None:
 def write_run_card(run_dir: str | Path) -> Path:
     """`<run>/model/README.md` from the run's config.json, metrics.json, similarity.json and report."""
     run = Path(run_dir)
-    config = _read(run / "config.json") or {}
+    config = read_record(run / "config.json") or {}
     base = config.get("base_model")
     base_name = str(base.get("name") if isinstance(base, dict) else base or "all-MiniLM-L6-v2")
     card = model_card(
-        similarity=_read(run / "model" / "similarity.json") or {},
+        similarity=read_record(run / "model" / "similarity.json") or {},
         training_config=config,
         base_model=base_name,
-        training_metrics=_read(run / "metrics.json"),
-        report=_read(run / "report" / "report.json"),
+        training_metrics=read_record(run / "metrics.json"),
+        report=read_record(run / "report" / "report.json"),
         title=f"{run.name}: {base_name} fine-tuned",
     )
     return write_text_atomic(run / "model" / CARD_FILE, card)

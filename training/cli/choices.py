@@ -23,6 +23,3 @@ def log_level_option(envvar: str | None = None) -> typer.models.OptionInfo:
 
 
 LogLevelOpt = Annotated[LogLevel, log_level_option()]
-IndexOpt = Annotated[
-    IndexKind, typer.Option("--index", help="FAISS index kind (auto picks by size and memory).")
-]

@@ -2,10 +2,10 @@
 
     python -m training train --data DIR --out DIR [--epochs 2 --hard-negatives 3 …] [--config FILE.json]
 
-This module assembles the typer app; each command lives beside it (cli_train: train, pipeline; cli_index:
-index; cli_report: report; distill_cli; bundles_cli; jobs/cli: jobs, worker). Every TrainConfig field is an
-option of `train` and `pipeline`, generated from the model with its description as help
-(training/cli/config_options.py), so the two cannot drift apart. Domain errors and invalid options end as one
+This module assembles the typer app; each command lives beside it (train: train, pipeline; index; report;
+distill; bundles; jobs: jobs, worker). Every TrainConfig field is an option of `train` and `pipeline`, every
+DistillConfig field one of `distill`, every PublishOptions field one of `index` and `pipeline`: generated from
+the model with its description as help (training/cli/config_options.py), so the two cannot drift apart. Domain errors and invalid options end as one
 line on stderr and exit code 2, never a traceback. Logging is configured here, once per command.
 """
 

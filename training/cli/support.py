@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from contract.config import TrainConfig
 from contract.errors import InfonceSearchError
@@ -28,8 +28,9 @@ def fail(message: str) -> typing.NoReturn:
     raise typer.Exit(code=2)
 
 
-def validation_message(error: ValidationError) -> str:
-    """`--lr: Input should be greater than 0` rather than pydantic's multi-line dump."""
+def validation_message(error: ValidationError, config: type[BaseModel] = TrainConfig) -> str:
+    """`--lr: Input should be greater than 0` rather than pydantic's multi-line dump; a field of `config`
+    (whose options the command has) is named as its option (`--variants`, not `variants.0`)."""
     parts = []
     for item in error.errors():
         name = ".".join(str(x) for x in item["loc"])
@@ -37,7 +38,8 @@ def validation_message(error: ValidationError) -> str:
         if not name:  # a check across fields (TrainConfig's model validator)
             parts.append(message)
         else:
-            flag = f"--{name.replace('_', '-')}" if name in TrainConfig.model_fields else name
+            field = str(item["loc"][0])
+            flag = f"--{field.replace('_', '-')}" if field in config.model_fields else name
             parts.append(f"{flag}: {message}")
     return "invalid option " + "; ".join(parts)
 

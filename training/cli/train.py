@@ -9,19 +9,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from contract.config import TrainConfig
-from training.cli.choices import IndexOpt, LogLevelOpt
-from training.cli.config_options import ConfigFileOpt, load_config, with_config_options
-from training.cli.index import (
-    DistillOpt,
-    IndexBackendOpt,
-    KeepOpt,
-    MilvusNameOpt,
-    MilvusTokenOpt,
-    MilvusUriOpt,
-    OnnxOpt,
-    backend_config,
-    distill_config,
-)
+from training.cards.metrics_table import text_table
+from training.cli.choices import LogLevelOpt
+from training.cli.config_options import ConfigFileOpt, given_config, load_config, with_config_options
+from training.cli.publish_options import PublishOptions
 from training.cli.support import JsonOpt, QuietOpt, configure_logging, echo_json, fail, one_line_errors
 
 if TYPE_CHECKING:
@@ -35,13 +26,6 @@ DataOpt = Annotated[
 ]
 
 
-def metrics_table(base: dict[str, float], tuned: dict[str, float]) -> str:
-    names = [n for n in ("ndcg@10", "mrr@10", "recall@1", "recall@10", "recall@100") if n in base]
-    lines = [f"{'metric':<11}{'base':>8}{'tuned':>8}{'change':>9}"]
-    lines += [f"{n:<11}{base[n]:>8.4f}{tuned[n]:>8.4f}{tuned[n] - base[n]:>+9.4f}" for n in names]
-    return "\n".join(lines)
-
-
 def _prepare_run(
     data: Path, config_file: Path | None, log_level: str, overrides: dict[str, Any], *, quiet: bool = False
 ) -> TrainConfig:
@@ -53,7 +37,7 @@ def _prepare_run(
     return config
 
 
-@with_config_options
+@with_config_options(TrainConfig)
 def train_cmd(
     data: DataOpt,
     out: Annotated[
@@ -86,57 +70,37 @@ def train_cmd(
             }
         )
         return
-    typer.echo(metrics_table(result.base_metrics, result.tuned_metrics))
+    typer.echo(text_table(result.base_metrics, result.tuned_metrics))
     typer.echo(
         f"trained in {result.train_seconds:.0f}s; model in {result.model_dir}, metrics in {result.metrics_path}"
     )
 
 
-@with_config_options
+@with_config_options(PublishOptions, TrainConfig)
 def pipeline_cmd(
     data: DataOpt,
     bundles: Annotated[Path, typer.Option("--bundles", help="Bundles folder (versions + CURRENT).")],
     work_dir: Annotated[
         Path, typer.Option("--work-dir", help="Where training run folders are written.")
     ] = Path("runs"),
-    index: IndexOpt = "auto",
-    target_recall: Annotated[
-        float, typer.Option("--target-recall", help="ANN recall@10 vs exact search to tune to.")
-    ] = 0.95,
-    force: Annotated[
-        bool, typer.Option("--force", help="Make the bundle live even if the quality gate rejects it.")
-    ] = False,
-    keep: KeepOpt = 5,
-    onnx: OnnxOpt = True,
-    distill: DistillOpt = False,
     config_file: ConfigFileOpt = None,
     log_level: LogLevelOpt = "INFO",
     quiet: QuietOpt = False,
     as_json: JsonOpt = False,
-    index_backend: IndexBackendOpt = "faiss",
-    milvus_uri: MilvusUriOpt = None,
-    milvus_token: MilvusTokenOpt = None,
-    milvus_name: MilvusNameOpt = None,
     **overrides: Any,
 ) -> None:
     config = _prepare_run(data, config_file, log_level, overrides, quiet=quiet)
+    publish = given_config(PublishOptions, overrides)
     from training.publish.pipeline import run_pipeline  # torch and friends load only when a run starts
 
     with one_line_errors():
-        backend = backend_config(index_backend, milvus_uri, milvus_token, milvus_name)
         result = run_pipeline(
             data,
             bundles,
             config=config,
             work_dir=work_dir,
-            index_kind=index,
-            target_recall=target_recall,
-            force=force,
-            keep=keep,
-            onnx=onnx,
-            distill=distill_config(distill),
             show_progress=not quiet,
-            backend=backend,
+            **publish.publish_kwargs(),
         )
     _print_pipeline(result, as_json)
 
@@ -155,7 +119,7 @@ def _print_pipeline(result: PipelineResult, as_json: bool) -> None:
             }
         )
         return
-    typer.echo(metrics_table(result.train.base_metrics, result.train.tuned_metrics))
+    typer.echo(text_table(result.train.base_metrics, result.train.tuned_metrics))
     published = result.publish
     state = "live" if published.live else "kept as a candidate"
     typer.echo(f"bundle {published.version} {state} ({published.reason})")

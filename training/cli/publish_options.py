@@ -1,0 +1,82 @@
+"""The publishing options of `index` and `pipeline`, declared once: the index and its recall, the gate,
+the versions kept, the ONNX and distilled query encoders, where the vectors go (FAISS in the bundle, or
+Milvus). Both commands get them generated from PublishOptions (training/cli/config_options.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from contract.index.backend import BackendConfig, IndexBackend, IndexKind
+from contract.jobs.settings import env_name, field_default
+from training.cli.settings_options import job_settings
+
+
+def _setting(field: str) -> dict[str, Any]:
+    """An option backed by the API's JobSettings: its variable read and named in --help, its default shown."""
+    return {"envvar": env_name(field), "shown_default": field_default(field)}
+
+
+class PublishOptions(BaseModel):
+    """How a trained model becomes a bundle version; the Milvus ones default to the API's settings
+    (SEARCH_MILVUS_*), so publisher and server agree unless an option says otherwise."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: IndexKind = Field("auto", description="FAISS index kind (auto picks by size and memory).")
+    target_recall: float = Field(0.95, description="ANN recall@10 vs exact search to tune to.")
+    force: bool = Field(False, description="Make the bundle live even if the quality gate rejects it.")
+    keep: int = Field(5, description="Versions kept (the live one always is).")
+    onnx: bool = Field(True, description="Export + score the ONNX query encoders into the bundle.")
+    distill: bool = Field(
+        False,
+        description="Also train the distilled query encoders (2-layer transformer, static table) with default "
+        "settings; `python -m training distill` has every knob.",
+    )
+    index_backend: IndexBackend = Field(
+        "faiss",
+        description="faiss (in the bundle) or milvus.",
+        json_schema_extra={"envvar": "SEARCH_INDEX_BACKEND"},
+    )
+    milvus_uri: str | None = Field(
+        None,
+        description="http://host:19530 or a milvus-lite .db path.",
+        json_schema_extra=_setting("milvus_uri"),
+    )
+    milvus_token: str | None = Field(
+        None, description="Milvus credentials.", json_schema_extra=_setting("milvus_token")
+    )
+    milvus_name: str | None = Field(
+        None,
+        description="Collections <name>_v<version>, alias <name>_live.",
+        json_schema_extra=_setting("milvus_name"),
+    )
+
+    def publish_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of training.publish (index_model, run_pipeline) these options set; a
+        BackendConfig that is inconsistent (milvus without a URI) raises ConfigError."""
+        from training.distill.config import DistillConfig
+
+        return {
+            "index_kind": self.index,
+            "target_recall": self.target_recall,
+            "force": self.force,
+            "keep": self.keep,
+            "onnx": self.onnx,
+            "distill": DistillConfig() if self.distill else None,  # --distill: the default distillation
+            "backend": backend_config(
+                self.index_backend, self.milvus_uri, self.milvus_token, self.milvus_name
+            ),
+        }
+
+
+def backend_config(
+    backend: IndexBackend, uri: str | None, token: str | None, name: str | None
+) -> BackendConfig:
+    """The index backend options as a contract.index.backend.BackendConfig (ConfigError when inconsistent);
+    the Milvus ones not given come from the API's settings (SEARCH_MILVUS_*)."""
+    s = job_settings(milvus_uri=uri, milvus_token=token, milvus_name=name)
+    return BackendConfig(
+        backend=backend, milvus_uri=s.milvus_uri, milvus_token=s.milvus_token, milvus_name=s.milvus_name
+    )
