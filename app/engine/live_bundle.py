@@ -143,11 +143,6 @@ class LiveBundle:
         """A request's raw vectors -> index-space queries (n, dim); 422 naming the field when unusable."""
         return query_vectors.to_index_space(self.encoder, self.bundle.index.dim, vectors, field_name)
 
-    def allowed_positions(self, filter_: dict[str, Any] | None) -> np.ndarray | None:
-        if not filter_:
-            return None
-        return np.asarray(self.bundle.docstore.filter_positions(filter_), dtype=np.int64)
-
     def run(self, spec: SearchSpec) -> SearchAnswer:
         """The per-request path: encode this request's queries, search them as one batch, fetch documents."""
         return self.run_many([spec])[0]  # type: ignore[return-value]
@@ -223,8 +218,10 @@ class LiveBundle:
         for i, s in enumerate(specs):
             if s.embed is None and (s.filter or s.mode != "dense"):
                 try:
+                    # the filter evaluated once, and one snapshot of the deletions, for both lists of hybrid
+                    scope = self.overlay.scope(s.filter)
                     rows[i] = (
-                        self.overlay.search(queries[i], s.k, filter_=s.filter)
+                        self.overlay.search(queries[i], s.k, scope=scope)
                         if s.mode == "dense"
                         else retrieval_modes.rows(
                             self.bundle,
@@ -232,9 +229,8 @@ class LiveBundle:
                             s.texts or [],
                             queries[i],
                             s.k,
-                            self.allowed_positions(s.filter),
-                            dense=partial(self.overlay.search, filter_=s.filter),
-                            excluded=self.overlay.dead_positions(),
+                            scope,
+                            dense=partial(self.overlay.search, scope=scope),
                         )
                     )
                 except Exception as exc:  # one request's bad filter must not fail its batch-mates
