@@ -35,7 +35,7 @@ MAX_TIMING_QUERIES = 32
 TIMING_ROUNDS = 2  # best of 2 passes: a pass disturbed by another process's burst should not decide
 
 
-def load_backend(bundle: Bundle, backend: str, *, threads: int = 0) -> Any:
+def load_encoder_backend(bundle: Bundle, backend: str, *, threads: int = 0) -> Any:
     """The query encoder `backend` of `bundle` (ModelLoadError when the bundle does not carry it)."""
     if backend == "torch":
         if threads:
@@ -78,7 +78,7 @@ def time_encoder(encoder: Any, queries: list[str]) -> float:
     return best
 
 
-def choose_backend(
+def choose_encoder_backend(
     bundle: Bundle, *, max_ndcg_loss: float, threads: int = 0, fallback_query: str = "a query"
 ) -> tuple[str, Any, dict[str, Any]]:
     """(backend, its loaded encoder, the choice record shown by GET /bundles) for `auto`."""
@@ -89,7 +89,7 @@ def choose_backend(
         row: dict[str, Any] = {"backend": backend, "ndcg_loss": loss, "eligible": loss <= max_ndcg_loss}
         if row["eligible"]:
             try:
-                loaded[backend] = load_backend(bundle, backend, threads=threads)
+                loaded[backend] = load_encoder_backend(bundle, backend, threads=threads)
                 row["ms_per_query"] = round(time_encoder(loaded[backend], queries), 4)
             except ModelLoadError as exc:  # a damaged optional encoder must not stop the bundle
                 row |= {"eligible": False, "error": str(exc)}
@@ -97,7 +97,7 @@ def choose_backend(
         candidates.append(row)
     timed = [c for c in candidates if "ms_per_query" in c]
     chosen = min(timed, key=lambda c: c["ms_per_query"])["backend"] if timed else "torch"
-    encoder = loaded.get(chosen) or load_backend(bundle, "torch", threads=threads)
+    encoder = loaded.get(chosen) or load_encoder_backend(bundle, "torch", threads=threads)
     record = {
         "chosen": chosen,
         "max_ndcg_loss": max_ndcg_loss,

@@ -138,7 +138,7 @@ class HotSwap:
         problems = live.consistency_problems()
         if problems:
             raise BundleInvalid(f"{bundle.path}: " + "; ".join(problems))
-        canary = live.run(SearchSpec(texts=[self.settings.canary_query], vectors=None, k=1))
+        canary = live.answer(SearchSpec(texts=[self.settings.canary_query], vectors=None, top_k=1))
         if not canary.hits[0]:
             raise BundleInvalid(f"{bundle.path}: the canary query returned no results")
         logger.info(
@@ -147,7 +147,7 @@ class HotSwap:
             time.perf_counter() - started,
             live.n_vectors,
             bundle.manifest.index.factory,
-            live.backend,
+            live.encoder_backend,
         )
         return live
 
@@ -184,7 +184,7 @@ class HotSwap:
             version,
             n_vectors=live.n_vectors,
             recall=m.index.recall_at_10,
-            backend=live.backend,
+            encoder_backend=live.encoder_backend,
             metric=m.metric.similarity,
         )
         logger.info("now serving bundle %s (was %s)", version, previous.version if previous else "nothing")
