@@ -36,6 +36,12 @@ logger = logging.getLogger(__name__)
 # about the same either way (int8 2.1 vs 1.9 ms), so for it batching texts only adds padding.
 # A distilled transformer is the ONNX case again; the static table costs microseconds either way.
 DEFAULT_ENCODE_BATCH_SIZE = {"torch": 8, "onnx": 1, "onnx-int8": 1, "distilled": 1, "static": 64}
+# Documents per encoder call in encode_documents, the one document encoder of the API (upserts, /embed of
+# documents, log rows re-encoded for a new model). scifact passages (239 tokens on average) cost 131, 99
+# and 85 ms each in batches of 8, 16 and 32, and 171, 126, 126 ms with the order reversed
+# (bench/doc_encode_batch.py, 2 cores at load average 4-6, so noisy; 32 never lost). Upserts reach it in
+# slices of 8 and /embed in token slices, so only bulk re-encoding sees the difference.
+DOCUMENT_ENCODE_BATCH = 32
 
 
 class QueryEncoder(Protocol):
@@ -133,9 +139,11 @@ class LiveBundle:
         return self.encoder.to_index_space(emb)  # (n, dim)
 
     def encode_documents(self, texts: Sequence[str], token_ids: TokenIds | None = None) -> np.ndarray:
-        """Texts -> index-space document vectors (n, dim) with the full model (no cache: it holds queries)."""
+        """Texts -> index-space document vectors (n, dim) with the full model, as the corpus was encoded
+        (no cache: it holds queries). The one document encoder of the API: upserts, /embed, re-encoded
+        log rows (app/live/mutation_applier.py)."""
         ids = token_ids if token_ids is not None else self.tokenize(texts)
-        emb = encode_token_ids(self.encoder, texts, ids, batch_size=DEFAULT_ENCODE_BATCH_SIZE["torch"])
+        emb = encode_token_ids(self.encoder, texts, ids, batch_size=DOCUMENT_ENCODE_BATCH)
         return self.encoder.to_index_space(emb)  # (n, dim)
 
     def vectors_to_index_space(self, vectors: Sequence[Sequence[float]], field_name: str) -> np.ndarray:
