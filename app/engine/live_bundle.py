@@ -244,12 +244,11 @@ class LiveBundle:
     ) -> list[Rankings | Exception]:
         """(positions, scores) per query of each search spec: plain dense ones in one call, the rest alone."""
         rows: list[Rankings | Exception] = [[] for _ in specs]
-        plain = [i for i, s in enumerate(specs) if self._plain(s)]
-        if plain:
-            top_k = {i: specs[i].top_k for i in plain}  # type: ignore[union-attr]
-            found = self.overlay.search(queries[: spans[plain[-1]].stop], max(top_k.values()))
-            for i in plain:
-                rows[i] = [(p[: top_k[i]], sc[: top_k[i]]) for p, sc in found[spans[i]]]
+        plain = {i: s.top_k for i, s in enumerate(specs) if isinstance(s, SearchSpec) and self._plain(s)}
+        if plain:  # the leading block of `queries` (see _queries)
+            found = self.overlay.search(queries[: spans[max(plain)].stop], max(plain.values()))
+            for i, top_k in plain.items():
+                rows[i] = [(p[:top_k], sc[:top_k]) for p, sc in found[spans[i]]]
         for i, s in enumerate(specs):
             if isinstance(s, SearchSpec) and not self._plain(s):
                 try:
