@@ -20,20 +20,11 @@ import time
 from pathlib import Path
 
 from app.engine.query_tokens import QueryTokenizer, encode_token_ids
-from contract.encoding.encoder import Encoder, document_text
-from training.data.beir import load_corpus
-from training.data.demo_data import build_demo_dataset
+from contract.encoding.encoder import Encoder
 
-SCIFACT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "scifact"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def passages(n: int, tmp: Path) -> tuple[str, list[str]]:
-    if (SCIFACT / "corpus.jsonl").exists():
-        source, folder = "scifact", SCIFACT
-    else:
-        source, folder = "demo docstrings", build_demo_dataset(tmp / "pydocs", n_docs=max(n, 400), n_test=100)
-    docs = list(load_corpus(folder / "corpus.jsonl").values())[:n]
-    return source, [document_text(d.title, d.text) for d in docs]
+from corpus_encode_bench import passages  # the same passages as the torch-vs-ONNX bench
 
 
 def main() -> None:
