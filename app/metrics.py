@@ -117,9 +117,9 @@ class AppMetrics:
         )
 
     def set_live(
-        self, version: str, *, n_vectors: int, recall: float | None, backend: str, metric: str
+        self, version: str, *, n_vectors: int, recall: float | None, encoder_backend: str, metric: str
     ) -> None:
-        self.bundle.info({"version": version, "encoder_backend": backend, "metric": metric})
+        self.bundle.info({"version": version, "encoder_backend": encoder_backend, "metric": metric})
         self.n_vectors.set(n_vectors)
         self.index_recall.set(1.0 if recall is None else recall)
 

@@ -65,7 +65,7 @@ def main() -> None:
         "lexical (BM25)": (v["modes"]["lexical"], metrics_of(tl, test.qrels, doc_ids)),
     }
     for name, params, val in (
-        (f"hybrid RRF k={best_k}", FusionParams("rrf", k=float(best_k), depth=depth), v["rrf_k"][best_k]),
+        (f"hybrid RRF k={best_k}", FusionParams("rrf", rrf_k=float(best_k), depth=depth), v["rrf_k"][best_k]),
         (
             f"hybrid convex alpha={best_a}",
             FusionParams("convex", alpha=float(best_a), depth=depth),

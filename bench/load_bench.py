@@ -235,14 +235,14 @@ def encoder_ceiling(bundles: Path, version: str, backend: str, queries: list[str
     live = open_live_bundle(load_bundle(bundles / version), backend)
 
     def spec(q: str) -> SearchSpec:
-        return SearchSpec(texts=[q], vectors=None, k=10)
+        return SearchSpec(texts=[q], vectors=None, top_k=10)
 
     for q in queries[:5]:
-        live.run(spec(q))
+        live.answer(spec(q))
     single = []
     for q in queries[:200]:
         t0 = time.perf_counter()
-        live.run(spec(q))
+        live.answer(spec(q))
         single.append(time.perf_counter() - t0)
     per_chunk = {}
     for chunk in (8, 32):
@@ -250,7 +250,7 @@ def encoder_ceiling(bundles: Path, version: str, backend: str, queries: list[str
         batched = []
         for start in range(0, 320, 32):
             t0 = time.perf_counter()
-            live.run_many([spec(q) for q in queries[start : start + 32]])
+            live.answer_batch([spec(q) for q in queries[start : start + 32]])
             batched.append((time.perf_counter() - t0) / 32)
         per_chunk[chunk] = float(np.median(batched)) * 1000
     one, many = float(np.median(single)) * 1000, min(per_chunk.values())
@@ -259,7 +259,7 @@ def encoder_ceiling(bundles: Path, version: str, backend: str, queries: list[str
 
 def encode_costs(bundles: Path, version: str, backends: list[str], max_loss: float) -> dict[str, dict]:
     """Per query encoder: ms per query (one per call, in process) and its recorded nDCG@10 on scifact test."""
-    from app.engine.encoder_choice import load_backend, recorded_ndcg_losses, time_encoder
+    from app.engine.encoder_choice import load_encoder_backend, recorded_ndcg_losses, time_encoder
     from contract.bundles.bundle import load_bundle
     from training.data.beir import load_beir
 
@@ -273,12 +273,12 @@ def encode_costs(bundles: Path, version: str, backends: list[str], max_loss: flo
     test = list(load_beir(SCIFACT, "test").queries.values())[:100]
     out = {}
     for backend in sorted(recorded_ndcg_losses(bundle)):
-        ms = time_encoder(load_backend(bundle, backend), test)
+        ms = time_encoder(load_encoder_backend(bundle, backend), test)
         out[backend] = {"ms_per_query": ms, "ndcg@10": ndcg.get(backend)}
         print(f"{backend:10s} encode {ms:8.3f} ms/query  nDCG@10 {ndcg.get(backend)}", flush=True)
-    from app.engine.encoder_choice import choose_backend
+    from app.engine.encoder_choice import choose_encoder_backend
 
-    chosen, _, record = choose_backend(bundle, max_ndcg_loss=max_loss)
+    chosen, _, record = choose_encoder_backend(bundle, max_ndcg_loss=max_loss)
     out["auto"] = {**out[chosen], "chosen": chosen, "choice": record}
     print(f"auto at nDCG budget {max_loss}: {chosen}", flush=True)
     return out

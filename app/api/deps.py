@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 from app.engine.batching import DirectRunner, MicroBatcher
 from app.errors import MissingApiKeyError, WrongApiKeyError
 from app.live.hot_swap import HotSwap
+from app.live.mutation_applier import MutationApplier
 from app.metrics import AppMetrics
 from app.settings import Settings
 
@@ -20,6 +21,12 @@ def get_settings(request: Request) -> Settings:
 
 def get_hot_swap(request: Request) -> HotSwap:
     return request.state.hot_swap
+
+
+def get_mutations(request: Request) -> MutationApplier:
+    """The document writes (app/live/mutation_applier.py) of this process's HotSwap."""
+    hot_swap: HotSwap = request.state.hot_swap
+    return hot_swap.mutations
 
 
 def get_runner(request: Request) -> MicroBatcher | DirectRunner:
@@ -33,6 +40,7 @@ def get_metrics(request: Request) -> AppMetrics:
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 HotSwapDep = Annotated[HotSwap, Depends(get_hot_swap)]
 RunnerDep = Annotated[MicroBatcher | DirectRunner, Depends(get_runner)]
+MutationsDep = Annotated[MutationApplier, Depends(get_mutations)]
 MetricsDep = Annotated[AppMetrics, Depends(get_metrics)]
 
 

@@ -6,7 +6,7 @@ encoder's own intra-op threads already use both cores, and more request threads 
 
 `MicroBatcher`: requests wait in a bounded asyncio queue; one worker takes whatever is pending (up to
 `max_size` queries), encodes every text in one call and searches the batch as one FAISS call
-(`LiveBundle.run_many`). Requests that arrive while a batch runs form the next one.
+(`LiveBundle.answer_batch`). Requests that arrive while a batch runs form the next one.
 
 How long a batch waits for more: a lone client (last batch of one query) never waits. Otherwise the
 batch waits, at most `max_wait`, until it holds min(the previous batch's queries, the live encoder's
@@ -32,10 +32,10 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from app.engine.live_bundle import LiveBundle
-from app.engine.search_spec import SearchAnswer, SearchSpec
+from app.engine.search_spec import Answer, EmbedAnswer, EmbedSpec, SearchAnswer, SearchSpec, Spec
 from app.engine.token_slicing import run_sliced
 from app.errors import QueueFullError
 from app.metrics import AppMetrics
@@ -60,12 +60,31 @@ class Inference:
 @dataclass
 class _Pending:
     live: LiveBundle
-    spec: SearchSpec
-    future: asyncio.Future[SearchAnswer]
+    spec: Spec
+    future: asyncio.Future[Answer]
     enqueued: float = field(default_factory=time.perf_counter)
 
 
-class DirectRunner:
+class _Runner:
+    """What both runners share: a request runs in token slices (app/engine/token_slicing.py), each
+    queued on its own through `_submit`."""
+
+    slice_tokens: int
+
+    @overload
+    async def submit(self, live: LiveBundle, spec: SearchSpec) -> SearchAnswer: ...
+
+    @overload
+    async def submit(self, live: LiveBundle, spec: EmbedSpec) -> EmbedAnswer: ...
+
+    async def submit(self, live: LiveBundle, spec: Spec) -> Answer:
+        return await run_sliced(lambda part: self._submit(live, part), spec, self.slice_tokens)
+
+    async def _submit(self, live: LiveBundle, spec: Spec) -> Answer:
+        raise NotImplementedError
+
+
+class DirectRunner(_Runner):
     """Micro-batching off: each request encodes and searches on its own (bounded by `queue_max`)."""
 
     def __init__(self, inference: Inference, *, queue_max: int, metrics: AppMetrics, slice_tokens: int = 256):
@@ -84,10 +103,7 @@ class DirectRunner:
     async def stop(self) -> None:
         return None
 
-    async def submit(self, live: LiveBundle, spec: SearchSpec) -> SearchAnswer:
-        return await run_sliced(lambda part: self._submit(live, part), spec, self.slice_tokens)
-
-    async def _submit(self, live: LiveBundle, spec: SearchSpec) -> SearchAnswer:
+    async def _submit(self, live: LiveBundle, spec: Spec) -> Answer:
         if self._waiting >= self.queue_max:
             raise QueueFullError(
                 f"server busy: {self._waiting} searches waiting (queue_max {self.queue_max}); retry"
@@ -96,15 +112,17 @@ class DirectRunner:
         self.metrics.queue_depth.set(self._waiting)
         try:
             self.metrics.batch_queries.observe(spec.n)
-            answer = await self.inference.call(live.run, spec)
-            self.metrics.observe_work(answer.encode_ms, answer.search_ms, searched=spec.embed is None)
+            answer = await self.inference.call(live.answer, spec)
+            self.metrics.observe_work(
+                answer.encode_ms, answer.search_ms, searched=isinstance(spec, SearchSpec)
+            )
             return answer
         finally:
             self._waiting -= 1
             self.metrics.queue_depth.set(self._waiting)
 
 
-class MicroBatcher:
+class MicroBatcher(_Runner):
     """Dynamic micro-batching over one bounded queue (see module docstring)."""
 
     def __init__(
@@ -143,10 +161,7 @@ class MicroBatcher:
             if not item.future.done():
                 item.future.set_exception(QueueFullError("server shutting down"))
 
-    async def submit(self, live: LiveBundle, spec: SearchSpec) -> SearchAnswer:
-        return await run_sliced(lambda part: self._submit(live, part), spec, self.slice_tokens)
-
-    async def _submit(self, live: LiveBundle, spec: SearchSpec) -> SearchAnswer:
+    async def _submit(self, live: LiveBundle, spec: Spec) -> Answer:
         item = _Pending(live, spec, asyncio.get_running_loop().create_future())
         try:
             self.queue.put_nowait(item)
@@ -202,12 +217,12 @@ class MicroBatcher:
         for items in groups.values():
             self.metrics.batch_queries.observe(sum(i.spec.n for i in items))
             try:
-                answers = await self.inference.call(items[0].live.run_many, [i.spec for i in items])
+                answers = await self.inference.call(items[0].live.answer_batch, [i.spec for i in items])
             except Exception as exc:  # e.g. the encoder failed: every request of the group fails alike
                 answers = [exc] * len(items)
-            done = next((a for a in answers if isinstance(a, SearchAnswer)), None)
+            done = next((a for a in answers if not isinstance(a, BaseException)), None)
             if done is not None:  # encode and search times are shared by the group: observed once
-                searched = any(i.spec.embed is None for i in items)
+                searched = any(isinstance(i.spec, SearchSpec) for i in items)
                 self.metrics.observe_work(done.encode_ms, done.search_ms, searched=searched)
             for item, answer in zip(items, answers, strict=True):
                 if item.future.done():

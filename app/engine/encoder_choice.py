@@ -36,21 +36,21 @@ MAX_TIMING_QUERIES = 32
 TIMING_ROUNDS = 2  # best of 2 passes: a pass disturbed by another process's burst should not decide
 
 
-def load_backend(bundle: Bundle, backend: str, *, threads: int = 0) -> Any:
-    """The query encoder `backend` of `bundle` (ModelLoadError when the bundle does not carry it)."""
-    if backend == "torch":
+def load_encoder_backend(bundle: Bundle, encoder_backend: str, *, threads: int = 0) -> Any:
+    """The query encoder `encoder_backend` of `bundle` (ModelLoadError when the bundle does not carry it)."""
+    if encoder_backend == "torch":
         if threads:
             import torch
 
             torch.set_num_threads(threads)
         return bundle.encoder
-    if backend in ONNX_BACKENDS:
+    if encoder_backend in ONNX_BACKENDS:
         return OnnxQueryEncoder.load(
-            Path(bundle.path) / "model", variant=ONNX_BACKENDS[backend], threads=threads
+            Path(bundle.path) / "model", variant=ONNX_BACKENDS[encoder_backend], threads=threads
         )
-    if backend in DISTILLED_BACKENDS:
-        return load_variant(bundle.path, backend, threads=threads)
-    raise ModelLoadError(f"unknown encoder backend {backend!r}")
+    if encoder_backend in DISTILLED_BACKENDS:
+        return load_variant(bundle.path, encoder_backend, threads=threads)
+    raise ModelLoadError(f"unknown encoder backend {encoder_backend!r}")
 
 
 def recorded_ndcg_losses(bundle: Bundle) -> dict[str, float]:
@@ -58,10 +58,10 @@ def recorded_ndcg_losses(bundle: Bundle) -> dict[str, float]:
     extras = bundle.manifest.extras
     losses = {"torch": 0.0}
     onnx = (extras.get(ONNX_KEY) or {}).get("ndcg_loss") or {}
-    for backend, variant in ONNX_BACKENDS.items():
+    for encoder_backend, variant in ONNX_BACKENDS.items():
         on_disk = (Path(bundle.path) / "model" / ONNX_SUBDIR / FILES[variant]).exists()
         if onnx.get(variant) is not None and on_disk:
-            losses[backend] = float(onnx[variant])
+            losses[encoder_backend] = float(onnx[variant])
     losses |= recorded_losses(extras, bundle.path)
     return losses
 
@@ -79,26 +79,30 @@ def time_encoder(encoder: Any, queries: list[str]) -> float:
     return best
 
 
-def choose_backend(
+def choose_encoder_backend(
     bundle: Bundle, *, max_ndcg_loss: float, threads: int = 0, fallback_query: str = "a query"
 ) -> tuple[str, Any, dict[str, Any]]:
-    """(backend, its loaded encoder, the choice record shown by GET /bundles) for `auto`."""
+    """(encoder_backend, its loaded encoder, the choice record shown by GET /bundles) for `auto`."""
     queries = timing_queries(bundle.manifest.extras)[:MAX_TIMING_QUERIES] or [fallback_query]
     candidates: list[dict[str, Any]] = []
     loaded: dict[str, Any] = {}
-    for backend, loss in sorted(recorded_ndcg_losses(bundle).items()):
-        row: dict[str, Any] = {"backend": backend, "ndcg_loss": loss, "eligible": loss <= max_ndcg_loss}
+    for encoder_backend, loss in sorted(recorded_ndcg_losses(bundle).items()):
+        row: dict[str, Any] = {
+            "backend": encoder_backend,
+            "ndcg_loss": loss,
+            "eligible": loss <= max_ndcg_loss,
+        }
         if row["eligible"]:
             try:
-                loaded[backend] = load_backend(bundle, backend, threads=threads)
-                row["ms_per_query"] = round(time_encoder(loaded[backend], queries), 4)
+                loaded[encoder_backend] = load_encoder_backend(bundle, encoder_backend, threads=threads)
+                row["ms_per_query"] = round(time_encoder(loaded[encoder_backend], queries), 4)
             except ModelLoadError as exc:  # a damaged optional encoder must not stop the bundle
                 row |= {"eligible": False, "error": str(exc)}
-                logger.warning("bundle %s: %s not usable: %s", bundle.version, backend, exc)
+                logger.warning("bundle %s: %s not usable: %s", bundle.version, encoder_backend, exc)
         candidates.append(row)
     timed = [c for c in candidates if "ms_per_query" in c]
     chosen = min(timed, key=lambda c: c["ms_per_query"])["backend"] if timed else "torch"
-    encoder = loaded.get(chosen) or load_backend(bundle, "torch", threads=threads)
+    encoder = loaded.get(chosen) or load_encoder_backend(bundle, "torch", threads=threads)
     record = {
         "chosen": chosen,
         "max_ndcg_loss": max_ndcg_loss,

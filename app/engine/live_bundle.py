@@ -8,22 +8,21 @@ inference executor, never on the event loop.
 
 from __future__ import annotations
 
-import copy
 import logging
-import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 import numpy as np
 
 from app.engine import query_vectors, retrieval_modes
-from app.engine.encoder_choice import choose_backend, load_backend
+from app.engine.encoder_choice import choose_encoder_backend, load_encoder_backend
 from app.engine.query_cache import QueryCache
-from app.engine.search_spec import SearchAnswer, SearchSpec
+from app.engine.query_tokens import QueryTokenizer, TokenIds, encode_token_ids
+from app.engine.search_spec import Answer, EmbedAnswer, EmbedSpec, SearchAnswer, SearchSpec, Spec
 from app.schemas.search import Hit
 from contract.bundles.bundle import Bundle, mismatches
 from contract.encoding.encoder import Encoder, TextKind
@@ -37,6 +36,12 @@ logger = logging.getLogger(__name__)
 # about the same either way (int8 2.1 vs 1.9 ms), so for it batching texts only adds padding.
 # A distilled transformer is the ONNX case again; the static table costs microseconds either way.
 DEFAULT_ENCODE_BATCH_SIZE = {"torch": 8, "onnx": 1, "onnx-int8": 1, "distilled": 1, "static": 64}
+# Documents per encoder call in encode_documents, the one document encoder of the API (upserts, /embed of
+# documents, log rows re-encoded for a new model). scifact passages (239 tokens on average) cost 131, 99
+# and 85 ms each in batches of 8, 16 and 32, and 171, 126, 126 ms with the order reversed
+# (bench/doc_encode_batch.py, 2 cores at load average 4-6, so noisy; 32 never lost). Upserts reach it in
+# slices of 8 and /embed in token slices, so only bulk re-encoding sees the difference.
+DOCUMENT_ENCODE_BATCH = 32
 
 
 class QueryEncoder(Protocol):
@@ -49,7 +54,7 @@ class QueryEncoder(Protocol):
 class LiveBundle:
     bundle: Bundle
     query_encoder: QueryEncoder
-    backend: str  # torch | onnx | onnx-int8 | distilled | static
+    encoder_backend: str  # torch | onnx | onnx-int8 | distilled | static
     # texts per encoder call inside one request or micro-batch (both encoders sort by length first);
     # also how many queries a micro-batch waits for (app/engine/batching.py)
     encode_batch_size: int = 8
@@ -58,11 +63,13 @@ class LiveBundle:
     cache: QueryCache | None = None  # query embeddings (app/engine/query_cache.py); shared across bundles
     # documents upserted / deleted since the bundle was built (contract/mutations/overlay.py, app/live/mutation_applier.py)
     overlay: Overlay = field(init=False)
-    _counter: Any = field(init=False, default=None, repr=False)  # count_tokens' own tokenizer copy
-    _count_lock: threading.Lock = field(init=False, default_factory=threading.Lock, repr=False)
+    tokenize: QueryTokenizer = field(
+        init=False, repr=False
+    )  # the model's tokenizer (app/engine/query_tokens.py)
 
     def __post_init__(self) -> None:
         self.overlay = Overlay.for_bundle(self.bundle)
+        self.tokenize = QueryTokenizer(self.encoder)
 
     @property
     def version(self) -> str:
@@ -103,138 +110,161 @@ class LiveBundle:
             "temperature": self.encoder.similarity.effective_temperature(),  # contract.encoding.similarity
             "index": m.index.factory,
             "n_vectors": m.n_vectors,
-            "query_encoder": self.backend,
+            "query_encoder": self.encoder_backend,
             "created_at": m.created_at.isoformat(),
             "code_version": m.code_version.model_dump(),
         }
 
     # -- blocking work --------------------------------------------------------------------------------
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """Texts -> index-space query vectors (n, dim), through the query cache when there is one."""
-        if self.cache is not None:
-            return self.cache.encode(self.version, self.backend, texts, self._encode)
-        return self._encode(list(texts))
+    def encode(self, texts: Sequence[str], token_ids: TokenIds | None = None) -> np.ndarray:
+        """Texts -> index-space query vectors (n, dim), through the query cache when there is one.
 
-    def _encode(self, texts: list[str]) -> np.ndarray:
+        The full model (torch) encodes `token_ids`, the request's one tokenisation (tokenised here when
+        not given); the other query encoders tokenise with their own tokenizer."""
+        encode: Callable[[list[str]], np.ndarray] = self._encode_texts
+        if self.encoder_backend == "torch":
+            ids = token_ids if token_ids is not None else self.tokenize(texts)
+            encode = partial(self._encode_ids, dict(zip(texts, ids, strict=True)))
+        if self.cache is not None:
+            return self.cache.encode(self.version, self.encoder_backend, texts, encode)
+        return encode(list(texts))
+
+    def _encode_texts(self, texts: list[str]) -> np.ndarray:
         emb = self.query_encoder.encode(texts, kind="query", batch_size=self.encode_batch_size)  # (n, dim)
         return self.encoder.to_index_space(emb)  # (n, dim)
 
-    def encode_documents(self, texts: Sequence[str]) -> np.ndarray:
-        """Texts -> index-space document vectors (n, dim) with the full model (no cache: it holds queries)."""
-        emb = self.encoder.encode(list(texts), kind="document", batch_size=DEFAULT_ENCODE_BATCH_SIZE["torch"])
+    def _encode_ids(self, ids_of: dict[str, list[int]], texts: list[str]) -> np.ndarray:
+        token_ids = [ids_of[t] for t in texts]  # the cache's misses, or every text
+        emb = encode_token_ids(self.encoder, texts, token_ids, batch_size=self.encode_batch_size)  # (n, dim)
         return self.encoder.to_index_space(emb)  # (n, dim)
 
-    def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        """Tokens per text as the serving model sees them (its tokenizer, cut at its max length).
-
-        Runs on request threads while the inference thread encodes: a fast tokenizer keeps its padding
-        and truncation mode as state, so sharing the model's one made a concurrent encode fail ("expected
-        sequence of length 18 at dim 1 (got 10)", tests/app/test_lifecycle.py's hot swap under load).
-        Requests count with a copy of it, one at a time."""
-        model = self.encoder.model
-        limit = int(model.max_seq_length or 512)
-        with self._count_lock:
-            if self._counter is None:
-                self._counter = copy.deepcopy(model.tokenizer)
-            ids = self._counter(list(texts), add_special_tokens=True, truncation=True, max_length=limit)
-        return [len(row) for row in ids["input_ids"]]
+    def encode_documents(self, texts: Sequence[str], token_ids: TokenIds | None = None) -> np.ndarray:
+        """Texts -> index-space document vectors (n, dim) with the full model, as the corpus was encoded
+        (no cache: it holds queries). The one document encoder of the API: upserts, /embed, re-encoded
+        log rows (app/live/mutation_applier.py)."""
+        ids = token_ids if token_ids is not None else self.tokenize(texts)
+        emb = encode_token_ids(self.encoder, texts, ids, batch_size=DOCUMENT_ENCODE_BATCH)
+        return self.encoder.to_index_space(emb)  # (n, dim)
 
     def vectors_to_index_space(self, vectors: Sequence[Sequence[float]], field_name: str) -> np.ndarray:
         """A request's raw vectors -> index-space queries (n, dim); 422 naming the field when unusable."""
         return query_vectors.to_index_space(self.encoder, self.bundle.index.dim, vectors, field_name)
 
-    def allowed_positions(self, filter_: dict[str, Any] | None) -> np.ndarray | None:
-        if not filter_:
-            return None
-        return np.asarray(self.bundle.docstore.filter_positions(filter_), dtype=np.int64)
+    @overload
+    def answer(self, spec: SearchSpec) -> SearchAnswer: ...
 
-    def run(self, spec: SearchSpec) -> SearchAnswer:
-        """The per-request path: encode this request's queries, search them as one batch, fetch documents."""
-        return self.run_many([spec])[0]  # type: ignore[return-value]
+    @overload
+    def answer(self, spec: EmbedSpec) -> EmbedAnswer: ...
 
-    def run_many(self, specs: Sequence[SearchSpec]) -> list[SearchAnswer | Exception]:
-        """A micro-batch: one encode call for every text, one FAISS call for every unfiltered query.
+    def answer(self, spec: Spec) -> Answer:
+        """The per-request path: encode this request's texts, search them as one batch, fetch documents."""
+        answer = self.answer_batch([spec])[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
-        Unfiltered queries are searched together with k = the largest requested k and cut per request;
+    def answer_batch(self, specs: Sequence[Spec]) -> list[Answer | Exception]:
+        """A micro-batch: one encode call for every query text, one FAISS call for every unfiltered query.
+
+        Unfiltered queries are searched together with k = the largest requested top-k and cut per request;
         for an exact (flat) index the top k of a larger k are exactly the top k. Filtered queries need
         their own allowed set, so each filtered request is searched on its own. A failure is returned in
         the failing request's slot only, when it can be pinned to one request.
         """
         t0 = time.perf_counter()
-        queries = self._queries(specs)
+        queries, spans = self._queries(specs)
+        documents = {
+            i: self.encode_documents(s.texts, s.token_ids)
+            for i, s in enumerate(specs)
+            if isinstance(s, EmbedSpec) and s.kind == "document"
+        }
         t1 = time.perf_counter()
-        rows = self._search(specs, queries)
+        rows = self._search(specs, queries, spans)
         t2 = time.perf_counter()
         encode_ms, search_ms = (t1 - t0) * 1000, (t2 - t1) * 1000
-        out: list[SearchAnswer | Exception] = []
+        out: list[Answer | Exception] = []
         for i, (s, r) in enumerate(zip(specs, rows, strict=True)):
-            if s.embed is not None:
-                out.append(SearchAnswer([], encode_ms, 0.0, vectors=queries[i]))
-                continue
-            if isinstance(r, Exception):
+            if isinstance(s, EmbedSpec):
+                out.append(EmbedAnswer(documents[i] if i in documents else queries[spans[i]], encode_ms))
+            elif isinstance(r, Exception):
                 out.append(r)
-                continue
-            try:
-                out.append(
-                    SearchAnswer(self.hits(r, min_score=s.min_score, include=s.include), encode_ms, search_ms)
-                )
-            except Exception as exc:
-                out.append(exc)
+            else:
+                try:
+                    hits = self.hits(r, min_score=s.min_score, include=s.include)
+                    out.append(SearchAnswer(hits, encode_ms, search_ms))
+                except Exception as exc:
+                    out.append(exc)
         return out
 
-    def _queries(self, specs: Sequence[SearchSpec]) -> list[np.ndarray]:
-        """Each spec's index-space queries (n_i, dim): every text encoded in one call, vectors as given."""
-        texts = [
-            t
-            for s in specs
-            if s.texts is not None and s.embed != "document" and s.mode != "lexical"
-            for t in s.texts
-        ]
-        encoded = self.encode(texts) if texts else None  # (n_texts, dim)
-        queries: list[np.ndarray] = []
-        offset = 0
-        for s in specs:
-            if s.embed == "document":  # /embed of documents: the full model, as the corpus was encoded
-                assert s.texts is not None
-                queries.append(self.encode_documents(s.texts))
-            elif s.mode == "lexical":  # BM25 only: nothing to encode
-                queries.append(np.empty((0, self.bundle.index.dim), dtype=np.float32))
-            elif s.texts is not None:
-                assert encoded is not None
-                queries.append(encoded[offset : offset + len(s.texts)])
-                offset += len(s.texts)
-            else:
-                assert s.vectors is not None
-                queries.append(s.vectors)
-        return queries
+    @staticmethod
+    def _plain(s: Spec) -> bool:
+        """Searched with every other plain spec of the batch in one call: dense, no filter."""
+        return isinstance(s, SearchSpec) and not s.filter and s.mode == "dense"
 
-    def _search(self, specs: Sequence[SearchSpec], queries: list[np.ndarray]) -> list[Rankings | Exception]:
+    def _queries(self, specs: Sequence[Spec]) -> tuple[np.ndarray, list[slice]]:
+        """One (n, dim) matrix of the batch's index-space queries, and each spec's rows in it (empty: none,
+        i.e. documents to embed, or lexical mode).
+
+        Plain specs come first, so they are searched as one leading block without a copy; every query text
+        is encoded in one call in that order, so without vector queries the encoder's output is the matrix."""
+        order = sorted(range(len(specs)), key=lambda i: not self._plain(specs[i]))  # stable
+        texts: list[str] = []
+        token_ids: TokenIds = []  # the torch backend's input: the request's tokens (or tokenised here)
+        rows: list[tuple[int, np.ndarray | None]] = []  # (spec, its vectors; None = its texts' rows)
+        for i in order:
+            s = specs[i]
+            if isinstance(s, EmbedSpec) and s.kind == "document":
+                continue
+            if isinstance(s, SearchSpec) and (s.mode == "lexical" or s.texts is None):
+                if s.mode != "lexical":
+                    rows.append((i, s.vectors))
+                continue
+            assert s.texts is not None
+            texts += s.texts
+            if self.encoder_backend == "torch":
+                token_ids += s.token_ids if s.token_ids is not None else self.tokenize(s.texts)
+            rows.append((i, None))
+        dim = self.bundle.index.dim
+        encoded = self.encode(texts, token_ids or None) if texts else np.empty((0, dim), np.float32)
+        spans = [slice(0, 0)] * len(specs)
+        pieces, n, used = [], 0, 0
+        for i, vectors in rows:
+            if vectors is None:
+                vectors = encoded[used : used + specs[i].n]
+                used += specs[i].n
+            pieces.append(vectors)
+            spans[i] = slice(n, n + len(vectors))
+            n += len(vectors)
+        if all(v is None for _, v in rows):
+            return encoded, spans
+        return np.concatenate(pieces) if pieces else np.empty((0, dim), np.float32), spans
+
+    def _search(
+        self, specs: Sequence[Spec], queries: np.ndarray, spans: list[slice]
+    ) -> list[Rankings | Exception]:
         """(positions, scores) per query of each search spec: plain dense ones in one call, the rest alone."""
         rows: list[Rankings | Exception] = [[] for _ in specs]
-        plain = [i for i, s in enumerate(specs) if not s.filter and s.embed is None and s.mode == "dense"]
-        if plain:
-            stacked = np.concatenate([queries[i] for i in plain])  # (n_plain, dim)
-            found = self.overlay.search(stacked, max(specs[i].k for i in plain))
-            start = 0
-            for i in plain:
-                n = len(queries[i])
-                rows[i] = [(p[: specs[i].k], sc[: specs[i].k]) for p, sc in found[start : start + n]]
-                start += n
+        plain = {i: s.top_k for i, s in enumerate(specs) if isinstance(s, SearchSpec) and self._plain(s)}
+        if plain:  # the leading block of `queries` (see _queries)
+            found = self.overlay.search(queries[: spans[max(plain)].stop], max(plain.values()))
+            for i, top_k in plain.items():
+                rows[i] = [(p[:top_k], sc[:top_k]) for p, sc in found[spans[i]]]
         for i, s in enumerate(specs):
-            if s.embed is None and (s.filter or s.mode != "dense"):
+            if isinstance(s, SearchSpec) and not self._plain(s):
                 try:
+                    # the filter evaluated once, and one snapshot of the deletions, for both lists of hybrid
+                    scope = self.overlay.scope(s.filter)
                     rows[i] = (
-                        self.overlay.search(queries[i], s.k, filter_=s.filter)
+                        self.overlay.search(queries[spans[i]], s.top_k, scope=scope)
                         if s.mode == "dense"
                         else retrieval_modes.rows(
                             self.bundle,
                             s.mode,
                             s.texts or [],
-                            queries[i],
-                            s.k,
-                            self.allowed_positions(s.filter),
-                            dense=partial(self.overlay.search, filter_=s.filter),
-                            excluded=self.overlay.dead_positions(),
+                            queries[spans[i]],
+                            s.top_k,
+                            scope,
+                            dense=partial(self.overlay.search, scope=scope),
                         )
                     )
                 except Exception as exc:  # one request's bad filter must not fail its batch-mates
@@ -269,7 +299,7 @@ class LiveBundle:
 
 def open_live_bundle(
     bundle: Bundle,
-    backend: str,
+    encoder_backend: str,
     *,
     threads: int = 0,
     max_ndcg_loss: float = 0.005,
@@ -279,11 +309,11 @@ def open_live_bundle(
 ) -> LiveBundle:
     """Pick and load the query encoder for `bundle` (blocking); `encode_batch_size` None = per backend."""
     choice = None
-    if backend == "auto":
-        backend, encoder, choice = choose_backend(
+    if encoder_backend == "auto":
+        encoder_backend, encoder, choice = choose_encoder_backend(
             bundle, max_ndcg_loss=max_ndcg_loss, threads=threads, fallback_query=canary_query
         )
     else:
-        encoder = load_backend(bundle, backend, threads=threads)
-    batch = encode_batch_size or DEFAULT_ENCODE_BATCH_SIZE[backend]
-    return LiveBundle(bundle, encoder, backend, batch, choice=choice, cache=cache)
+        encoder = load_encoder_backend(bundle, encoder_backend, threads=threads)
+    batch = encode_batch_size or DEFAULT_ENCODE_BATCH_SIZE[encoder_backend]
+    return LiveBundle(bundle, encoder, encoder_backend, batch, choice=choice, cache=cache)

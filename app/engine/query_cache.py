@@ -37,10 +37,14 @@ class QueryCache:
         return len(self._entries)
 
     def encode(
-        self, version: str, backend: str, texts: Sequence[str], encode: Callable[[list[str]], np.ndarray]
+        self,
+        version: str,
+        encoder_backend: str,
+        texts: Sequence[str],
+        encode: Callable[[list[str]], np.ndarray],
     ) -> np.ndarray:
         """Rows for `texts` (n, dim): cached ones copied, the others computed by `encode` in one call."""
-        keys = [(version, backend, normalise(t)) for t in texts]
+        keys = [(version, encoder_backend, normalise(t)) for t in texts]
         found: dict[int, np.ndarray] = {}
         with self._lock:
             for i, key in enumerate(keys):

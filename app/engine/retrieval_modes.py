@@ -7,7 +7,7 @@ is asking for either from a bundle built before hybrid search (it has no lexical
 
 What `score` (and so `min_score`) means per mode: dense, the model's learned similarity; lexical, the
 BM25 score (≥ 0, unbounded, only documents sharing a term with the query); hybrid, the fused score: for
-RRF Σ 1/(k + rank) over the two lists (at most 2/(k+1)), for the convex fusion α·dense + (1−α)·lexical
+RRF Σ 1/(rrf_k + rank) over the two lists (at most 2/(rrf_k+1)), for the convex fusion α·dense + (1−α)·lexical
 of scores min-max normalised within each list (in [0, 1]). contract/index/fusion.py has the formulas.
 """
 
@@ -24,6 +24,7 @@ from contract.index.vector_index import Ranking
 
 if TYPE_CHECKING:
     from contract.bundles.bundle import Bundle
+    from contract.mutations.overlay import Scope
 
 EXTRAS_KEY = "retrieval"
 
@@ -67,27 +68,23 @@ def rows(
     mode: str,
     texts: list[str],
     vectors: np.ndarray,
-    k: int,
-    allowed: np.ndarray | None,
+    top_k: int,
+    scope: Scope,
     *,
     dense: Callable[[np.ndarray, int], list[Ranking]],
-    excluded: np.ndarray | None = None,
 ) -> list[Ranking]:
     """Lexical or hybrid rankings of one request (per text).
 
-    `allowed` (the filter's bundle positions) binds the BM25 list; `dense` is the overlay's search
-    (bundle + upserts, the same filter applied, contract/mutations/overlay.py); `excluded` (deleted or replaced
-    bundle positions) is kept out of the BM25 list. BM25 covers the bundle's own documents only: an
-    upserted document is found by the dense side of hybrid, not by lexical mode, until a reindex folds
-    the log in.
+    `scope` (contract/mutations/overlay.py) is what the request may return: the filter's bundle positions
+    minus the deleted or replaced ones, evaluated once, or, unfiltered, those deleted ones; it binds the
+    BM25 list, and `dense` is the overlay's search with the same scope (bundle + upserts). BM25 covers the
+    bundle's own documents only: an upserted document is found by the dense side of hybrid, not by lexical
+    mode, until a reindex folds the log in.
     """
     assert bundle.lexical is not None  # resolve() refuses these modes without one
-    if excluded is not None and len(excluded):
-        base = np.arange(bundle.lexical.n_docs, dtype=np.int64) if allowed is None else allowed
-        allowed = np.setdiff1d(base, excluded, assume_unique=True)
     if mode == "lexical":
-        return bundle.lexical.search(texts, k, allowed=allowed)
+        return bundle.lexical.search(texts, top_k, **scope.restriction())
     params = fusion_params(bundle)
-    depth = max(k, params.depth)
-    lexical = bundle.lexical.search(texts, depth, allowed=allowed)
-    return [fuse(d, lx, params, k) for d, lx in zip(dense(vectors, depth), lexical, strict=True)]
+    depth = max(top_k, params.depth)
+    lexical = bundle.lexical.search(texts, depth, **scope.restriction())
+    return [fuse(d, lx, params, top_k) for d, lx in zip(dense(vectors, depth), lexical, strict=True)]

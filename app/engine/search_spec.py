@@ -1,7 +1,8 @@
-"""One search request as the inference path sees it (SearchSpec) and its answer (SearchAnswer).
+"""One request as the inference path sees it, and its answer: a search (SearchSpec → SearchAnswer) or an
+embedding (EmbedSpec → EmbedAnswer).
 
 Built by the routes (search, embed, readyz's canary), carried through app/engine/batching.py and
-app/engine/token_slicing.py, run by app.engine.live_bundle.LiveBundle.
+app/engine/token_slicing.py, answered by app.engine.live_bundle.LiveBundle.
 """
 
 from __future__ import annotations
@@ -18,16 +19,16 @@ from contract.encoding.encoder import TextKind
 
 @dataclass
 class SearchSpec:
-    """One request, validated: text queries or index-space vectors, and what to return."""
+    """One search request, validated: text queries or index-space vectors, and what to return."""
 
     texts: list[str] | None
     vectors: np.ndarray | None  # (n, dim) index space, when the request gave vectors
-    k: int
+    top_k: int
     filter: dict[str, Any] | None = None
     min_score: float | None = None
     include: Sequence[str] = ()
     tokens: list[int] | None = None  # per text, as the encoder will see them (app/engine/token_slicing.py)
-    embed: TextKind | None = None  # POST /embed: return the index-space vectors of `texts`, no search
+    token_ids: list[list[int]] | None = None  # those tokens, encoded as they are (app/engine/query_tokens.py)
     mode: str = (
         "dense"  # dense | lexical | hybrid, resolved against the bundle (app/engine/retrieval_modes.py)
     )
@@ -38,8 +39,32 @@ class SearchSpec:
 
 
 @dataclass
+class EmbedSpec:
+    """One POST /embed or /v1/embeddings request: texts to turn into index-space vectors, no search."""
+
+    texts: list[str]
+    kind: TextKind  # query: the served query encoder; document: the full model, as the corpus was encoded
+    tokens: list[int] | None = None  # as SearchSpec's
+    token_ids: list[list[int]] | None = None
+
+    @property
+    def n(self) -> int:
+        return len(self.texts)
+
+
+@dataclass
 class SearchAnswer:
     hits: list[list[Hit]]  # per query, best first
     encode_ms: float  # shared by the micro-batch the request was part of
     search_ms: float
-    vectors: np.ndarray | None = None  # (n, dim) index space, for an `embed` spec
+
+
+@dataclass
+class EmbedAnswer:
+    vectors: np.ndarray  # (n, dim) index space
+    encode_ms: float  # shared by the micro-batch the request was part of
+    search_ms: float = 0.0  # nothing searched
+
+
+Spec = SearchSpec | EmbedSpec
+Answer = SearchAnswer | EmbedAnswer

@@ -21,36 +21,49 @@ from dataclasses import replace
 
 import numpy as np
 
-from app.engine.search_spec import SearchAnswer, SearchSpec
+from app.engine.search_spec import Answer, EmbedAnswer, SearchAnswer, Spec
 
 
-def slices(spec: SearchSpec, max_tokens: int) -> list[SearchSpec]:
-    """Consecutive slices of `spec`'s texts with at most `max_tokens` tokens each (one text at least)."""
+def slices(spec: Spec, max_tokens: int) -> list[Spec]:
+    """Consecutive slices of `spec`'s texts (and their token ids) with at most `max_tokens` tokens each (one
+    text at least)."""
     if spec.texts is None or spec.tokens is None or sum(spec.tokens) <= max_tokens:
         return [spec]
-    out: list[SearchSpec] = []
+    out: list[Spec] = []
     start, used = 0, 0
     for i, n in enumerate(spec.tokens):
         if i > start and used + n > max_tokens:
-            out.append(replace(spec, texts=spec.texts[start:i], tokens=spec.tokens[start:i]))
+            out.append(_part(spec, start, i))
             start, used = i, 0
         used += n
-    out.append(replace(spec, texts=spec.texts[start:], tokens=spec.tokens[start:]))
+    out.append(_part(spec, start, len(spec.tokens)))
     return out
 
 
-async def run_sliced(
-    run_one: Callable[[SearchSpec], Awaitable[SearchAnswer]], spec: SearchSpec, max_tokens: int
-) -> SearchAnswer:
+def _part(spec: Spec, start: int, stop: int) -> Spec:
+    assert spec.texts is not None and spec.tokens is not None
+    ids = spec.token_ids
+    return replace(
+        spec,
+        texts=spec.texts[start:stop],
+        tokens=spec.tokens[start:stop],
+        token_ids=None if ids is None else ids[start:stop],
+    )
+
+
+async def run_sliced(run_one: Callable[[Spec], Awaitable[Answer]], spec: Spec, max_tokens: int) -> Answer:
     """Run `spec` slice by slice through `run_one` (each slice queues anew) and join the answers."""
     parts = slices(spec, max_tokens)
     if len(parts) == 1:
         return await run_one(spec)
     answers = [await run_one(part) for part in parts]
-    vectors = [a.vectors for a in answers if a.vectors is not None]
+    if all(isinstance(a, EmbedAnswer) for a in answers):  # an /embed request's slices, in order
+        return EmbedAnswer(
+            np.concatenate([a.vectors for a in answers]),  # type: ignore[union-attr]
+            encode_ms=sum(a.encode_ms for a in answers),
+        )
     return SearchAnswer(
-        hits=[hits for a in answers for hits in a.hits],
+        hits=[hits for a in answers for hits in a.hits],  # type: ignore[union-attr]
         encode_ms=sum(a.encode_ms for a in answers),
         search_ms=sum(a.search_ms for a in answers),
-        vectors=np.concatenate(vectors) if vectors else None,  # an /embed request's slices, in order
     )

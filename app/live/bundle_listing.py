@@ -43,7 +43,7 @@ def _describe(hot_swap: HotSwap, gate_limit: int = 50, gate_offset: int = 0) -> 
     return BundlesResponse(
         live=live.version if live else None,
         current=current,
-        encoder_backend=live.backend if live else None,
+        encoder_backend=live.encoder_backend if live else None,
         encoder_choice=live.choice if live else None,
         versions=entries,
         gate_decisions=decisions[gate_offset : gate_offset + gate_limit],

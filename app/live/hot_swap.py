@@ -73,7 +73,9 @@ class HotSwap:
         self.fallback_from: str | None = None  # CURRENT's version that failed at startup, while serving older
         self._lock = asyncio.Lock()  # one load at a time
         self._poller: asyncio.Task[None] | None = None
-        self.mutations = MutationApplier(settings, metrics)  # documents changed since a bundle was built
+        self.mutations = MutationApplier(
+            settings, metrics, self
+        )  # documents changed since a bundle was built
         self.cache = (
             QueryCache(settings.query_cache_size, hits=metrics.cache_hits, misses=metrics.cache_misses)
             if settings.query_cache_size
@@ -138,7 +140,7 @@ class HotSwap:
         problems = live.consistency_problems()
         if problems:
             raise BundleInvalid(f"{bundle.path}: " + "; ".join(problems))
-        canary = live.run(SearchSpec(texts=[self.settings.canary_query], vectors=None, k=1))
+        canary = live.answer(SearchSpec(texts=[self.settings.canary_query], vectors=None, top_k=1))
         if not canary.hits[0]:
             raise BundleInvalid(f"{bundle.path}: the canary query returned no results")
         logger.info(
@@ -147,7 +149,7 @@ class HotSwap:
             time.perf_counter() - started,
             live.n_vectors,
             bundle.manifest.index.factory,
-            live.backend,
+            live.encoder_backend,
         )
         return live
 
@@ -171,7 +173,7 @@ class HotSwap:
             if current != version:
                 logger.info("CURRENT moved to %s while %s was loading: not swapping it in", current, version)
                 return self.live
-        previous = await self.mutations.swap_in(self, live)  # the swap: one reference, log applied
+        previous = await self.mutations.swap_in(live)  # the swap: one reference, log applied
         self._failed.discard(version)
         if follow_current or version == await asyncio.to_thread(self.current_on_disk):
             # serving what CURRENT names again: the system recovered, an old failure is history
@@ -184,7 +186,7 @@ class HotSwap:
             version,
             n_vectors=live.n_vectors,
             recall=m.index.recall_at_10,
-            backend=live.backend,
+            encoder_backend=live.encoder_backend,
             metric=m.metric.similarity,
         )
         logger.info("now serving bundle %s (was %s)", version, previous.version if previous else "nothing")
@@ -290,6 +292,6 @@ class HotSwap:
             await asyncio.sleep(self.settings.reload_poll_seconds)
             try:
                 await self.sync()
-                await self.mutations.catch_up(self)  # what other replicas wrote to the log
+                await self.mutations.catch_up()  # what other replicas wrote to the log
             except Exception:  # the poller must survive anything; the next tick tries again
                 logger.exception("bundle poll failed")

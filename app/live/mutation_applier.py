@@ -3,8 +3,8 @@
 The log (contract/mutations/log.py, `<bundles>/mutations.sqlite`) is the source of truth; every replica
 applies it to the bundle it serves (contract/mutations/overlay.py):
 
-- the replica that took a write commits it to the log, then applies the log up to it before answering
-  (read-your-writes);
+- the replica that took a write (`upsert`, `delete`: what the /documents routes call) encodes it, commits
+  it to the log, then applies the log up to it before answering (read-your-writes);
 - every replica applies what others wrote on each tick of the poller that follows CURRENT, so a write
   is visible everywhere within `reload_poll_seconds`;
 - a bundle being loaded (startup, hot swap, rollback) replays the rows after the seq its manifest
@@ -30,11 +30,13 @@ from typing import Any, Protocol
 import numpy as np
 from prometheus_client import Gauge
 
+from app.engine.batching import Inference
 from app.engine.live_bundle import LiveBundle
 from app.metrics import AppMetrics
+from app.schemas.documents import MutationResponse
 from app.settings import Settings
 from contract.encoding.encoder import document_text
-from contract.mutations.log import Mutation, MutationLog, MutationLogError, NewDocument, ReplicaState
+from contract.mutations.log import MutationLog, MutationLogError, NewDocument, ReplicaState
 
 
 class LiveSlot(Protocol):
@@ -43,26 +45,28 @@ class LiveSlot(Protocol):
 
     live: LiveBundle | None
 
+    def require(self) -> LiveBundle: ...
+
 
 logger = logging.getLogger(__name__)
 
 REPLICA_HEARTBEAT_S = 30.0  # a replica re-records its state at least this often while it runs
 REPLICA_SEEN_S = 300.0  # /bundles lists replicas that recorded their state within this window
-DOC_ENCODE_BATCH = 32
+ENCODE_SLICE = 8  # documents per encoder call in an upsert (each call holds the inference thread)
 
 
-def encode_documents(live: LiveBundle, docs: Sequence[NewDocument | Mutation]) -> np.ndarray:
-    """Index-space rows of documents with the live model's document encoder (blocking; model work)."""
-    texts = [document_text(d.title, d.text) for d in docs]
-    emb = live.encoder.encode(texts, kind="document", batch_size=DOC_ENCODE_BATCH, show_progress=False)
-    return live.encoder.to_index_space(emb)  # (n, dim)
+def document_texts(docs: Sequence[Any]) -> list[str]:
+    """What the document encoder reads of each document (title, then text), as when the corpus was indexed."""
+    return [document_text(d.title, d.text) for d in docs]
 
 
 class MutationApplier:
-    """One per API process: the log handle, the apply lock, the replica record and the metrics."""
+    """One per API process: the log handle, the apply lock, the replica record and the metrics; `slot`
+    holds the bundle this process serves (its HotSwap)."""
 
-    def __init__(self, settings: Settings, metrics: AppMetrics):
+    def __init__(self, settings: Settings, metrics: AppMetrics, slot: LiveSlot):
         self.settings = settings
+        self.slot = slot
         self.log = MutationLog(settings.bundles_dir)
         # /bundles is public: replicas appear under an opaque id; the log line below maps it to host:pid
         where = f"{socket.gethostname()}:{os.getpid()}"
@@ -112,7 +116,7 @@ class MutationApplier:
                 stale.append(m)
         if stale:  # written while another model served: encode with this bundle's encoder
             logger.info("re-encoding %d logged document(s) for bundle %s", len(stale), live.version)
-            for m, row in zip(stale, encode_documents(live, stale), strict=True):
+            for m, row in zip(stale, live.encode_documents(document_texts(stale)), strict=True):
                 vectors[m.seq] = row
         applied = overlay.apply(entries, vectors)
         if applied:
@@ -122,19 +126,55 @@ class MutationApplier:
         return applied
 
     # -- event loop ---------------------------------------------------------------------------------
-    async def catch_up(self, slot: LiveSlot) -> None:
+    async def upsert(self, docs: list[NewDocument], inference: Inference) -> MutationResponse:
+        """Encode validated documents with the live model, commit them to the log in one transaction,
+        apply the log here and describe the write. Encoding runs on the model's thread in slices, so
+        searches queued meanwhile run between them (the fair-slicing idea of app/engine/token_slicing.py)."""
+        live = self.slot.require()
+        texts = document_texts(docs)
+        parts = [
+            await inference.call(live.encode_documents, texts[i : i + ENCODE_SLICE])
+            for i in range(0, len(texts), ENCODE_SLICE)
+        ]
+        vectors = np.concatenate(parts)  # (n, dim)
+        first, last = await asyncio.to_thread(self.log.append_upserts, docs, vectors, live.overlay.key)
+        return await self._applied(live, first, last, len(docs))
+
+    async def delete(self, ids: list[str]) -> MutationResponse:
+        """Commit deletes of distinct ids to the log, apply it here; ids nothing serves are `not_found`."""
+        live = self.slot.require()
+        await self.catch_up()  # judge `not_found` against everything logged so far
+        live = self.slot.live or live
+        missing = await asyncio.to_thread(lambda: [i for i in ids if not live.overlay.exists(i)])
+        first, last = await asyncio.to_thread(self.log.append_deletes, ids)
+        answer = await self._applied(live, first, last, len(ids))
+        answer.not_found = missing
+        return answer
+
+    async def _applied(self, live: LiveBundle, first: int, last: int, n: int) -> MutationResponse:
+        """Apply the log up to the new rows here (read-your-writes), then describe the write."""
+        try:
+            await self.catch_up()
+        except Exception:  # committed all the same: the poller applies it on its next tick
+            logger.exception("write %d..%d is in the log but could not be applied here yet", first, last)
+        serving = self.slot.live or live
+        return MutationResponse(
+            applied=n, first_seq=first, seq=last, version=serving.version, live_seq=serving.overlay.seq
+        )
+
+    async def catch_up(self) -> None:
         """Apply everything in the log to what this process serves now (writes and poller ticks)."""
         async with self._lock:
-            live = slot.live
+            live = self.slot.live
             if live is not None:
                 await asyncio.to_thread(self.replay, live)
             await asyncio.to_thread(self._observe, live)
 
-    async def swap_in(self, slot: LiveSlot, live: LiveBundle) -> LiveBundle | None:
+    async def swap_in(self, live: LiveBundle) -> LiveBundle | None:
         """Bring a freshly loaded bundle up to the log's head and make it live, under the apply lock."""
         async with self._lock:
             await asyncio.to_thread(self.replay, live)
-            previous, slot.live = slot.live, live  # the swap: one reference
+            previous, self.slot.live = self.slot.live, live  # the swap: one reference
         await asyncio.to_thread(self._observe, live)
         return previous
 

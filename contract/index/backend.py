@@ -6,8 +6,9 @@ report) talks to a `SearchIndex` and does not know which backend answers:
 
 - `search(queries, k, allowed=None)`: per query (positions int64, scores float32), best first, in the
   model's similarity (cosine for InfoNCE, −½‖√Λ⊙(u−v)‖² for AnInfoNCE);
-- `search_filter(queries, k, filter, docstore)`: the same under a metadata filter (FAISS resolves the
-  filter to allowed positions in the docstore; Milvus translates it to a boolean expression);
+- `search_filter(queries, k, filter)`: the same under a metadata filter, on an index that evaluates
+  filters itself (Milvus translates it to a boolean expression); FAISS is searched through the allowed
+  positions the docstore gave for the filter (`search_with_filter`);
 - `readiness_problems()`: what stops the index from serving now (empty = ready);
 - `ntotal`, `dim`, `info`.
 
@@ -27,7 +28,6 @@ import numpy as np
 from contract.errors import ConfigError
 
 if TYPE_CHECKING:
-    from contract.index.docstore import DocStore
     from contract.index.vector_index import IndexInfo, Rankings
 
 IndexBackend = Literal["faiss", "milvus"]
@@ -101,13 +101,18 @@ IndexOpener = Callable[[Any], Any]
 
 
 def search_with_filter(
-    index: Any, docstore: DocStore, queries: np.ndarray, k: int, filter: Mapping[str, Any]
+    index: Any,
+    queries: np.ndarray,
+    k: int,
+    filter: Mapping[str, Any],
+    allowed: Callable[[], np.ndarray | None],
 ) -> Rankings:
-    """Filtered search on either backend: Milvus filters server-side, FAISS through allowed positions."""
+    """Filtered search on either backend: Milvus filters server-side; any other index searches the
+    positions `allowed()` gives, the filter as the caller evaluated it once for the whole request
+    (contract.mutations.overlay.Scope), so it is not evaluated again here."""
     if isinstance(index, FilteringIndex):
         return index.search_filter(queries, k, filter)
-    allowed = np.asarray(docstore.filter_positions(filter), dtype=np.int64)
-    rows: Rankings = index.search(queries, k, allowed=allowed)
+    rows: Rankings = index.search(queries, k, allowed=allowed())
     return rows
 
 

@@ -89,14 +89,25 @@ class LexicalIndex:
         return np.asarray(self.retriever.get_scores_from_ids(ids), dtype=np.float32)
 
     def search(
-        self, texts: Sequence[str], k: int, *, allowed: np.ndarray | None = None
+        self,
+        texts: Sequence[str],
+        k: int,
+        *,
+        allowed: np.ndarray | None = None,
+        excluded: np.ndarray | None = None,
     ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per text: (positions int64, scores float32), best first, at most k, only documents sharing a
-        term with the query (score > 0); `allowed` restricts to those positions (a metadata filter)."""
+        term with the query (score > 0); `allowed` restricts to those positions (a metadata filter),
+        `excluded` keeps those out (deleted documents): the two keywords of VectorIndex.search, which
+        contract.mutations.overlay.Scope.restriction() fills once for both indexes."""
         mask = None
         if allowed is not None:
             mask = np.zeros(self.n_docs, dtype=bool)
             mask[allowed] = True
+        if excluded is not None and len(excluded):
+            if mask is None:
+                mask = np.ones(self.n_docs, dtype=bool)
+            mask[excluded] = False
         out = []
         for text in texts:
             s = self.scores(text)

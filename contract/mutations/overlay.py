@@ -6,6 +6,10 @@ checksums, hot swap and rollback stay valid; what the log changed lives here:
 - tombstones: positions of the bundle's index whose document was deleted or replaced. The main index is
   searched with FAISS's id selector excluding them (`VectorIndex.search(excluded=...)`), so a query still
   gets k results when deleted documents held its top k.
+- a `Scope` is what one request may return from the bundle: its metadata filter evaluated once on the
+  docstore with the tombstones taken out (one set difference), or, unfiltered, the tombstones to exclude.
+  The dense search here and the BM25 list of lexical / hybrid mode (app/engine/retrieval_modes.py) both
+  take it, so a filtered hybrid query evaluates its filter once and both lists see one set of tombstones.
 - the delta: new and replaced documents in a small exact FAISS index (IDMap2 over Flat, same metric as
   the bundle) searched alongside the main one; the two result lists are merged by score.
 - delta documents: an in-memory SQLite table with the bundle docstore's schema, so metadata filters
@@ -25,6 +29,8 @@ import json
 import sqlite3
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import faiss
@@ -40,6 +46,36 @@ from contract.mutations.rows import Mutation, encoder_key
 
 if TYPE_CHECKING:
     from contract.bundles.bundle import Bundle
+
+
+@dataclass
+class Scope:
+    """The bundle positions one request may return, worked out once and shared by every index answering it.
+
+    Unfiltered: every position but the tombstones (`excluded`). Filtered: `allowed`, the filter's
+    positions in the docstore minus the tombstones, evaluated on first use (a Milvus index filters by
+    itself, so a dense-only Milvus query never asks). `seq` is the overlay's seq when it was taken."""
+
+    filter: Mapping[str, Any] | None
+    excluded: np.ndarray  # tombstones (sorted int64), a snapshot
+    seq: int
+    docstore: DocStore = field(repr=False)
+
+    @cached_property
+    def allowed(self) -> np.ndarray | None:
+        """Sorted int64 positions passing the filter and not deleted; None without a filter."""
+        if not self.filter:
+            return None
+        positions = np.asarray(self.docstore.filter_positions(self.filter), dtype=np.int64)
+        if not len(self.excluded):
+            return positions
+        return np.setdiff1d(positions, self.excluded, assume_unique=True)
+
+    def restriction(self) -> dict[str, np.ndarray | None]:
+        """`allowed` / `excluded` keywords of VectorIndex.search and LexicalIndex.search: exactly one set."""
+        if self.filter:
+            return {"allowed": self.allowed, "excluded": None}
+        return {"allowed": None, "excluded": self.excluded if len(self.excluded) else None}
 
 
 class Overlay:
@@ -90,10 +126,10 @@ class Overlay:
     def changed(self) -> bool:
         return bool(self._dead or self._slot_of)
 
-    def dead_positions(self) -> np.ndarray:
-        """Bundle positions whose document was deleted or replaced (sorted int64; a snapshot)."""
+    def scope(self, filter_: Mapping[str, Any] | None = None) -> Scope:
+        """What a request with `filter_` may return now (see `Scope`); the filter is evaluated lazily, once."""
         with self.lock:
-            return self._dead_arr
+            return Scope(filter_ or None, self._dead_arr, self.seq, self.docstore)
 
     def positions(self) -> dict[str, int]:
         if self._position is None:
@@ -144,15 +180,25 @@ class Overlay:
         self._slot_of[m.doc_id] = slot
 
     # -- searching ----------------------------------------------------------------------------------
-    def search(self, queries: np.ndarray, k: int, *, filter_: Mapping[str, Any] | None = None) -> Rankings:
-        """Top-k per query over bundle + overlay: (keys int64, scores float32), best first."""
+    def search(
+        self,
+        queries: np.ndarray,
+        k: int,
+        *,
+        filter_: Mapping[str, Any] | None = None,
+        scope: Scope | None = None,
+    ) -> Rankings:
+        """Top-k per query over bundle + overlay: (keys int64, scores float32), best first.
+
+        `scope` (from `scope()`, shared with the request's BM25 list) stands for `filter_`; one taken
+        before a concurrent apply is retaken, so bundle and delta are always searched at one seq."""
         with self.lock:
-            if not self.changed:
-                return self._search_main(queries, k, filter_, None)
-            main = self._search_main(queries, k, filter_, self._dead_arr)
+            if scope is None or scope.seq != self.seq:
+                scope = self.scope(filter_ if scope is None else scope.filter)
+            main = self._search_main(queries, k, scope)
             if not self._slot_of:
                 return main
-            delta = self._search_delta(np.ascontiguousarray(queries, dtype=np.float32), k, filter_)
+            delta = self._search_delta(np.ascontiguousarray(queries, dtype=np.float32), k, scope.filter)
         out: Rankings = []
         for (mp, ms), (dp, ds) in zip(main, delta, strict=True):
             keys = np.concatenate([mp, -(dp + 1)])
@@ -161,20 +207,16 @@ class Overlay:
             out.append((keys[order], scores[order]))
         return out
 
-    def _search_main(
-        self, queries: np.ndarray, k: int, filter_: Mapping[str, Any] | None, excluded: np.ndarray | None
-    ) -> Rankings:
+    def _search_main(self, queries: np.ndarray, k: int, scope: Scope) -> Rankings:
         if isinstance(self.index, VectorIndex):
-            allowed = None
-            if filter_:
-                allowed = np.asarray(self.docstore.filter_positions(filter_), dtype=np.int64)
-            return self.index.search(queries, k, allowed=allowed, excluded=excluded)
+            return self.index.search(queries, k, **scope.restriction())
         # an index outside this process (Milvus, contract/index/backend.py): it filters by itself and
         # knows no tombstones, so ask for k + |tombstones| and drop them here (k stays full)
-        extra = 0 if excluded is None else len(excluded)
+        excluded = scope.excluded
+        extra = len(excluded)
         rows: Rankings = (
-            search_with_filter(self.index, self.docstore, queries, k + extra, filter_)
-            if filter_
+            search_with_filter(self.index, queries, k + extra, scope.filter, lambda: scope.allowed)
+            if scope.filter
             else self.index.search(queries, k + extra)
         )
         if not extra:

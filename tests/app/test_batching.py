@@ -30,10 +30,10 @@ def batcher(*, max_wait_s: float = 0.0, max_size: int = 64) -> MicroBatcher:
 
 def test_queued_requests_form_one_batch_with_the_per_request_answers(live, slice_data, doc_embeddings):
     texts = list(slice_data.queries.values())[:10]
-    specs = [SearchSpec(texts=[t], vectors=None, k=5, include=["title"]) for t in texts]
-    specs.append(SearchSpec(texts=texts[:2], vectors=None, k=3))  # a request with two queries
-    specs.append(SearchSpec(texts=None, vectors=doc_embeddings[:1], k=4))  # a vector query
-    specs.append(SearchSpec(texts=[texts[0]], vectors=None, k=5, filter={"group": "a"}))  # searched alone
+    specs = [SearchSpec(texts=[t], vectors=None, top_k=5, include=["title"]) for t in texts]
+    specs.append(SearchSpec(texts=texts[:2], vectors=None, top_k=3))  # a request with two queries
+    specs.append(SearchSpec(texts=None, vectors=doc_embeddings[:1], top_k=4))  # a vector query
+    specs.append(SearchSpec(texts=[texts[0]], vectors=None, top_k=5, filter={"group": "a"}))  # searched alone
 
     async def run_batched() -> tuple[MicroBatcher, list]:
         b = batcher()
@@ -51,7 +51,7 @@ def test_queued_requests_form_one_batch_with_the_per_request_answers(live, slice
     assert registry.get_sample_value("search_batch_queries_sum") == sum(s.n for s in specs)
     assert registry.get_sample_value("search_batch_queries_count") == 1
     for spec, answer in zip(specs, answers, strict=True):
-        alone = live.run(spec)  # the per-request path
+        alone = live.answer(spec)  # the per-request path
         assert [[h.id for h in q] for q in answer.hits] == [[h.id for h in q] for q in alone.hits]
         np.testing.assert_allclose(
             [h.score for q in answer.hits for h in q], [h.score for q in alone.hits for h in q], atol=1e-5
@@ -67,7 +67,7 @@ def collect(b: MicroBatcher, live: LiveBundle, arrivals: list[float]) -> list[_P
     async def go() -> list[_Pending]:
         loop = asyncio.get_running_loop()
         for delay in arrivals:
-            item = _Pending(live, SearchSpec(texts=["q"], vectors=None, k=1), loop.create_future())
+            item = _Pending(live, SearchSpec(texts=["q"], vectors=None, top_k=1), loop.create_future())
             loop.call_later(delay, b.queue.put_nowait, item)
         return await b._collect()
 

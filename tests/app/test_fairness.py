@@ -23,10 +23,10 @@ LONG = " ".join(["the effect of vitamin d supplementation on bone mineral densit
 
 
 def test_slices_keep_order_and_respect_the_budget():
-    spec = SearchSpec(texts=list("abcdef"), vectors=None, k=3, tokens=[5, 5, 20, 1, 1, 1])
+    spec = SearchSpec(texts=list("abcdef"), vectors=None, top_k=3, tokens=[5, 5, 20, 1, 1, 1])
     parts = slices(spec, 10)
     assert [p.texts for p in parts] == [["a", "b"], ["c"], ["d", "e", "f"]]  # "c" alone exceeds: its own
-    assert all(p.k == 3 for p in parts)
+    assert all(p.top_k == 3 for p in parts)
     assert slices(spec, 100) == [spec]
 
 

@@ -188,3 +188,23 @@ def test_deleted_documents_leave_lexical_and_hybrid_lists(tmp_path, staged_lexic
         r = c.post("/search", json={"query": query, "mode": "hybrid", "top_k": 10}).json()
         hybrid = [h["id"] for h in r["results"][0]["hits"]]
         assert gone not in hybrid and len(hybrid) == 10
+
+
+def test_a_filtered_hybrid_query_evaluates_its_filter_once(client, slice_data, monkeypatch):
+    """Both lists of hybrid search take the request's one Scope (contract/mutations/overlay.py): the metadata
+    filter runs once on the live bundle's real docstore, not once for BM25 and again for the dense side."""
+    docstore = client.app.state.hot_swap.live.bundle.docstore
+    real = docstore.filter_positions
+    calls = []
+
+    def counted(flt):
+        calls.append(flt)
+        return real(flt)
+
+    monkeypatch.setattr(docstore, "filter_positions", counted)
+    queries = list(slice_data.queries.values())[:2]
+    flt = {"year": {"gte": 2010}}
+    r = client.post("/search", json={"queries": queries, "top_k": 5, "mode": "hybrid", "filter": flt})
+    assert r.status_code == 200, r.text
+    assert all(result["hits"] for result in r.json()["results"])
+    assert len(calls) == 1 and calls[0] == flt, calls

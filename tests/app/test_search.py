@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from app.engine.query_tokens import QueryTokenizer, encode_token_ids
 from app.main import create_app
 from tests.app.conftest import make_settings
 
@@ -217,3 +218,47 @@ def test_health_and_openapi(client):
     spec = client.get("/openapi.json").json()
     assert "/search" in spec["paths"] and "/generalization-gap" in spec["paths"]
     assert "learned similarity" in str(spec["components"]["schemas"]["Hit"])
+
+
+def test_token_ids_encode_to_the_encoders_own_vectors(shared_encoder):
+    """app/engine/query_tokens.py encodes the ids counted for the budget: the vectors are Encoder.encode's,
+    bit for bit, whatever the batch (mixed lengths, equal lengths, a text cut at the model's max length)."""
+    texts = [
+        "vitamin d",
+        "  statins and muscle pain  ",
+        "x " * 600,
+        "a",
+        "naïve café",
+        "",
+        "gene therapy",
+    ] * 2
+    token_ids = QueryTokenizer(shared_encoder)(texts)
+    assert len(token_ids[2]) == shared_encoder.model.max_seq_length
+    for batch_size in (1, 3, 8):
+        want = shared_encoder.encode(texts, kind="query", batch_size=batch_size)
+        got = encode_token_ids(shared_encoder, texts, token_ids, batch_size=batch_size)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_query_is_tokenised_once(client, shared_encoder, oracle, monkeypatch):
+    """The route tokenises a text once (its budget); the model encodes those ids without tokenising again."""
+    live = client.app.state.hot_swap.live
+    tokenised: list[list[str]] = []
+    real_tokenize, real_preprocess = live.tokenize, live.encoder.model.preprocess
+
+    def tokenize(texts):
+        tokenised.append(list(texts))
+        return real_tokenize(texts)
+
+    def preprocess(*args, **kwargs):
+        tokenised.append(["(sentence-transformers)"])
+        return real_preprocess(*args, **kwargs)
+
+    monkeypatch.setattr(live, "tokenize", tokenize)
+    monkeypatch.setattr(live.encoder.model, "preprocess", preprocess)
+    queries = ["tokenised once: bone density", "tokenised once: insulin resistance"]  # not in the query cache
+    r = client.post("/search", json={"queries": queries, "top_k": 3})
+    assert r.status_code == 200, r.text
+    assert tokenised == [queries]
+    for query, result in zip(queries, r.json()["results"], strict=True):
+        _assert_matches(result["hits"], oracle(shared_encoder.encode([query], kind="query")[0], 3))

@@ -17,12 +17,12 @@ LEXICAL = ranking([(5, 12.0), (2, 9.0), (7, 3.0)])
 
 
 def test_rrf_by_hand():
-    # k = 1: 7 -> 1/2 + 1/4 = .75; 5 -> 1/4 + 1/2 = .75; 3 -> 1/3; 2 -> 1/3; 1 -> 1/5
-    pos, sc = rrf(DENSE, LEXICAL, k=1)
+    # rrf_k = 1: 7 -> 1/2 + 1/4 = .75; 5 -> 1/4 + 1/2 = .75; 3 -> 1/3; 2 -> 1/3; 1 -> 1/5
+    pos, sc = rrf(DENSE, LEXICAL, rrf_k=1)
     assert pos.tolist() == [5, 7, 2, 3, 1]  # equal scores: lower position first
     np.testing.assert_allclose(sc, [0.75, 0.75, 1 / 3, 1 / 3, 0.2], rtol=1e-6)
-    # k = 60 keeps the same order here; top cuts
-    pos, sc = rrf(DENSE, LEXICAL, k=60, top=2)
+    # rrf_k = 60 keeps the same order here; top_k cuts
+    pos, sc = rrf(DENSE, LEXICAL, rrf_k=60, top_k=2)
     assert pos.tolist() == [5, 7] and sc[0] == pytest.approx(1 / 61 + 1 / 63)
 
 
@@ -41,11 +41,19 @@ def test_edges():
     empty = ranking([])
     pos, sc = convex(DENSE, empty, alpha=0.5)  # no lexical match: the dense order, half weight
     assert pos.tolist() == [7, 3, 5, 1] and sc[0] == pytest.approx(0.5)
-    pos, _ = rrf(empty, LEXICAL, k=60)
+    pos, _ = rrf(empty, LEXICAL, rrf_k=60)
     assert pos.tolist() == [5, 2, 7]
     np.testing.assert_array_equal(min_max(np.array([2.0, 2.0])), [1.0, 1.0])
-    assert fuse(DENSE, LEXICAL, FusionParams("convex", alpha=0.3), top=1)[0].tolist() == [5]
-    assert fuse(DENSE, LEXICAL, FusionParams("rrf", k=1), top=3)[0].tolist() == [5, 7, 2]
+    assert fuse(DENSE, LEXICAL, FusionParams("convex", alpha=0.3), top_k=1)[0].tolist() == [5]
+    assert fuse(DENSE, LEXICAL, FusionParams("rrf", rrf_k=1), top_k=3)[0].tolist() == [5, 7, 2]
     assert FusionParams.from_record(FusionParams("convex", alpha=0.2).record()) == FusionParams(
         "convex", alpha=0.2
     )
+
+
+def test_manifest_record_keeps_rrfs_constant_under_k():
+    """Published manifests carry RRF's constant as `fusion.k`: the Python name rrf_k reads and writes it."""
+    assert FusionParams.from_record({"method": "rrf", "k": 20.0, "depth": 50}) == FusionParams(
+        "rrf", rrf_k=20.0, depth=50
+    )
+    assert FusionParams(rrf_k=5.0).record() == {"method": "rrf", "k": 5.0, "alpha": 0.5, "depth": 100}

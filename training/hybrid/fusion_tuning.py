@@ -59,7 +59,9 @@ def tune(
     def score(runs: Runs) -> float:
         return round(metrics_of(runs, qrels, doc_ids)[MAIN_METRIC], 4)
 
-    rrf = {str(k): score(fused_runs(dense, lexical, FusionParams("rrf", k=k, depth=depth))) for k in RRF_KS}
+    rrf = {
+        str(k): score(fused_runs(dense, lexical, FusionParams("rrf", rrf_k=k, depth=depth))) for k in RRF_KS
+    }
     conv = {
         str(a): score(fused_runs(dense, lexical, FusionParams("convex", alpha=a, depth=depth)))
         for a in ALPHAS
@@ -69,7 +71,7 @@ def tune(
     if conv[str(best_alpha)] > rrf[str(best_rrf)]:
         params = FusionParams("convex", alpha=best_alpha, depth=depth)
     else:
-        params = FusionParams("rrf", k=float(best_rrf), depth=depth)
+        params = FusionParams("rrf", rrf_k=float(best_rrf), depth=depth)
     by_mode = {
         "dense": score(dense),
         "lexical": score(lexical),

@@ -39,4 +39,4 @@ async def activate(version: str, hot_swap: HotSwapDep) -> ActivateResponse:
     Other API processes sharing the bundles folder follow CURRENT within their poll interval."""
     previous = hot_swap.live.version if hot_swap.live else None
     live = await hot_swap.activate(version)
-    return ActivateResponse(version=live.version, previous=previous, encoder_backend=live.backend)
+    return ActivateResponse(version=live.version, previous=previous, encoder_backend=live.encoder_backend)

@@ -1,9 +1,10 @@
 """POST /documents (upsert), DELETE /documents/{id}, POST /documents/delete (batch), GET /documents/{id}.
 
-A write is validated completely, encoded (upserts), committed to the shared mutation log in one
-transaction, then applied to this replica's live bundle before the answer (app/live/mutation_applier.py). Any
-refusal happens before the commit, so a refused batch leaves nothing behind; a committed batch is
-never partly visible (one log transaction, applied in one overlay step).
+A write is validated here completely, then one call to the MutationApplier (app/live/mutation_applier.py)
+encodes it (upserts), commits it to the shared mutation log in one transaction and applies it to this
+replica's live bundle before the answer. Any refusal happens before the commit, so a refused batch leaves
+nothing behind; a committed batch is never partly visible (one log transaction, applied in one overlay
+step).
 """
 
 from __future__ import annotations
@@ -12,14 +13,10 @@ import asyncio
 import logging
 from typing import Annotated, Any
 
-import numpy as np
 from fastapi import APIRouter, Body, Path
 
-from app.api.deps import ApiKeyDep, HotSwapDep, RunnerDep, SettingsDep
-from app.engine.live_bundle import LiveBundle
+from app.api.deps import ApiKeyDep, HotSwapDep, MutationsDep, RunnerDep, SettingsDep
 from app.errors import InvalidInputError, ServiceError
-from app.live.hot_swap import HotSwap
-from app.live.mutation_applier import encode_documents
 from app.schemas.documents import (
     MAX_ID_CHARS,
     DeleteRequest,
@@ -32,7 +29,6 @@ from contract.mutations.log import NewDocument
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["documents"])
-ENCODE_SLICE = 8  # documents per encoder call in an upsert (each call holds the inference thread)
 
 
 class DocumentNotFoundError(ServiceError):
@@ -61,18 +57,6 @@ def _check_batch(n: int, field: str, settings: Settings) -> None:
         )
 
 
-async def _applied(hot_swap: HotSwap, live: LiveBundle, first: int, last: int, n: int) -> MutationResponse:
-    """Apply the log up to the new rows here (read-your-writes), then describe the write."""
-    try:
-        await hot_swap.mutations.catch_up(hot_swap)
-    except Exception:  # committed all the same: the poller applies it on its next tick
-        logger.exception("write %d..%d is in the log but could not be applied here yet", first, last)
-    serving = hot_swap.live or live
-    return MutationResponse(
-        applied=n, first_seq=first, seq=last, version=serving.version, live_seq=serving.overlay.seq
-    )
-
-
 @router.post(
     "/documents",
     response_model=MutationResponse,
@@ -82,7 +66,7 @@ async def _applied(hot_swap: HotSwap, live: LiveBundle, first: int, last: int, n
     summary="Upsert documents",
 )
 async def upsert(
-    body: Annotated[UpsertRequest, Body()], hot_swap: HotSwapDep, runner: RunnerDep, settings: SettingsDep
+    body: Annotated[UpsertRequest, Body()], mutations: MutationsDep, runner: RunnerDep, settings: SettingsDep
 ) -> MutationResponse:
     """Add or replace documents without a retrain. They are searchable on this replica when the answer
     arrives, on the others within SEARCH_RELOAD_POLL_SECONDS, and in every later bundle."""
@@ -99,30 +83,8 @@ async def upsert(
         if d.id in seen:
             raise InvalidInputError(f"body.documents[{i}].id: {d.id!r} is also documents[{seen[d.id]}].id")
         seen[d.id] = i
-    live = hot_swap.require()
     new = [NewDocument(d.id, d.title, d.text, dict(d.metadata)) for d in docs]
-    # on the model's thread, in slices: searches queued meanwhile run between them instead of waiting
-    # for the whole batch (the fair-slicing idea of app/engine/token_slicing.py)
-    parts = [
-        await runner.inference.call(encode_documents, live, new[i : i + ENCODE_SLICE])
-        for i in range(0, len(new), ENCODE_SLICE)
-    ]
-    vectors = np.concatenate(parts)  # (n, dim)
-    first, last = await asyncio.to_thread(
-        hot_swap.mutations.log.append_upserts, new, vectors, live.overlay.key
-    )
-    return await _applied(hot_swap, live, first, last, len(new))
-
-
-async def _delete(ids: list[str], hot_swap: HotSwap) -> MutationResponse:
-    live = hot_swap.require()
-    await hot_swap.mutations.catch_up(hot_swap)  # judge `not_found` against everything logged so far
-    live = hot_swap.live or live
-    missing = await asyncio.to_thread(lambda: [i for i in ids if not live.overlay.exists(i)])
-    first, last = await asyncio.to_thread(hot_swap.mutations.log.append_deletes, ids)
-    answer = await _applied(hot_swap, live, first, last, len(ids))
-    answer.not_found = missing
-    return answer
+    return await mutations.upsert(new, runner.inference)
 
 
 @router.post(
@@ -132,10 +94,12 @@ async def _delete(ids: list[str], hot_swap: HotSwap) -> MutationResponse:
     responses=WRITE_ERRORS,
     summary="Delete documents (batch)",
 )
-async def delete_many(body: DeleteRequest, hot_swap: HotSwapDep, settings: SettingsDep) -> MutationResponse:
+async def delete_many(
+    body: DeleteRequest, mutations: MutationsDep, settings: SettingsDep
+) -> MutationResponse:
     """Delete by id. Unknown ids are not an error: they are listed in `not_found` (idempotent 200)."""
     _check_batch(len(body.ids), "ids", settings)
-    return await _delete(list(dict.fromkeys(body.ids)), hot_swap)
+    return await mutations.delete(list(dict.fromkeys(body.ids)))
 
 
 DocIdPath = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS, description="Document id.")]
@@ -148,9 +112,9 @@ DocIdPath = Annotated[str, Path(min_length=1, max_length=MAX_ID_CHARS, descripti
     responses=WRITE_ERRORS,
     summary="Delete one document",
 )
-async def delete_one(doc_id: DocIdPath, hot_swap: HotSwapDep) -> MutationResponse:
+async def delete_one(doc_id: DocIdPath, mutations: MutationsDep) -> MutationResponse:
     """Delete by id; an unknown id answers 200 with it in `not_found` (deletes are idempotent)."""
-    return await _delete([doc_id], hot_swap)
+    return await mutations.delete([doc_id])
 
 
 @router.get(

@@ -18,7 +18,7 @@ from fastapi import APIRouter
 
 from app.api.deps import HotSwapDep, RunnerDep, SettingsDep
 from app.engine.live_bundle import LiveBundle
-from app.engine.search_spec import SearchAnswer, SearchSpec
+from app.engine.search_spec import EmbedAnswer, EmbedSpec
 from app.errors import InvalidInputError, ResponseTooLargeError
 from app.schemas.embed import (
     EmbedKind,
@@ -46,7 +46,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 async def _embed(
     texts: list[str], kind: EmbedKind, live: LiveBundle, runner: Any, settings: Settings, field: str
-) -> tuple[SearchAnswer, list[int]]:
+) -> tuple[EmbedAnswer, list[int]]:
     """Check the limits /search checks, then encode through the runner; (answer, tokens per text)."""
     if len(texts) > settings.max_batch:
         raise InvalidInputError(f"body.{field}: {len(texts)} texts, at most {settings.max_batch} per request")
@@ -62,13 +62,14 @@ async def _embed(
             f"the answer would be about {size:,} bytes, above this server's limit of "
             f"{settings.max_response_bytes:,}: send fewer texts"
         )
-    tokens = await asyncio.to_thread(live.count_tokens, texts)
+    token_ids = await asyncio.to_thread(live.tokenize, texts)  # tokenised once (app/engine/query_tokens.py)
+    tokens = [len(ids) for ids in token_ids]
     if sum(tokens) > settings.max_request_tokens:
         raise InvalidInputError(
             f"body.{field}: {sum(tokens)} tokens, above this server's budget of "
             f"{settings.max_request_tokens} per request (send fewer or shorter texts)"
         )
-    spec = SearchSpec(texts=texts, tokens=tokens, vectors=None, k=0, embed=kind)
+    spec = EmbedSpec(texts=texts, kind=kind, tokens=tokens, token_ids=token_ids)
     return await runner.submit(live, spec), tokens
 
 
@@ -79,12 +80,11 @@ async def embed(
     """Vectors of queries or documents in the live index's space, with the bundle version that made them."""
     live = hot_swap.require()  # one bundle for the whole request
     answer, _ = await _embed(body.texts, body.kind, live, runner, settings, "input")
-    assert answer.vectors is not None
     return EmbedResponse(
         version=live.version,
         metric=live.encoder.metric,
         kind=body.kind,
-        encoder=live.backend if body.kind == "query" else "torch",
+        encoder=live.encoder_backend if body.kind == "query" else "torch",
         dim=int(answer.vectors.shape[1]),
         embeddings=answer.vectors.tolist(),
         encode_ms=round(answer.encode_ms, 3),
@@ -107,7 +107,6 @@ async def openai_embeddings(
     if body.dimensions is not None and body.dimensions != dim:
         raise InvalidInputError(f"body.dimensions: {body.dimensions}, but this model's dimension is {dim}")
     answer, tokens = await _embed(body.texts, body.input_type, live, runner, settings, "input")
-    assert answer.vectors is not None
     rows = np.ascontiguousarray(answer.vectors, dtype="<f4")  # (n, dim)
     data = [
         OpenAIEmbedding(

@@ -37,7 +37,7 @@ async def generalization_gap(hot_swap: HotSwapDep) -> GapResponse:
         raise ReportMissingError(
             f"bundle {live.version} has no generalization-gap report (report/report.json)"
         )
-    served = served_section(live.bundle, live.backend, report)
+    served = served_section(live.bundle, live.encoder_backend, report)
     update: dict[str, Any] = {"served_query_encoder": served}
     if report.retrieval is not None:
         update["retrieval"] = report.retrieval.model_copy(update={"by_mode": mode_rows(live.bundle)})

@@ -40,7 +40,7 @@ async def readyz(hot_swap: HotSwapDep, runner: RunnerDep, settings: SettingsDep)
     if problems:
         raise NotReadyError("not ready: " + "; ".join(problems))
     try:
-        answer = await runner.submit(live, SearchSpec(texts=[settings.canary_query], vectors=None, k=1))
+        answer = await runner.submit(live, SearchSpec(texts=[settings.canary_query], vectors=None, top_k=1))
     except QueueFullError as exc:
         raise NotReadyError(f"not ready: overloaded ({exc})") from exc
     n_hits = len(answer.hits[0])

@@ -47,9 +47,12 @@ async def search(
     live = hot_swap.require()  # one bundle for the whole request, even if a swap happens meanwhile
     field = next(n for n in ("query", "queries", "vector", "vectors") if getattr(body, n) is not None)
     _check_limits(body, field, settings)
-    tokens = None
-    if body.texts is not None:
-        tokens = await asyncio.to_thread(live.count_tokens, body.texts)
+    tokens = token_ids = None
+    if (
+        body.texts is not None
+    ):  # tokenised once: counted here, encoded as they are (app/engine/query_tokens.py)
+        token_ids = await asyncio.to_thread(live.tokenize, body.texts)
+        tokens = [len(ids) for ids in token_ids]
         if sum(tokens) > settings.max_request_tokens:
             raise InvalidInputError(
                 f"body.{field}: {sum(tokens)} tokens, above this server's budget of "
@@ -59,8 +62,9 @@ async def search(
     spec = SearchSpec(
         texts=body.texts,
         tokens=tokens,
+        token_ids=token_ids,
         vectors=live.vectors_to_index_space(raw, field) if raw is not None else None,
-        k=body.top_k,
+        top_k=body.top_k,
         filter=body.filter_dict(),
         min_score=body.min_score,
         include=list(dict.fromkeys(body.include)),
