@@ -118,15 +118,15 @@ def choose_encoder_backend(
     return chosen, encoder, record
 
 
-def served_section(bundle: Bundle, backend: str, report: GapReport) -> ServedQueryEncoder:
+def served_section(bundle: Bundle, encoder_backend: str, report: GapReport) -> ServedQueryEncoder:
     """The gap report's `served_query_encoder`: the served encoder's risk at the report's k and τ."""
     tau = temperature_or_default(report.model.logit_temperature)
-    if backend in DISTILLED_BACKENDS:
+    if encoder_backend in DISTILLED_BACKENDS:
         risks = ((bundle.manifest.extras.get(QE_KEY) or {}).get("served_risk")) or {}
-        entry = risks.get(backend) or {}
+        entry = risks.get(encoder_backend) or {}
         if entry and risks.get("k") == report.k:
             return ServedQueryEncoder(
-                backend=backend,
+                backend=encoder_backend,
                 k=risks["k"],
                 temperature=risks["temperature"],
                 risk_test=Estimate(**entry["risk_test"]),
@@ -134,14 +134,14 @@ def served_section(bundle: Bundle, backend: str, report: GapReport) -> ServedQue
                 note="queries from the distilled encoder, documents from the full model's vectors",
             )
         return ServedQueryEncoder(
-            backend=backend,
+            backend=encoder_backend,
             k=report.k,
             temperature=tau,
             note="not measured at this k when the bundle was built",
         )
     note = "the report's own model"
-    if backend == "onnx-int8":
+    if encoder_backend == "onnx-int8":
         note += ", int8-quantized; its nDCG@10 loss is in the manifest and GET /bundles"
     return ServedQueryEncoder(
-        backend=backend, k=report.k, temperature=tau, risk_test=report.risk_test, note=note
+        backend=encoder_backend, k=report.k, temperature=tau, risk_test=report.risk_test, note=note
     )

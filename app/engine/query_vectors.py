@@ -28,7 +28,7 @@ def to_index_space(
     wide = np.asarray(vectors, dtype=np.float64)  # (n, dim); float64 so huge norms do not overflow
     if not np.isfinite(wide).all():
         raise InvalidInputError(f"body.{field_name}: contains NaN or infinite values")
-    if encoder.metric == "cosine":
+    if encoder.similarity.identity_index_space:
         # scores are cosines only for unit queries (the documents are unit rows): normalise, so a
         # vector of 1e38s scores like its direction instead of 6e37 (or inf, then null, at 3e38).
         # Divide by the largest entry first: squaring 1e300 would overflow even float64.

@@ -127,13 +127,6 @@ class Encoder:
         )
         return np.ascontiguousarray(emb, dtype=np.float32)  # (n, dim)
 
-    def encode_for_index(
-        self, texts: Sequence[str], *, kind: TextKind = "document", batch_size: int = 32
-    ) -> np.ndarray:
-        """Texts -> the vectors the index stores and searches with (n, dim): `encode`, then `to_index_space`.
-        The one way serving encodes documents it writes (upserts) or returns (/embed)."""
-        return self.to_index_space(self.encode(texts, kind=kind, batch_size=batch_size))  # (n, dim)
-
     def to_index_space(self, emb: np.ndarray) -> np.ndarray:
         """Map normalised embeddings to the vectors the index stores and searches with (Similarity's)."""
         return self.similarity.to_index_space(emb)

@@ -125,9 +125,3 @@ def test_one_default_temperature_everywhere():
     assert Similarity(temperature=None).logit_divisor() == DEFAULT_TEMPERATURE
     assert Similarity(temperature=0.07).logit_divisor() == 0.07
     assert Similarity(metric="aninfonce", temperature=None, lam=[2.0]).logit_divisor() == 1.0
-
-
-def test_encode_for_index_is_encode_then_to_index_space(shared_encoder):
-    texts = ["a document about bones", "another one, about statins"]
-    expected = shared_encoder.to_index_space(shared_encoder.encode(texts, kind="document"))
-    assert np.array_equal(shared_encoder.encode_for_index(texts), expected)
