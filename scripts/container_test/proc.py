@@ -36,8 +36,8 @@ def run(
     check: bool = True,
     what: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run a command, output captured (or appended to `log`). check: a non-zero exit is a Failure
-    naming `what` (or the command) and the output's last line; the output's tail is printed first."""
+    """Run a command, its output captured (and appended to `log` when given). check: a non-zero exit is a
+    Failure naming `what` (or the command) and the output's last line; the output's tail is printed first."""
     try:
         if log is None:
             result = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
@@ -45,10 +45,13 @@ def run(
             with log.open("a") as out:
                 out.write(f"\n$ {' '.join(cmd)}\n")
                 out.flush()
+                start = out.tell()
                 result = subprocess.run(
                     list(cmd), stdout=out, stderr=subprocess.STDOUT, text=True, timeout=timeout
                 )
-            result.stdout = tail(log.read_text(errors="replace"), 40)
+            with log.open(errors="replace") as written:
+                written.seek(start)
+                result.stdout = written.read()  # this command's output alone
     except subprocess.TimeoutExpired:
         raise Failure(
             f"{what or cmd[0]}: still running after {timeout:.0f} s ({' '.join(cmd[:4])} ...)"
