@@ -15,7 +15,7 @@ with mmdebstrap when no registry answers), builds the image, then
      Redis goes live;
   4. `down -v` removes every container and volume.
 Each step prints its wall time; a failure ends the run with one line, `container-test: FAIL: <why>`,
-and exit status 1. Nothing is skipped.
+and exit status 1; success with `container-test: N passed, 0 failed` (N steps). Nothing is skipped.
 
 Options: `python3 scripts/container_test --help` (make container-test CONTAINER_TEST_ARGS="...").
 """
@@ -235,7 +235,8 @@ def main() -> int:
     if failure:
         say(f"container-test: FAIL: {failure}")
         return 1
-    say("container-test: PASS")
+    # the plain closing line CI reads, after pytest's: every step is a check that passed
+    say(f"container-test: {len(smoke.clock.steps)} passed, 0 failed")
     return 0
 
 

@@ -48,7 +48,10 @@ def build_project(
         volumes = [flag for volume in pip.volumes for flag in ("-v", volume)]
         args += ["--build-arg", f"PIP_CONFIG_FILE={pip.config_file}"]
         torch_index = torch_index or pip.index_url
-        say(f"   pip in the build: the host's configuration ({len(pip.volumes)} read-only mounts)")
+        if len(pip.volumes) > 1:
+            say(f"   pip in the build: the host's configuration ({len(pip.volumes) - 1} read-only mounts)")
+        else:
+            say("   pip in the build: pip's defaults (the host's `pip config list` named nothing to carry)")
     if torch_index:
         args += ["--build-arg", f"TORCH_INDEX_URL={torch_index}"]
         if torch_index != CPU_TORCH_INDEX:

@@ -49,16 +49,16 @@ class Stack:
         exit status is bootstrap's) and the services come up with --no-deps.
         """
         if self.e.name == "docker":
-            self.compose(env, "up", "-d", "--no-build", profiles=profiles, timeout=3600)
+            self.compose(env, "up", "-d", "--no-build", profiles=profiles, timeout=1800)
             return self.bootstrap_exit()
-        output = self.compose(env, "run", "--rm", "-T", "bootstrap", profiles=profiles, timeout=3600)
+        output = self.compose(env, "run", "--rm", "-T", "bootstrap", profiles=profiles, timeout=1800)
         self.compose(env, "up", "-d", "--no-build", "--no-deps", *services, profiles=profiles)
         return output
 
     def bootstrap_exit(self) -> str:
         """docker compose's bootstrap container ran to the end with status 0; its output."""
         container = self.e.container(self.project, "bootstrap")
-        self.e("wait", container, timeout=3600, what="waiting for bootstrap")
+        self.e("wait", container, timeout=1800, what="waiting for bootstrap")
         code = self.e.inspect(container)["State"]["ExitCode"]
         logs = self.e.logs(container, 100000)
         if code != 0:
