@@ -323,6 +323,8 @@ def test_every_stage_and_the_redis_image_start_from_base_image() -> None:
         assert froms and all(i.args.split()[0] == "${BASE_IMAGE}" for i in froms), path.name
         assert global_args(path)["BASE_IMAGE"] == global_args()["BASE_IMAGE"], path.name
     assert global_args()["BASE_IMAGE"] == "python:3.11-slim-bookworm"
+    build_args = compose()["x-search"]["build"]["args"]
+    assert build_args["BASE_IMAGE"] == "${BASE_IMAGE:-" + global_args()["BASE_IMAGE"] + "}"
 
 
 def test_pip_configuration_is_a_build_argument_of_the_builder_only() -> None:
