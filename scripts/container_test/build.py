@@ -58,9 +58,9 @@ def build_project(
             say(
                 f"   {CPU_TORCH_INDEX} unreachable: torch from {torch_index} (the Dockerfile's guard fails a CUDA build)"
             )
-    old = engine.image_id(image)
+    builder = f"{image.rsplit(':', 1)[0]}-builder:{image.rsplit(':', 1)[1]}"
+    old = [engine.image_id(image), engine.image_id(builder)]
     if engine.name == "podman":
-        builder = f"{image.rsplit(':', 1)[0]}-builder:{image.rsplit(':', 1)[1]}"
         fmt = ["--format", "docker", "--layers"]
         run([*NICE, "podman", "build", *fmt, "--target", "builder", *volumes, *args, "-t", builder, str(repo)],
             log=log, timeout=3600, what="podman build (builder stage)")  # fmt: skip
@@ -73,9 +73,10 @@ def build_project(
             timeout=3600,
             what="docker build",
         )
-    new = engine.image_id(image)
-    if old and new != old:
-        engine("rmi", old, check=False)  # the previous run's image: its venv layer alone is ~2 GB
+    # the previous run's images, when replaced: the final one's venv layer alone is ~2 GB
+    for previous, now in zip(old, [engine.image_id(image), engine.image_id(builder)], strict=True):
+        if previous and now != previous:
+            engine("rmi", previous, check=False)
 
 
 def check_project_image(engine: Engine, image: str) -> int:
