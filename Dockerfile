@@ -51,6 +51,7 @@ COPY README.md ./
 COPY app ./app
 COPY contract ./contract
 COPY training ./training
+COPY infonce_search ./infonce_search
 RUN pip install --no-deps . && pip check
 
 # A CUDA build of torch in the CPU image would add ~2.5 GB the API never uses. It can arrive from the
