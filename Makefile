@@ -1,4 +1,5 @@
 # Two entry points (see README): `make demo` and `make test`. Both install what they need first.
+# A third, `make container-test`, builds the image and runs the compose stack (docs/deploy.md).
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -12,7 +13,7 @@ RUN_DIR ?= var
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install chromium demo test lint typecheck serve worker bench-load clean
+.PHONY: install chromium demo test container-test lint typecheck serve worker bench-load clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -46,10 +47,16 @@ worker: install
 test: install chromium
 	$(BIN)/python -m pytest
 
+# The image and the compose stack, run for real with docker, or podman installed from the Debian archive
+# (scripts/container_test; stdlib Python, needs no venv). Options: CONTAINER_TEST_ARGS="--help".
+CONTAINER_TEST_ARGS ?=
+container-test:
+	$(PY) scripts/container_test $(CONTAINER_TEST_ARGS)
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/hadolint Dockerfile
+	$(BIN)/hadolint Dockerfile docker/redis.Dockerfile
 
 typecheck: install
 	$(BIN)/mypy

