@@ -25,6 +25,33 @@ def bootstrap_means(
     return (weights @ values) / weights.sum(axis=1).reshape((-1,) + (1,) * (values.ndim - 1))
 
 
+# beyond this pool size the pool bootstrap draws its replicates from their normal limit (a sum of N small
+# independent terms) instead of N multinomial counts per replicate
+_POOL_EXACT_MAX = 50_000
+
+
+def pool_bootstrap(influence: np.ndarray, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """Linearised pool-bootstrap replicates (n_boot,) of a statistic whose first-order dependence on the pool
+    is Σ_j w_j g_j (g = `influence` (N,), w the pool's multinomial resampling counts, mean 1): Σ_j (w_j − 1) g_j.
+
+    Their variance is exactly Σ_j (g_j − ḡ)² (Var w_j = 1 − 1/N, Cov = −1/N). Added to independent
+    anchor-bootstrap replicates this is the two-way (anchors × pool) bootstrap of a crossed design, whose
+    pool half is computed to first order: resampling the pool exactly would cost a pass over the (anchors ×
+    pool) matrix per replicate.
+    """
+    g = np.asarray(influence, dtype=np.float64)
+    n_pool = g.size
+    if n_pool > _POOL_EXACT_MAX:
+        return rng.standard_normal(n_boot) * float(np.sqrt(((g - g.mean()) ** 2).sum()))
+    out = np.empty(n_boot)
+    step = max(1, 4_000_000 // n_pool)
+    for start in range(0, n_boot, step):
+        m = min(step, n_boot - start)
+        counts = rng.multinomial(n_pool, np.full(n_pool, 1.0 / n_pool), size=m)  # (m, N)
+        out[start : start + m] = (counts - 1.0) @ g
+    return out
+
+
 def percentile_ci(samples: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     """Percentile interval of bootstrap replicates (Efron & Tibshirani 1993, §13.3)."""
     alpha = (1.0 - level) / 2.0
