@@ -233,7 +233,14 @@ def _corpus_truth(world: SphereWorld | MixtureWorld, pool_vectors: np.ndarray, p
     )
 
 
-def two_way_coverage_table(n_runs: int, n_boot: int, seed: int) -> None:
+def two_way_coverage_table(
+    n_runs: int,
+    n_boot: int,
+    seed: int,
+    taus: tuple[float, ...] = (0.05, 0.2),
+    only: tuple[str, ...] = (),
+    pools: tuple[int, ...] = (200, 2048),
+) -> None:
     """Coverage of ce_inf_corrected (population CE∞) and of ce_inf_plugin (this corpus's CE∞), d = 16."""
     print(
         f"\n### 8. CE∞ intervals over {n_runs} fresh (anchors, pool) draws per cell, d = 16, κ = 20 ({n_boot} "
@@ -245,7 +252,7 @@ def two_way_coverage_table(n_runs: int, n_boot: int, seed: int) -> None:
         "covers | plug-in covers its corpus CE∞ |"
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for tau in (0.05, 0.2):
+    for tau in taus:
         worlds: list[tuple[str, SphereWorld | MixtureWorld]] = [
             ("uniform", SphereWorld(16, 20.0, tau)),
             ("clustered", MixtureWorld(16, 20.0, tau, n_clusters=6, cluster_kappa=CLUSTER_KAPPA)),
@@ -254,14 +261,14 @@ def two_way_coverage_table(n_runs: int, n_boot: int, seed: int) -> None:
             tau == 0.05
         ):  # tighter clusters: c1/N = 0.04 at N = 2,048, a τ = 0.05 cell where the correction is served
             worlds.append(("clustered κ_c 20", MixtureWorld(16, 20.0, tau, n_clusters=6, cluster_kappa=20.0)))
-        for name, world in worlds:
+        for name, world in (w for w in worlds if not only or w[0] in only):
             if isinstance(world, MixtureWorld):
                 pop = world.population(np.random.default_rng([seed, 99]), n=400_000)
                 truth, c1_true, pop_log_mu = pop["ce_inf"], pop["c1"], pop["ce_inf"] + vmf_mean_cosine(
                     world.kappa, world.dim) / tau  # fmt: skip
             else:
                 truth, c1_true, pop_log_mu = world.ce_inf(), world.c1(), world.log_mu()
-            for n_pool in (200, 2048):
+            for n_pool in pools:
                 for n in (400, 4000):
                     served, covered, old_cov, plug_cov, errors, halves, c1n, growth = (
                         0,
@@ -385,6 +392,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--tables", default="1,2,3,4,5,6,7,8", help="which tables to print, e.g. 4,5")
     parser.add_argument("--draws", type=int, default=None, help="table 8: draws per cell (default 200)")
+    parser.add_argument(
+        "--boot", type=int, default=2000, help="table 8: bootstrap resamples (the report's 2000)"
+    )
+    parser.add_argument("--taus", default="0.05,0.2", help="table 8: temperatures")
+    parser.add_argument("--worlds", default="", help="table 8: only these corpora (comma-separated names)")
+    parser.add_argument("--pools", default="200,2048", help="table 8: pool sizes")
     args = parser.parse_args()
     tables = {int(t) for t in args.tables.split(",")}
     t0 = time.perf_counter()
@@ -400,7 +413,14 @@ def main() -> None:
         5: lambda: corrected_coverage_table(20 if q else 100, args.seed),
         6: lambda: pool_fraction_table(4000 if q else 20_000, args.seed),
         7: lambda: mi_toy_table(args.seed),
-        8: lambda: two_way_coverage_table(args.draws or (60 if q else 200), 500, args.seed),
+        8: lambda: two_way_coverage_table(
+            args.draws or (60 if q else 200),
+            args.boot,
+            args.seed,
+            tuple(float(t) for t in args.taus.split(",")),
+            tuple(w for w in args.worlds.split(",") if w),
+            tuple(int(n) for n in args.pools.split(",")),
+        ),
     }
     for number, study in studies.items():
         if number in tables:
