@@ -51,9 +51,13 @@ from contract.config import TrainConfig
 from contract.encoding.encoder import Encoder
 from training.data.beir import load_beir
 from training.data.demo_data import build_demo_dataset
+from training.data.query_sample import sample_queries
 from training.data.retrieval_data import RetrievalData
 from training.eval.embedding_cache import EmbeddingCache
+from training.gap.anchors import build_anchors, pool_embeddings
+from training.gap.gap_at_k import gap_at_k_section
 from training.gap.report import compute_report
+from training.gap.sections import model_identity
 from training.train.phase_timer import PhaseTimer
 from training.train.trainer import train
 
@@ -221,13 +225,15 @@ def _se(e: dict[str, float]) -> float:
     return (e["ci_high"] - e["ci_low"]) / (2 * 1.96)
 
 
-def aggregate(records: list[dict[str, Any]]) -> dict[str, Any]:
+def aggregate(records: list[dict[str, Any]], source: str | None = None) -> dict[str, Any]:
     """Per corpus, quantity and measured split: coverage of the report's CI and of the prediction interval,
     mean bias with its t interval over seeds, mean z."""
     out: dict[str, Any] = {}
     for corpus in sorted({r["corpus"] for r in records}):
-        rows = [r for r in records if r["corpus"] == corpus]
-        entry: dict[str, Any] = {"seeds": sorted(r["seed"] for r in rows)}
+        mine = [r for r in records if r["corpus"] == corpus]
+        entry: dict[str, Any] = {"seeds": sorted(r["seed"] for r in mine)}
+        # `source`: the estimates as first computed ("as_trained"), where a record was rescored since
+        rows = [r.get(source, r) if source else r for r in mine]
         for q in QUANTITIES:
             for split in ("u", "t"):
                 pairs = [
@@ -277,6 +283,52 @@ def print_table(summary: dict[str, Any]) -> None:
                 f"{s['bias']:+.4f} [{_fmt(s['bias_ci'][0])}, {_fmt(s['bias_ci'][1])}] | {s['mean_z']:+.2f} | "
                 f"{_fmt(s['sd_of_differences'])} | {s['mean_combined_se']:.4f} |"
             )
+
+
+def rescore(out: Path, corpora: list[str], n_boot: int) -> None:
+    """Recompute every finished seed's section (a) — R_train, R_test and the gap — with the current
+    estimators, on R (the report) and on U and T (the measurements), from its saved model and corpus
+    embeddings, exactly as compute_report builds it (same query sample, pool order and random stream; the
+    plug-in CE∞ is unchanged code and kept); the values as first computed move to `as_trained`."""
+    for path in sorted((out / "seeds").glob("*.json")):
+        if path.name.endswith(".meta.json") or path.name.split("-")[0] not in corpora:
+            continue
+        record = json.loads(path.read_text(encoding="utf-8"))
+        work = out / "work" / path.stem
+        meta = json.loads(path.with_name(f"{path.stem}.meta.json").read_text(encoding="utf-8"))
+        emb = np.load(path.with_name(f"{path.stem}.npz"))["doc_emb"]
+        encoder = Encoder.load(work / "run" / "model")
+        identity = model_identity(encoder)
+        seed = int(record["seed"])
+        a_sample = sample_queries(load_beir(work / "data", "a"), 300, seed)
+        q_a = encoder.encode(list(a_sample.queries.values()), kind="query", show_progress=False)
+        sections = {}
+        for name in ("r", "u", "test"):
+            held_out = sample_queries(load_beir(work / "data", name), None, seed)
+            corpus = {**a_sample.corpus, **held_out.corpus}
+            column = {d: i for i, d in enumerate(corpus)}
+            doc_emb = pool_embeddings(encoder, corpus, meta["doc_ids"], emb)  # (N, dim), report order
+            q_x = encoder.encode(list(held_out.queries.values()), kind="query", show_progress=False)
+            sections[name] = gap_at_k_section(
+                build_anchors(encoder, a_sample, q_a, doc_emb, column),
+                build_anchors(encoder, held_out, q_x, doc_emb, column),
+                record["k"],
+                identity.temperature,
+                identity.temperature_effective,
+                0.05,
+                n_boot,
+                0.95,
+                np.random.default_rng(seed),  # compute_report's stream: section (a) draws first
+            )
+        record.setdefault(
+            "as_trained", {key: record[key] for key in ("report_r", "measured_u", "measured_t")}
+        )
+        for key, name in (("report_r", "r"), ("measured_u", "u"), ("measured_t", "test")):
+            record[key] = {**record[key], "risk_test": _estimate(sections[name].risk_test)}
+        record["report_r"]["risk_train"] = _estimate(sections["r"].risk_train)
+        record["report_r"]["gap"] = _estimate(sections["r"].gap)
+        path.write_text(json.dumps(record, indent=1), encoding="utf-8")
+        print(f"rescored {path.stem}", flush=True)
 
 
 def decompose(out: Path, corpora: list[str], k: int, seed: int = 0, replicates: int = 20) -> dict[str, Any]:
@@ -371,6 +423,9 @@ def main() -> None:
     parser.add_argument("--results", type=Path, default=Path("bench/results/predictive_validity.json"))
     parser.add_argument("--summarize", action="store_true", help="only aggregate the finished seeds")
     parser.add_argument(
+        "--rescore", action="store_true", help="recompute the finished seeds' estimates with the current code"
+    )
+    parser.add_argument(
         "--decompose", action="store_true", help="only split the finished seeds' risk differences into terms"
     )
     args = parser.parse_args()
@@ -379,6 +434,10 @@ def main() -> None:
     cache = EmbeddingCache(args.out / "cache")
     corpora = [c.strip() for c in args.corpora.split(",") if c.strip()]
     seeds = range(args.first_seed, args.first_seed + args.seeds)
+    if args.rescore:
+        rescore(args.out, corpora, args.n_boot)
+        _write_results(args, corpora, show=True)
+        return
     if args.decompose:
         decompose(args.out, corpora, k=args.batch_size - 1)
         return
@@ -405,6 +464,7 @@ def _write_results(args: argparse.Namespace, corpora: list[str], show: bool = Fa
         if not p.name.endswith(".meta.json") and p.name.split("-")[0] in corpora
     ]
     summary = aggregate(records)
+    as_trained = aggregate(records, "as_trained") if any("as_trained" in r for r in records) else None
     protocol = {
         "split": "train queries → A 50 % (trained on) / R 25 % (the report's held-out split) / U 25 % (never "
         "seen); T = the corpus's test split",
@@ -418,10 +478,14 @@ def _write_results(args: argparse.Namespace, corpora: list[str], show: bool = Fa
     }
     args.results.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.results.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"protocol": protocol, "summary": summary, "seeds": records}, indent=1) + "\n")
+    doc = {"protocol": protocol, "summary": summary, "summary_as_trained": as_trained, "seeds": records}
+    tmp.write_text(json.dumps(doc, indent=1) + "\n")
     tmp.replace(args.results)
     if show:
         print_table(summary)
+        if as_trained:
+            print("\nas first computed (before rescoring):")
+            print_table(as_trained)
 
 
 if __name__ == "__main__":
