@@ -18,7 +18,8 @@ quantity and each measured split:
   asked; but the measured value is itself an estimate, and with equal sizes a second independent estimate
   lands inside the first one's 95% CI only ≈ 83 % of the time even when nothing is biased;
 - `in PI`: the fraction inside the 95% prediction interval for a second estimate, value ± 1.96·√(se_R² +
-  se_U²) (se from each CI's width) — nominal 95 % when the report is unbiased for that population;
+  se_U²) (each se from the half of its CI that faces the other value) — nominal 95 % when the report is
+  unbiased for that population;
 - the mean bias (measured − predicted) over seeds with its t interval, and the mean z.
 
 For U the report's population is U's population, so a bias whose interval excludes 0 is a defect of the
@@ -54,8 +55,9 @@ from training.data.demo_data import build_demo_dataset
 from training.data.query_sample import sample_queries
 from training.data.retrieval_data import RetrievalData
 from training.eval.embedding_cache import EmbeddingCache
+from training.gap import bootstrap
+from training.gap import estimators as est
 from training.gap.anchors import build_anchors, pool_embeddings
-from training.gap.gap_at_k import gap_at_k_section
 from training.gap.report import compute_report
 from training.gap.sections import model_identity
 from training.train.phase_timer import PhaseTimer
@@ -221,8 +223,14 @@ def run_seed(
     }
 
 
-def _se(e: dict[str, float]) -> float:
-    return (e["ci_high"] - e["ci_low"]) / (2 * 1.96)
+def _combined_se(pred: dict[str, float], meas: dict[str, float]) -> float:
+    """√(se_pred² + se_meas²), each se from the half of its 95% CI that faces the other value (the
+    intervals need not be symmetric: the studentized ones reach further toward the long tail)."""
+    if meas["value"] >= pred["value"]:
+        a, b = pred["ci_high"] - pred["value"], meas["value"] - meas["ci_low"]
+    else:
+        a, b = pred["value"] - pred["ci_low"], meas["ci_high"] - meas["value"]
+    return math.hypot(a, b) / 1.96
 
 
 def aggregate(records: list[dict[str, Any]], source: str | None = None) -> dict[str, Any]:
@@ -232,7 +240,7 @@ def aggregate(records: list[dict[str, Any]], source: str | None = None) -> dict[
     for corpus in sorted({r["corpus"] for r in records}):
         mine = [r for r in records if r["corpus"] == corpus]
         entry: dict[str, Any] = {"seeds": sorted(r["seed"] for r in mine)}
-        # `source`: the estimates as first computed ("as_trained"), where a record was rescored since
+        # `source`: another set of intervals of the same estimates ("percentile", written by rescore)
         rows = [r.get(source, r) if source else r for r in mine]
         for q in QUANTITIES:
             for split in ("u", "t"):
@@ -244,7 +252,7 @@ def aggregate(records: list[dict[str, Any]], source: str | None = None) -> dict[
                 if not pairs:
                     continue
                 diff = np.array([m["value"] - p["value"] for p, m in pairs])
-                comb = np.array([math.sqrt(_se(p) ** 2 + _se(m) ** 2) for p, m in pairs])
+                comb = np.array([_combined_se(p, m) for p, m in pairs])
                 in_ci = sum(p["ci_low"] <= m["value"] <= p["ci_high"] for p, m in pairs)
                 in_pi = int(np.sum(np.abs(diff) <= 1.96 * comb))
                 n = len(pairs)
@@ -287,13 +295,16 @@ def print_table(summary: dict[str, Any]) -> None:
 
 def rescore(out: Path, corpora: list[str], n_boot: int) -> None:
     """Recompute every finished seed's section (a) — R_train, R_test and the gap — with the current
-    estimators, on R (the report) and on U and T (the measurements), from its saved model and corpus
-    embeddings, exactly as compute_report builds it (same query sample, pool order and random stream; the
-    plug-in CE∞ is unchanged code and kept); the values as first computed move to `as_trained`."""
+    estimators (studentized intervals), on R (the report) and on U and T (the measurements), from its saved
+    model and corpus embeddings, exactly as compute_report builds it (same query sample, pool order and
+    random stream: the point values are those first computed; the plug-in CE∞ is unchanged code and kept).
+    `percentile` keeps the percentile intervals of the same bootstrap replicates, for comparison."""
     for path in sorted((out / "seeds").glob("*.json")):
         if path.name.endswith(".meta.json") or path.name.split("-")[0] not in corpora:
             continue
         record = json.loads(path.read_text(encoding="utf-8"))
+        if "percentile" in record:
+            continue  # already rescored
         work = out / "work" / path.stem
         meta = json.loads(path.with_name(f"{path.stem}.meta.json").read_text(encoding="utf-8"))
         emb = np.load(path.with_name(f"{path.stem}.npz"))["doc_emb"]
@@ -309,24 +320,43 @@ def rescore(out: Path, corpora: list[str], n_boot: int) -> None:
             column = {d: i for i, d in enumerate(corpus)}
             doc_emb = pool_embeddings(encoder, corpus, meta["doc_ids"], emb)  # (N, dim), report order
             q_x = encoder.encode(list(held_out.queries.values()), kind="query", show_progress=False)
-            sections[name] = gap_at_k_section(
-                build_anchors(encoder, a_sample, q_a, doc_emb, column),
-                build_anchors(encoder, held_out, q_x, doc_emb, column),
-                record["k"],
-                identity.temperature,
-                identity.temperature_effective,
-                0.05,
-                n_boot,
-                0.95,
-                np.random.default_rng(seed),  # compute_report's stream: section (a) draws first
+            # gap_at_k_section's own steps, so that the percentile interval of the same replicates is at hand
+            rng = np.random.default_rng(seed)  # compute_report's stream: section (a) draws first
+            a_train = build_anchors(encoder, a_sample, q_a, doc_emb, column)
+            a_test = build_anchors(encoder, held_out, q_x, doc_emb, column)
+            tau = identity.temperature
+            l_train = est.risk_with_random_negatives(
+                a_train.sim, a_train.pos, a_train.exclude, record["k"], tau, rng
             )
-        record.setdefault(
-            "as_trained", {key: record[key] for key in ("report_r", "measured_u", "measured_t")}
-        )
-        for key, name in (("report_r", "r"), ("measured_u", "u"), ("measured_t", "test")):
-            record[key] = {**record[key], "risk_test": _estimate(sections[name].risk_test)}
-        record["report_r"]["risk_train"] = _estimate(sections["r"].risk_train)
-        record["report_r"]["gap"] = _estimate(sections["r"].gap)
+            l_test = est.risk_with_random_negatives(
+                a_test.sim, a_test.pos, a_test.exclude, record["k"], tau, rng
+            )
+            sections[name] = bootstrap.gap_with_ci(
+                l_train,
+                l_test,
+                n_boot=n_boot,
+                rng=rng,
+                groups_train=a_train.groups,
+                groups_test=a_test.groups,
+            )
+        keys = (("report_r", "r"), ("measured_u", "u"), ("measured_t", "test"))
+        percentile: dict[str, Any] = {}
+        for key, name in keys:
+            g = sections[name]
+            lo, hi = bootstrap.percentile_ci(g.test_boot)
+            record[key] = {
+                **record[key],
+                "risk_test": {"value": g.test, "ci_low": g.test_ci[0], "ci_high": g.test_ci[1]},
+            }
+            percentile[key] = {**record[key], "risk_test": {"value": g.test, "ci_low": lo, "ci_high": hi}}
+        g = sections["r"]
+        record["report_r"]["risk_train"] = {
+            "value": g.train,
+            "ci_low": g.train_ci[0],
+            "ci_high": g.train_ci[1],
+        }
+        record["report_r"]["gap"] = {"value": g.gap, "ci_low": g.gap_ci[0], "ci_high": g.gap_ci[1]}
+        record["percentile"] = percentile
         path.write_text(json.dumps(record, indent=1), encoding="utf-8")
         print(f"rescored {path.stem}", flush=True)
 
@@ -464,7 +494,7 @@ def _write_results(args: argparse.Namespace, corpora: list[str], show: bool = Fa
         if not p.name.endswith(".meta.json") and p.name.split("-")[0] in corpora
     ]
     summary = aggregate(records)
-    as_trained = aggregate(records, "as_trained") if any("as_trained" in r for r in records) else None
+    percentile = aggregate(records, "percentile") if any("percentile" in r for r in records) else None
     protocol = {
         "split": "train queries → A 50 % (trained on) / R 25 % (the report's held-out split) / U 25 % (never "
         "seen); T = the corpus's test split",
@@ -478,14 +508,19 @@ def _write_results(args: argparse.Namespace, corpora: list[str], show: bool = Fa
     }
     args.results.parent.mkdir(parents=True, exist_ok=True)
     tmp = args.results.with_suffix(".tmp")
-    doc = {"protocol": protocol, "summary": summary, "summary_as_trained": as_trained, "seeds": records}
+    doc = {
+        "protocol": protocol,
+        "summary": summary,
+        "summary_percentile_intervals": percentile,
+        "seeds": records,
+    }
     tmp.write_text(json.dumps(doc, indent=1) + "\n")
     tmp.replace(args.results)
     if show:
         print_table(summary)
-        if as_trained:
-            print("\nas first computed (before rescoring):")
-            print_table(as_trained)
+        if percentile:
+            print("\nthe same with percentile intervals (the report's before this change):")
+            print_table(percentile)
 
 
 if __name__ == "__main__":
