@@ -357,7 +357,9 @@ def rescore(out: Path, corpora: list[str], n_boot: int) -> None:
         }
         record["report_r"]["gap"] = {"value": g.gap, "ci_low": g.gap_ci[0], "ci_high": g.gap_ci[1]}
         record["percentile"] = percentile
-        path.write_text(json.dumps(record, indent=1), encoding="utf-8")
+        tmp = path.with_suffix(".tmp")  # atomic: a running worker aggregates these files after every seed
+        tmp.write_text(json.dumps(record, indent=1), encoding="utf-8")
+        tmp.replace(path)
         print(f"rescored {path.stem}", flush=True)
 
 
@@ -479,7 +481,9 @@ def main() -> None:
                 if path.exists():
                     continue
                 record = run_seed(corpus, corpus_source(corpus, args.out), seed, args.out, args, cache)
-                path.write_text(json.dumps(record, indent=1), encoding="utf-8")
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(record, indent=1), encoding="utf-8")
+                tmp.replace(path)
                 print(f"{corpus} seed {seed}: {record['seconds']['total']:.0f} s; report R(k) "
                       f"{record['report_r']['risk_test']}; U {record['measured_u']['risk_test']['value']:.4f}; "
                       f"T {record['measured_t']['risk_test']['value']:.4f}", flush=True)  # fmt: skip
