@@ -18,8 +18,7 @@ quantity and each measured split:
   asked; but the measured value is itself an estimate, and with equal sizes a second independent estimate
   lands inside the first one's 95% CI only ≈ 83 % of the time even when nothing is biased;
 - `in PI`: the fraction inside the 95% prediction interval for a second estimate, value ± 1.96·√(se_R² +
-  se_U²) (each se from the half of its CI that faces the other value) — nominal 95 % when the report is
-  unbiased for that population;
+  se_U²) (se from each CI's width) — nominal 95 % when the report is unbiased for that population;
 - the mean bias (measured − predicted) over seeds with its t interval, and the mean z.
 
 For U the report's population is U's population, so a bias whose interval excludes 0 is a defect of the
@@ -224,13 +223,14 @@ def run_seed(
 
 
 def _combined_se(pred: dict[str, float], meas: dict[str, float]) -> float:
-    """√(se_pred² + se_meas²), each se from the half of its 95% CI that faces the other value (the
-    intervals need not be symmetric: the studentized ones reach further toward the long tail)."""
-    if meas["value"] >= pred["value"]:
-        a, b = pred["ci_high"] - pred["value"], meas["value"] - meas["ci_low"]
-    else:
-        a, b = pred["value"] - pred["ci_low"], meas["ci_high"] - meas["value"]
-    return math.hypot(a, b) / 1.96
+    """√(se_pred² + se_meas²), each se = its 95% CI's width / (2·1.96). The studentized intervals are not
+    symmetric (they reach further toward the long tail of the losses), but the difference of two estimates
+    of the same skewed mean is nearly symmetric, so the full width is the fair measure of each one's spread."""
+
+    def se(e: dict[str, float]) -> float:
+        return (e["ci_high"] - e["ci_low"]) / (2 * 1.96)
+
+    return math.hypot(se(pred), se(meas))
 
 
 def aggregate(records: list[dict[str, Any]], source: str | None = None) -> dict[str, Any]:
