@@ -439,6 +439,65 @@ def decompose(out: Path, corpora: list[str], k: int, seed: int = 0, replicates: 
     return result
 
 
+def _split_losses(out: Path, name: str, k: int) -> list[np.ndarray]:
+    """Per-anchor held-out losses (one draw of k random pool negatives) of R, U and T for one seed."""
+    from training.gap.estimators import infonce_risk, pad_exclusions, sample_negatives
+
+    meta = json.loads((out / "seeds" / f"{name}.meta.json").read_text(encoding="utf-8"))
+    tau = float(json.loads((out / "seeds" / f"{name}.json").read_text())["temperature"])
+    arrays = np.load(out / "seeds" / f"{name}.npz")
+    column = {d: i for i, d in enumerate(meta["doc_ids"])}
+    losses = []
+    for split in ("r", "u", "t"):
+        rows, cols, excl = [], [], []
+        for qi, qid in enumerate(meta[f"qids_{split}"]):
+            relevant = [column[d] for d in meta[f"qrels_{split}"].get(qid, {}) if d in column]
+            for c in relevant:
+                rows.append(qi)
+                cols.append(c)
+                excl.append(relevant)
+        sim = (arrays[f"q_{split}"] @ arrays["doc_emb"].T).astype(np.float64)[rows]  # (n_anchors, N)
+        exclude = pad_exclusions(excl, sim.shape[1])
+        neg = np.take_along_axis(
+            sim, sample_negatives(sim.shape[1], k, exclude, np.random.default_rng(0)), axis=1
+        )
+        losses.append(infonce_risk(sim[np.arange(len(cols)), cols], neg, tau))
+    return losses
+
+
+def interval_check(out: Path, corpora: list[str], k: int, reps: int = 1000, n_boot: int = 2000) -> None:
+    """Coverage of the percentile and the studentized interval for the mean of the real per-anchor losses:
+    every seed's R, U and T losses, each centred on its own mean, pooled into a population whose mean is 0;
+    samples of the report's sizes are drawn from it and both intervals built from the same replicates."""
+    from training.gap.bootstrap import bootstrap_means_and_ses, mean_se, percentile_ci, studentized_ci
+
+    print(
+        "\n| corpus | population skewness | n | percentile covers | mean above it | studentized covers | mean above it |"
+    )
+    print("|---|---|---|---|---|---|---|")
+    for corpus in corpora:
+        names = sorted(p.name[: -len(".meta.json")] for p in (out / "seeds").glob(f"{corpus}-*.meta.json"))
+        pop = np.concatenate([x - x.mean() for name in names for x in _split_losses(out, name, k)])
+        skew = float((pop**3).mean() / pop.std() ** 3)
+        for n in (135, 200):
+            rng = np.random.default_rng(1)
+            p_cov = p_high = t_cov = t_high = 0
+            for _ in range(reps):
+                x = rng.choice(pop, n, replace=True)
+                means, ses = bootstrap_means_and_ses(x, n_boot, rng)
+                lo, hi = percentile_ci(means)
+                p_cov += lo <= 0 <= hi
+                p_high += hi < 0
+                lo, hi = studentized_ci(float(x.mean()), mean_se(x), means, ses)
+                t_cov += lo <= 0 <= hi
+                t_high += hi < 0
+            print(
+                f"| {corpus} | {skew:.1f} | {n} | {p_cov / reps:.3f} | {p_high / reps:.3f} | {t_cov / reps:.3f} | "
+                f"{t_high / reps:.3f} |",
+                flush=True,
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="work folder (runs, per-seed records, embeddings)")
@@ -458,6 +517,11 @@ def main() -> None:
         "--rescore", action="store_true", help="recompute the finished seeds' estimates with the current code"
     )
     parser.add_argument(
+        "--interval-check",
+        action="store_true",
+        help="coverage of percentile vs studentized intervals on the real losses",
+    )
+    parser.add_argument(
         "--decompose", action="store_true", help="only split the finished seeds' risk differences into terms"
     )
     args = parser.parse_args()
@@ -469,6 +533,9 @@ def main() -> None:
     if args.rescore:
         rescore(args.out, corpora, args.n_boot)
         _write_results(args, corpora, show=True)
+        return
+    if args.interval_check:
+        interval_check(args.out, corpora, k=args.batch_size - 1)
         return
     if args.decompose:
         decompose(args.out, corpora, k=args.batch_size - 1)
