@@ -25,11 +25,21 @@ For U the report's population is U's population, so a bias whose interval exclud
 estimator; for T it is the distribution shift, which no report on R can see.
 
 Each seed writes OUT_DIR/seeds/<corpus>-<seed>.json (and the embeddings, .npz, for re-analysis) and is skipped
-when that file exists, so a crashed run resumes without losing finished seeds; the summary JSON is rewritten
-after every seed. CPU budget (the protocol is sized for about 2.5 hours of one core for 2 × 10 seeds): a fixed
-1,000-document scifact pool (every relevant document + distractors; the demo corpus is 1,100 documents, all
-used), one epoch at batch 16, no mined negatives, no validation carve; the corpus is encoded by the base
-model once per corpus (the embedding cache) and by each tuned model once.
+when that file exists, so a crashed run resumes without losing finished seeds, and several workers with
+disjoint --corpora/--first-seed ranges can share one OUT_DIR; the summary JSON is rewritten after every seed.
+Afterwards, without training again:
+
+- `--rescore` recomputes every seed's risks with the current estimators (same query sample, pool order and
+  random stream, so the point values are unchanged) and keeps the percentile intervals of the same
+  replicates beside them, for comparison;
+- `--decompose` splits the differences between splits into the positive's term and the negatives' term;
+- `--interval-check` measures the coverage of the percentile and the studentized interval for the mean of
+  the seeds' own per-anchor losses (pooled, centred), at the report's sample sizes.
+
+CPU budget (sized for about 2 hours of one free core for 2 × 10 seeds): a fixed 1,000-document scifact pool
+(every relevant document + distractors; the demo corpus is 1,100 documents, all used), one epoch at batch 16,
+no mined negatives, no validation carve; the corpus is encoded by the base model once per corpus (the
+embedding cache) and by each tuned model once.
 """
 
 from __future__ import annotations
