@@ -21,9 +21,16 @@ import sys
 import time
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from contract.bundles.report_schema import Estimate
-from training.experiments.gap_simulation import SphereWorld, sample_uniform_cosine, true_risk
+from training.experiments.gap_simulation import (
+    MixtureWorld,
+    SphereWorld,
+    sample_uniform_cosine,
+    true_risk,
+    vmf_mean_cosine,
+)
 from training.gap import bootstrap, bounds
 from training.gap import estimators as est
 from training.gap.anchors import Anchors
@@ -38,6 +45,7 @@ WORLDS = [
     SphereWorld(dim=32, kappa=40.0, tau=0.2),
 ]
 # the default τ = 0.05; κ = 400 at d = 384 gives E⟨a, z⁺⟩ ≈ 0.63, the cosine of a tuned MiniLM positive
+CLUSTER_KAPPA = 10.0  # table 8's clustered corpus: 6 vMF clusters, E⟨z, centre⟩ ≈ 0.53 at d = 16
 DEFAULT_TAU_WORLDS = [
     SphereWorld(dim=16, kappa=20.0, tau=0.05),
     SphereWorld(dim=64, kappa=50.0, tau=0.05),
@@ -195,6 +203,128 @@ def corrected_coverage_table(n_runs: int, seed: int) -> None:
         )
 
 
+def _old_corrected_interval(
+    a: Anchors, tau: float, n_boot: int, rng: np.random.Generator
+) -> tuple[float, float]:
+    """The interval ce_inf_corrected had before the pool bootstrap: anchors only, widened by half the correction."""
+    allowed = a.sim.shape[1] - (a.exclude >= 0).sum(axis=1)
+    _, c1 = est.first_order_terms(a.sim, a.pos, a.exclude, tau)
+    terms = est.plugin_ce_inf_terms(a.sim, a.pos, a.exclude, tau) + c1 / allowed
+    lo, hi = bootstrap.percentile_ci(bootstrap.bootstrap_means(terms, n_boot, rng, a.groups))
+    half = 0.5 * float((c1 / allowed).mean())
+    return lo - half, hi + half
+
+
+def _corpus_truth(world: SphereWorld | MixtureWorld, pool_vectors: np.ndarray, pop_mean_log_mu: float,
+                  rng: np.random.Generator, n: int = 4000) -> float:  # fmt: skip
+    """CE∞ with this pool as the negatives' population: −A_d(κ)/τ + E_a log μ_pool(a), the expectation by Monte
+    Carlo over fresh anchors with the exact log μ(a) as control variate (only the difference is sampled)."""
+    fresh = (
+        world.sample_latents(n, rng)
+        if isinstance(world, MixtureWorld)
+        else world.sample_vectors(n, 1, rng)[0]
+    )
+    log_mu_pool = est.logsumexp_rows(fresh @ pool_vectors.T / world.tau) - math.log(len(pool_vectors))
+    exact = world.log_mu_of(fresh) if isinstance(world, MixtureWorld) else np.full(n, world.log_mu())
+    return (
+        -vmf_mean_cosine(world.kappa, world.dim) / world.tau
+        + pop_mean_log_mu
+        + float(np.mean(log_mu_pool - exact))
+    )
+
+
+def two_way_coverage_table(
+    n_runs: int,
+    n_boot: int,
+    seed: int,
+    taus: tuple[float, ...] = (0.05, 0.2),
+    only: tuple[str, ...] = (),
+    pools: tuple[int, ...] = (200, 2048),
+) -> None:
+    """Coverage of ce_inf_corrected (population CE∞) and of ce_inf_plugin (this corpus's CE∞), d = 16."""
+    print(
+        f"\n### 8. CE∞ intervals over {n_runs} fresh (anchors, pool) draws per cell, d = 16, κ = 20 ({n_boot} "
+        f"resamples; clustered = 6 vMF(κ_c = {CLUSTER_KAPPA:g}) clusters)\n"
+    )
+    print(
+        "| corpus | τ | N | anchors | c1/N true | c1/N pool (mean) | c1/N upper (mean) | corrected served | "
+        "corrected covers | binomial 95% band | mean error | sd error | mean half-width | anchors-only interval "
+        "covers | plug-in covers its corpus CE∞ |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for tau in taus:
+        worlds: list[tuple[str, SphereWorld | MixtureWorld]] = [
+            ("uniform", SphereWorld(16, 20.0, tau)),
+            ("clustered", MixtureWorld(16, 20.0, tau, n_clusters=6, cluster_kappa=CLUSTER_KAPPA)),
+        ]
+        if (
+            tau == 0.05
+        ):  # tighter clusters: c1/N = 0.04 at N = 2,048, a τ = 0.05 cell where the correction is served
+            worlds.append(("clustered κ_c 20", MixtureWorld(16, 20.0, tau, n_clusters=6, cluster_kappa=20.0)))
+        for name, world in (w for w in worlds if not only or w[0] in only):
+            if isinstance(world, MixtureWorld):
+                pop = world.population(np.random.default_rng([seed, 99]), n=400_000)
+                truth, c1_true, pop_log_mu = pop["ce_inf"], pop["c1"], pop["ce_inf"] + vmf_mean_cosine(
+                    world.kappa, world.dim) / tau  # fmt: skip
+            else:
+                truth, c1_true, pop_log_mu = world.ce_inf(), world.c1(), world.log_mu()
+            for n_pool in pools:
+                for n in (400, 4000):
+                    served, covered, old_cov, plug_cov, errors, halves, c1n, growth = (
+                        0,
+                        0,
+                        0,
+                        0,
+                        [],
+                        [],
+                        [],
+                        [],
+                    )
+                    reasons: dict[str, int] = {}
+                    for r in tqdm(range(n_runs), desc=f"{name} τ={tau} N={n_pool} n={n}", leave=False):
+                        rng = np.random.default_rng([seed, r, n_pool, n, int(tau * 100)])
+                        anchors, positives, pool = world.sample_vectors(n, n_pool, rng)
+                        a = Anchors(
+                            sim=(anchors @ pool.T).astype(np.float32),  # (n, N)
+                            pos=(anchors * positives).sum(1),
+                            exclude=est.pad_exclusions([[] for _ in range(n)], n_pool),
+                            groups=np.arange(n),
+                            n_queries=n,
+                            pos_col=np.zeros(n, dtype=np.int64),
+                        )
+                        c = risk_vs_k_section(a, tau, 2, n_boot, 0.95, 0.01, rng)
+                        c1n.append(c.c1.value / n_pool)
+                        growth.append(est.finite_pool_terms(a.sim, a.exclude, tau, rng).c1_upper() / n_pool)
+                        corpus_truth = _corpus_truth(world, pool, pop_log_mu, rng)
+                        plug_cov += c.ce_inf_plugin.ci_low <= corpus_truth <= c.ce_inf_plugin.ci_high
+                        lo, hi = _old_corrected_interval(a, tau, n_boot, rng)
+                        old_cov += lo <= truth <= hi
+                        if isinstance(c.ce_inf_corrected, Estimate):
+                            e = c.ce_inf_corrected
+                            served += 1
+                            covered += e.ci_low <= truth <= e.ci_high
+                            errors.append(e.value - truth)
+                            halves.append((e.ci_high - e.ci_low) / 2)
+                        else:
+                            key = "pool c1/N > 0.1" if c1n[-1] > MAX_FIRST_ORDER else "upper c1/N > 0.1"
+                            reasons[key] = reasons.get(key, 0) + 1
+                    if served:
+                        p = covered / served
+                        band = 1.96 * math.sqrt(p * (1 - p) / served)
+                        cov_s = f"{covered}/{served} = {p:.1%}"
+                        band_s = f"[{p - band:.3f}, {p + band:.3f}]"
+                        err_s = f"{np.mean(errors):+.4f} | {np.std(errors):.4f} | {np.mean(halves):.4f}"
+                    else:
+                        cov_s, band_s, err_s = "—", "—", "— | — | —"
+                    not_served = ", ".join(f"{v} {k}" for k, v in reasons.items())
+                    print(
+                        f"| {name} | {tau:g} | {n_pool} | {n} | {c1_true / n_pool:.4f} | {np.mean(c1n):.4f} | "
+                        f"{np.mean(growth):.4f} | {served}/{n_runs}{' (' + not_served + ')' if not_served else ''} "
+                        f"| {cov_s} | {band_s} | {err_s} | {old_cov / n_runs:.1%} | {plug_cov / n_runs:.1%} |",
+                        flush=True,
+                    )
+
+
 def pool_fraction_table(n: int, seed: int) -> None:
     print(
         f"\n### 6. R̂(k) from a pool of N vs the population R(k) ({n} anchors, fresh pool per 500 anchors; "
@@ -260,7 +390,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller studies (a few minutes)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--tables", default="1,2,3,4,5,6,7", help="which tables to print, e.g. 4,5")
+    parser.add_argument("--tables", default="1,2,3,4,5,6,7,8", help="which tables to print, e.g. 4,5")
+    parser.add_argument("--draws", type=int, default=None, help="table 8: draws per cell (default 200)")
+    parser.add_argument(
+        "--boot", type=int, default=2000, help="table 8: bootstrap resamples (the report's 2000)"
+    )
+    parser.add_argument("--taus", default="0.05,0.2", help="table 8: temperatures")
+    parser.add_argument("--worlds", default="", help="table 8: only these corpora (comma-separated names)")
+    parser.add_argument("--pools", default="200,2048", help="table 8: pool sizes")
     args = parser.parse_args()
     tables = {int(t) for t in args.tables.split(",")}
     t0 = time.perf_counter()
@@ -276,6 +413,14 @@ def main() -> None:
         5: lambda: corrected_coverage_table(20 if q else 100, args.seed),
         6: lambda: pool_fraction_table(4000 if q else 20_000, args.seed),
         7: lambda: mi_toy_table(args.seed),
+        8: lambda: two_way_coverage_table(
+            args.draws or (60 if q else 200),
+            args.boot,
+            args.seed,
+            tuple(float(t) for t in args.taus.split(",")),
+            tuple(w for w in args.worlds.split(",") if w),
+            tuple(int(n) for n in args.pools.split(",")),
+        ),
     }
     for number, study in studies.items():
         if number in tables:

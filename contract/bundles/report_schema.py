@@ -248,7 +248,7 @@ class GapReport(_Strict):
     # (a) empirical gap at the training k
     risk_train: Estimate
     risk_test: Estimate
-    gap: Estimate = Field(description="R_test − R_train, bootstrap percentile CI")
+    gap: Estimate = Field(description="R_test − R_train, studentized bootstrap CI")
     hoeffding_halfwidth: Bound = Field(
         description="|R_test − R(φ̂)| ≤ value with probability ≥ 1 − delta, n = held-out queries"
     )

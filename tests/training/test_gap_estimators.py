@@ -203,3 +203,46 @@ def test_fit_ranges_never_start_below_the_k_floor():
         ks, r, np.full(len(ks), 1e-6), k_floor=600
     )  # one grid point left above d1
     assert not late.accepted
+
+
+def test_cluster_standard_error_closed_forms():
+    rng = np.random.default_rng(11)
+    x = rng.exponential(size=50)
+    # one anchor per group: s/√n with the n − 1 denominator
+    assert bootstrap.mean_se(x) == pytest.approx(x.std(ddof=1) / math.sqrt(50))
+    # groups: the ratio estimator's linearised standard error, by hand
+    groups = np.sort(np.r_[np.arange(20), rng.integers(0, 20, 30)])  # 20 groups of 1 to ~6 anchors
+    sums = np.array([x[groups == g].sum() for g in range(20)])
+    sizes = np.array([(groups == g).sum() for g in range(20)])
+    m = sums.sum() / sizes.sum()
+    by_hand = math.sqrt(20 / 19 * ((sums - m * sizes) ** 2).sum()) / sizes.sum()
+    assert bootstrap.mean_se(x, groups) == pytest.approx(by_hand)
+    # each replicate's se is the same formula on its resample: replicate 0 rebuilt from its copies
+    means, ses = bootstrap.bootstrap_means_and_ses(x, 3, np.random.default_rng(12), groups)
+    counts = np.random.default_rng(12).multinomial(20, np.full(20, 1 / 20), size=3)[0]
+    idx = np.concatenate([np.flatnonzero(groups == g) for g in range(20) for _ in range(counts[g])])
+    copy_groups = np.concatenate([np.full((groups == g).sum(), j) for j, g in enumerate(
+        g for g in range(20) for _ in range(counts[g]))])  # fmt: skip
+    assert means[0] == pytest.approx(x[idx].mean())
+    assert ses[0] == pytest.approx(bootstrap.mean_se(x[idx], copy_groups))
+    # the same resamples as bootstrap_means
+    np.testing.assert_allclose(means, bootstrap.bootstrap_means(x, 3, np.random.default_rng(12), groups))
+
+
+def test_studentized_interval_covers_the_mean_of_a_skewed_law_where_the_percentile_one_misses_high():
+    """Brute force against a known mean: lognormal(0, 1.2) (skewness ≈ 12, like per-anchor InfoNCE losses at
+    τ = 0.05, whose skewness is 4–8), n = 150, 600 samples."""
+    rng = np.random.default_rng(13)
+    truth = math.exp(1.2**2 / 2)
+    t_cov = p_cov = p_high = 0
+    for _ in range(600):
+        x = rng.lognormal(0.0, 1.2, 150)
+        means, ses = bootstrap.bootstrap_means_and_ses(x, 1000, rng)
+        lo, hi = bootstrap.studentized_ci(float(x.mean()), bootstrap.mean_se(x), means, ses)
+        t_cov += lo <= truth <= hi
+        plo, phi = bootstrap.percentile_ci(means)
+        p_cov += plo <= truth <= phi
+        p_high += phi < truth
+    assert t_cov / 600 >= 0.92
+    assert p_high / 600 > 0.05  # the percentile interval misses on the high side far more than 2.5 %
+    assert t_cov > p_cov

@@ -139,3 +139,79 @@ def true_risk(
 def _uniform_sphere(n: int, d: int, rng: np.random.Generator) -> np.ndarray:
     x = rng.standard_normal((n, d))
     return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def log_vmf_mgf_vec(t: np.ndarray, mean: np.ndarray, kappa: float) -> np.ndarray:
+    """log E e^{⟨t, z⟩} for z ~ vMF(mean, κ), per row of t (n, d): log C_d(κ) − log C_d(‖κ·mean + t‖)."""
+    d = mean.shape[-1]
+    nu = d / 2.0 - 1.0
+    s = np.linalg.norm(kappa * mean + t, axis=-1)  # (n,)
+    return nu * np.log(kappa / s) + np.log(ive(nu, s)) + s - math.log(ive(nu, kappa)) - kappa
+
+
+def sample_vmf(means: np.ndarray, kappa: float, rng: np.random.Generator) -> np.ndarray:
+    """One draw from vMF(means[i], κ) per row of the unit vectors `means` (n, d) -> (n, d)."""
+    n, d = means.shape
+    w = sample_vmf_cosine(kappa, d, n, rng)  # (n,) cosine to the mean
+    v = rng.standard_normal((n, d))
+    v -= (v * means).sum(1, keepdims=True) * means  # tangent direction at each mean
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    return w[:, None] * means + np.sqrt(1.0 - w**2)[:, None] * v
+
+
+@dataclass(frozen=True)
+class MixtureWorld:
+    """A clustered corpus: latents (anchors and pool alike) from an equal-weight mixture of `n_clusters`
+    vMF(m_c, κ_c) on S^{d-1} (centres uniform, drawn with `centre_seed`), positives ~ vMF(a, κ) around the
+    anchor, ideal encoder, temperature τ.
+
+    Per anchor everything is closed form: μ(a) = Σ_c w_c E_{vMF(m_c, κ_c)} e^{⟨a,z⟩/τ} (ratio of vMF
+    normalisers), and E⟨a, z⁺⟩ = A_d(κ) whatever the anchor; the population CE∞ = −A_d(κ)/τ + E_a log μ(a)
+    and c1 = ½ E_a[μ₂(a)/μ(a)² − 1] (μ₂ with 2/τ) average the exact per-anchor values over many anchors
+    (`population`). Unlike the uniform sphere, μ(a) varies with a, and a document in a dense cluster weighs
+    on many anchors' μ at once: the finite pool's own variability does not average out over anchors.
+    """
+
+    dim: int = 16
+    kappa: float = 20.0
+    tau: float = 0.2
+    n_clusters: int = 6
+    cluster_kappa: float = 10.0
+    centre_seed: int = 12345
+
+    def centres(self) -> np.ndarray:
+        return _uniform_sphere(self.n_clusters, self.dim, np.random.default_rng(self.centre_seed))
+
+    def sample_latents(self, n: int, rng: np.random.Generator) -> np.ndarray:
+        """n latents from the mixture (n, d)."""
+        c = self.centres()[rng.integers(0, self.n_clusters, n)]  # (n, d) each latent's cluster centre
+        return sample_vmf(c, self.cluster_kappa, rng)
+
+    def log_mu_of(self, anchors: np.ndarray, scale: float = 1.0) -> np.ndarray:
+        """Exact log E_{z~mixture} e^{scale·⟨a,z⟩/τ} per anchor (n,)."""
+        terms = np.stack(
+            [log_vmf_mgf_vec(anchors * (scale / self.tau), m, self.cluster_kappa) for m in self.centres()],
+            axis=1,
+        )  # (n, C)
+        top = terms.max(axis=1)
+        return top + np.log(np.exp(terms - top[:, None]).mean(axis=1))
+
+    def population(self, rng: np.random.Generator, n: int = 400_000) -> dict[str, float]:
+        """CE∞, c1 and their Monte Carlo standard errors from n anchors' exact per-anchor values."""
+        a = self.sample_latents(n, rng)
+        log_mu = self.log_mu_of(a)
+        c1 = 0.5 * np.expm1(self.log_mu_of(a, 2.0) - 2.0 * log_mu)
+        mean_pos = vmf_mean_cosine(self.kappa, self.dim)
+        return {
+            "ce_inf": float(-mean_pos / self.tau + log_mu.mean()),
+            "ce_inf_se": float(log_mu.std() / math.sqrt(n)),
+            "c1": float(c1.mean()),
+            "c1_se": float(c1.std() / math.sqrt(n)),
+        }
+
+    def sample_vectors(
+        self, n: int, n_pool: int, rng: np.random.Generator
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Anchors (n, d), their positives (n, d) and a pool (n_pool, d) from the mixture."""
+        anchors = self.sample_latents(n, rng)
+        return anchors, sample_vmf(anchors, self.kappa, rng), self.sample_latents(n_pool, rng)

@@ -17,6 +17,13 @@ def estimate_from_boot(value: float, boot: np.ndarray, level: float, method: str
     return Estimate(value=value, ci_low=min(lo, value), ci_high=max(hi, value), level=level, method=method)
 
 
+def estimate_from_interval(value: float, lo: float, hi: float, level: float, method: str) -> Estimate:
+    """An Estimate with the interval [lo, hi], widened (and said so) if it misses the point value."""
+    if not lo <= value <= hi:
+        method += "; interval widened to include the point estimate"
+    return Estimate(value=value, ci_low=min(lo, value), ci_high=max(hi, value), level=level, method=method)
+
+
 def widen(e: Estimate, *, low: float = 0.0, high: float = 0.0) -> Estimate:
     """`e` with its interval widened for a first-order correction's own error, which can go either way:
     with heavy-tailed e^{s/τ} the true c1/N overstates the finite-pool bias by up to about half of it
