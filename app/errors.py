@@ -93,6 +93,7 @@ class ResponseTooLargeError(InvalidInputError):
 # contract.errors class -> HTTP status; looked up along the exception's MRO
 DOMAIN_STATUS: dict[type[domain.InfonceSearchError], int] = {
     domain.NoLiveBundle: 503,
+    domain.BundleDamaged: 503,  # this replica stops answering from it and falls back to an older version
     domain.IndexUnavailable: 503,  # Milvus unreachable: the search may succeed once it is back
     domain.BundleNotFound: 404,
     domain.BundleInvalid: 409,  # activation refused; the old bundle keeps serving

@@ -315,3 +315,22 @@ def test_every_file_each_job_type_opens_under_a_root_goes_through_the_confined_r
         bypass = [p for p in PLAIN if any(p.startswith(r + os.sep) for r in roots)]
         assert bypass == [], f"{job_type} opened files under a root without the reader: {bypass}"
     queue.close()
+
+
+def test_the_log_tail_carries_no_absolute_path_outside_the_roots_either(env):
+    """Item 5: a job's work folder, a package's file: whatever absolute path a log line names is cut to
+    its last component for key holders too."""
+    client, settings, _ = env
+    job_id = _post(client).json()["id"]
+    records = JobQueue(settings.queue_url).records
+    lines = [
+        "12:00:00 INFO pipeline: training into /var/tmp/job-1234abcd-x/run-20260101T000000Z",
+        "12:00:01 WARNING x: see /usr/lib/python3/site-packages/pkg/mod.py:12 (http://example.org/a/b)",
+    ]
+    update(records, job_id, state="failed", error="bad file /srv/elsewhere/data.bin", log_tail=lines)
+    keyed = client.get(f"/jobs/{job_id}", headers=KEY).json()
+    assert keyed["log_tail"][0].endswith("training into …/run-20260101T000000Z")
+    assert "…/mod.py:12" in keyed["log_tail"][1] and "http://example.org/a/b" in keyed["log_tail"][1]
+    assert keyed["error"] == "bad file …/data.bin"
+    for text in (*keyed["log_tail"], keyed["error"]):
+        assert "/var/" not in text and "/usr/" not in text and "/srv/" not in text
