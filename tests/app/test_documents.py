@@ -242,3 +242,30 @@ def test_an_unwritable_log_refuses_writes_and_keeps_serving(client, tmp_path):
     assert listing.status_code == 200 and "mutations.sqlite" in listing.json()["mutations"]["error"]
     assert len(search(client, query="vitamin d", top_k=3)) == 3  # search goes on from the bundle
     assert client.get("/documents/x").status_code == 404
+
+
+# -- issue 27, item 9 ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("doc_id", [".", "..", "a/../b", "./x", "x/."])
+def test_dot_segment_ids_are_refused_at_write_time(client, doc_id):
+    """An id `.` or `..` could be written but never read or deleted by path (URLs normalise dot segments)."""
+    r = client.post("/documents", json={"documents": [{"id": doc_id, "text": "t"}]}, headers=KEY)
+    assert r.status_code == 422 and "documents.0.id" in r.text, r.text
+    r = client.post("/documents/delete", json={"ids": [doc_id]}, headers=KEY)
+    assert r.status_code == 422, r.text
+
+
+def test_one_rule_for_several_or_empty_key_headers(client):
+    """Empty key headers count as not sent; every key sent must be the right one, in any order."""
+    body = {"documents": [{"id": "k1", "text": "key rules"}]}
+    right, wrong = KEY["X-API-Key"], "nope"
+    cases = [
+        ([("X-API-Key", ""), ("Authorization", f"Bearer {right}")], 200),
+        ([("X-API-Key", right), ("X-API-Key", wrong)], 403),
+        ([("X-API-Key", wrong), ("X-API-Key", right)], 403),
+        ([("X-API-Key", right), ("Authorization", f"Bearer {wrong}")], 403),
+        ([("X-API-Key", right), ("X-API-Key", right)], 200),
+        ([("X-API-Key", ""), ("Authorization", "Bearer ")], 401),
+    ]
+    for headers, status in cases:
+        r = client.post("/documents", json=body, headers=headers)
+        assert r.status_code == status, (headers, r.text)
