@@ -293,8 +293,8 @@ class LiveBundle:
                             s.texts or [],
                             queries[spans[i]],
                             s.top_k,
-                            scope,
                             dense=partial(self.overlay.search, scope=scope),
+                            lexical=partial(self.overlay.lexical_search, scope=scope),
                         )
                     )
                 except Exception as exc:  # one request's bad filter must not fail its batch-mates
