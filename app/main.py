@@ -103,7 +103,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         redoc_url=None,
     )
     install_error_handlers(app)
-    install_openapi(app)
+    install_openapi(app, settings)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app_metrics)
     for module in (search, documents, gap, health, bundles, metrics):

@@ -76,7 +76,8 @@ class DocumentIn(BaseModel):
 
 
 class UpsertRequest(BaseModel):
-    """A batch of documents; an id that exists is replaced (text, title and metadata together)."""
+    """A batch of documents; an id that exists is replaced (text, title and metadata together), and an id
+    given twice in the batch is written once, as its later entry says."""
 
     model_config = ConfigDict(
         extra="forbid",
