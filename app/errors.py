@@ -8,9 +8,11 @@ ServiceError                 base (500 internal)
 ├── BodyTooLargeError        413 body_too_large
 ├── ReportMissingError       404 report_missing: the live bundle has no generalization-gap report
 ├── MissingFileError         404 file_not_found: no such plot in a bundle's report, or no such page asset
-└── InvalidInputError        422 invalid_request: a well-formed body the bundle cannot answer (vector dim,
-    │                            token budget)
-    └── ResponseTooLargeError 422 response_too_large: the answer would exceed max_response_bytes
+├── DimensionMismatchError   409 dimension_mismatch: a query vector of another length than the live model's
+├── TooLargeError            413: within the spec's limits, over a budget JSON Schema cannot state
+│   ├── TokenBudgetError     413 token_budget: more tokens than max_request_tokens
+│   └── ResponseTooLargeError 413 response_too_large: the answer would exceed max_response_bytes
+└── InvalidInputError        422 invalid_request: a well-formed body the bundle cannot answer (vector dim)
 
 Domain errors from `contract.errors` map through `DOMAIN_STATUS` (most specific class wins); among
 them `NoLiveBundle`, 503 no_live_bundle: nothing is loaded yet, or CURRENT is missing. Request
@@ -81,18 +83,39 @@ class MissingFileError(ServiceError):
     code = "file_not_found"
 
 
+class TooLargeError(ServiceError):
+    """A request within every limit the spec states, over a budget JSON Schema cannot state: its tokens
+    (SEARCH_MAX_REQUEST_TOKENS) or its answer's bytes (SEARCH_MAX_RESPONSE_BYTES)."""
+
+    status_code = 413
+    code = "too_large"
+
+
+class DimensionMismatchError(ServiceError):
+    """A query vector whose length is not the live model's dimension: well-formed (the spec cannot know
+    the dimension: it is the live bundle's, and a hot swap may change it), in conflict with what serves."""
+
+    status_code = 409
+    code = "dimension_mismatch"
+
+
 class InvalidInputError(ServiceError):
     status_code = 422
     code = "invalid_request"
 
 
-class ResponseTooLargeError(InvalidInputError):
+class ResponseTooLargeError(TooLargeError):
     code = "response_too_large"
+
+
+class TokenBudgetError(TooLargeError):
+    code = "token_budget"
 
 
 # contract.errors class -> HTTP status; looked up along the exception's MRO
 DOMAIN_STATUS: dict[type[domain.InfonceSearchError], int] = {
     domain.NoLiveBundle: 503,
+    domain.BundleDamaged: 503,  # this replica stops answering from it and falls back to an older version
     domain.IndexUnavailable: 503,  # Milvus unreachable: the search may succeed once it is back
     domain.BundleNotFound: 404,
     domain.BundleInvalid: 409,  # activation refused; the old bundle keeps serving
@@ -187,11 +210,17 @@ def _method_not_allowed(request: Request) -> Response:
     """Starlette's 405 names only the first route matching the path; list every route's methods.
 
     OPTIONS on a known path answers 204 with that `Allow` list (e.g. GET, POST for /jobs)."""
-    methods: set[str] = set()
+    matched: dict[str, set[str]] = {}
     for route in _flat_routes(request.app.router.routes):
         match, _ = route.matches(request.scope)
         if match != Match.NONE:
-            methods |= set(getattr(route, "methods", None) or ())
+            matched.setdefault(getattr(route, "path", ""), set()).update(
+                getattr(route, "methods", None) or ()
+            )
+    # the most specific path template, as the spec lists it: /documents/delete (POST) rather than
+    # /documents/{doc_id} (GET, DELETE), which its URL also matches
+    fewest = min((p.count("{") for p in matched), default=0)
+    methods = {m for p, ms in matched.items() if p.count("{") == fewest for m in ms}
     methods.add("OPTIONS")
     allow = ", ".join(sorted(methods))
     if request.method == "OPTIONS":

@@ -17,7 +17,7 @@ from fastapi import FastAPI
 
 from app.api.middleware import BodyLimitMiddleware
 from app.api.openapi import install_openapi
-from app.api.routes import bundles, documents, embed, gap, health, jobs, metrics, search, ui
+from app.api.routes import bundles, docs, documents, embed, gap, health, jobs, metrics, search, ui
 from app.engine.batching import DirectRunner, Inference, MicroBatcher
 from app.errors import install_error_handlers
 from app.live.bundle_listing import read_gate_log
@@ -99,9 +99,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description=DESCRIPTION,
         lifespan=lifespan,
+        docs_url=None,  # app/api/routes/docs.py serves /docs and /redoc without a CDN, under the page's CSP
+        redoc_url=None,
     )
     install_error_handlers(app)
-    install_openapi(app)
+    install_openapi(app, settings)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(MetricsMiddleware, metrics=app_metrics)
     for module in (search, documents, gap, health, bundles, metrics):
@@ -109,4 +111,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(embed.router)  # POST /embed, POST /v1/embeddings: vectors in the index's space
     app.include_router(jobs.router)  # POST /jobs …: records and enqueues; a worker process runs them
     app.include_router(ui.router)  # the web page at / and the report's plots
+    app.include_router(docs.router)  # GET /docs, GET /redoc and their files
     return app

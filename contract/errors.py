@@ -9,6 +9,7 @@ InfonceSearchError            base: a user-facing message, never a library stack
 ├── BundleError               anything about versioned bundles
 │   ├── BundleInvalid         a bundle on disk is corrupt, partial or inconsistent (never made live)
 │   ├── BundleNotFound        no bundle with that version
+│   ├── BundleDamaged         a part of the live bundle failed while serving (the replica falls back)
 │   └── NoLiveBundle          nothing is published yet (CURRENT missing)
 └── JobError                  job queue problems
     ├── JobNotFound           unknown job id
@@ -83,6 +84,12 @@ class BundleInvalid(BundleError):
 
 class BundleNotFound(BundleError):
     code = "bundle_not_found"
+
+
+class BundleDamaged(BundleError):
+    """A file of a loaded bundle failed at request time (changed or damaged on disk since it loaded)."""
+
+    code = "bundle_damaged"
 
 
 class NoLiveBundle(BundleError):

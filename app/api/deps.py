@@ -44,17 +44,22 @@ MutationsDep = Annotated[MutationApplier, Depends(get_mutations)]
 MetricsDep = Annotated[AppMetrics, Depends(get_metrics)]
 
 
-def _given_key(request: Request) -> str | None:
-    given = request.headers.get("x-api-key")
-    auth = request.headers.get("authorization", "")
-    if given is None and auth.lower().startswith("bearer "):
-        given = auth[7:].strip()
-    return given or None
+def given_keys(request: Request) -> list[str]:
+    """Every key the request sends: each `X-API-Key` header and each `Authorization: Bearer` one.
+
+    The one rule (docs/security.md): an empty header is not a key (it hides nothing); every key sent must
+    be the right one, so two headers that disagree are refused whichever comes first."""
+    keys = [v.strip() for v in request.headers.getlist("x-api-key")]
+    for auth in request.headers.getlist("authorization"):
+        scheme, _, value = auth.strip().partition(" ")
+        if scheme.lower() == "bearer":
+            keys.append(value.strip())
+    return [k for k in keys if k]
 
 
 def has_api_key(request: Request, settings: SettingsDep) -> bool:
     """Read routes with more detail for the key holder: False without a key, 403 for a wrong one."""
-    if _given_key(request) is None:
+    if not given_keys(request):
         return False
     require_api_key(request, settings)
     return True
@@ -66,14 +71,17 @@ def require_api_key(request: Request, settings: SettingsDep) -> None:
         raise WrongApiKeyError(
             "this server has no API key configured (SEARCH_API_KEY), so mutating routes are disabled"
         )
-    given = _given_key(request)
+    given = given_keys(request)
     if not given:
         raise MissingApiKeyError(
             "this route needs an API key: send it as 'X-API-Key: <key>' or 'Authorization: Bearer <key>'",
             headers={"WWW-Authenticate": "Bearer"},
         )
-    if not hmac.compare_digest(given.encode(), settings.api_key.encode()):
-        raise WrongApiKeyError("wrong API key")
+    expected = settings.api_key.encode()
+    # every key compared (constant time each), none short-circuits: the answer does not say which was wrong
+    right = [hmac.compare_digest(key.encode(), expected) for key in given]
+    if not all(right):
+        raise WrongApiKeyError("wrong API key" if len(given) == 1 else "a key sent is not the right one")
 
 
 ApiKeyDep = Depends(require_api_key)

@@ -16,6 +16,7 @@ from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, Field, TypeAdapter
 
 from app.api.routes.jobs import REQUEST_SCHEMA_KEY, JobSubmissionSpec
+from app.settings import Settings
 
 
 class ErrorField(BaseModel):
@@ -42,7 +43,85 @@ def _error_content() -> dict[str, Any]:
     return {"application/json": {"schema": ERROR_REF}}
 
 
-def build_openapi(app: FastAPI) -> dict[str, Any]:
+_KEYWORD_TYPE = {"maxLength": "string", "maxItems": "array", "maximum": "integer", "maxProperties": "object"}
+
+
+def _lower(schema: dict[str, Any], keyword: str, value: int) -> None:
+    """Set `keyword` (at most `value`) on the variants of `schema` it applies to (through anyOf)."""
+    for variant in schema.get("anyOf", [schema]):
+        if variant.get("type") == _KEYWORD_TYPE[keyword]:
+            variant[keyword] = min(value, variant.get(keyword, value))
+
+
+def _each_text(schema: dict[str, Any], max_chars: int, max_items: int) -> None:
+    """A text-or-texts property: every string at most `max_chars`, every list at most `max_items`."""
+    _lower(schema, "maxLength", max_chars)
+    _lower(schema, "maxItems", max_items)
+    for variant in schema.get("anyOf", [schema]):
+        if variant.get("type") == "array" and isinstance(variant.get("items"), dict):
+            _lower(variant["items"], "maxLength", max_chars)
+
+
+def state_limits(schemas: dict[str, Any], settings: Settings) -> None:
+    """This server's SEARCH_MAX_* limits written into the request schemas, so the spec says what the
+    server enforces (issue 27, item 12): a request the spec calls valid is never refused for its size,
+    except for the budgets JSON Schema cannot state (tokens, the answer's bytes: 413)."""
+    search = schemas["SearchRequest"]["properties"]
+    for name in ("query", "queries"):
+        _each_text(search[name], settings.max_query_chars, settings.max_batch)
+    _lower(search["vectors"], "maxItems", settings.max_batch)
+    for variant in search["vectors"].get("anyOf", []):
+        if variant.get("type") == "array":
+            variant["items"]["minItems"] = 1  # as `vector`; the length itself is the live model's (409)
+    _lower(search["top_k"], "maximum", settings.max_top_k)
+    _lower(search["filter"], "maxProperties", settings.max_filter_fields)
+    for model in ("EmbedRequest", "OpenAIEmbeddingRequest"):
+        _each_text(schemas[model]["properties"]["input"], settings.max_query_chars, settings.max_batch)
+    _lower(schemas["UpsertRequest"]["properties"]["documents"], "maxItems", settings.max_documents_batch)
+    _lower(schemas["DeleteRequest"]["properties"]["ids"], "maxItems", settings.max_documents_batch)
+    for name in ("text", "title"):
+        _lower(schemas["DocumentIn"]["properties"][name], "maxLength", settings.max_document_chars)
+
+
+# a dataset or model name the server refuses before looking (contract/jobs/confine.py: 400): surrounding
+# white space, a NUL, an absolute path, a `..` segment, or a name that is the root itself (`.`, `./`)
+# (white space as Python's str.strip sees it: JSON Schema's \s lacks U+001C-U+001F and U+0085)
+REFUSED_NAME = r"^[\s\u001c-\u001f\u0085]|[\s\u001c-\u001f\u0085]$|\u0000|^/|(^|/)\.\.(/|$)|^[./]*$"
+# TrainConfig's rules across fields, which JSON Schema cannot compare; stated here for readers
+CROSS_FIELD_RULES = (
+    " Rules across fields (a 422 names them): hard_negative_rank_max > hard_negative_rank_min;"
+    " decoupled, debiased_tau_plus > 0 and learn_temperature only with loss=infonce;"
+    " decoupled and debiased_tau_plus > 0 not both."
+)
+
+
+def state_names(schemas: dict[str, Any]) -> None:
+    """What confine.py refuses by the name alone, in the spec (the rest depends on the disk: 400/404)."""
+    for job in ("RetrainJob", "ReindexJob"):
+        schemas[job]["properties"]["dataset"]["not"] = {"pattern": REFUSED_NAME}
+    options = schemas["RetrainOptions"]
+    for variant in options["properties"]["base_model"]["anyOf"]:
+        if variant.get("type") == "string":
+            variant.update(minLength=1, maxLength=255, **{"not": {"pattern": REFUSED_NAME}})
+    options["description"] = (options.get("description") or "") + CROSS_FIELD_RULES
+
+
+def _state_filter(schemas: dict[str, Any]) -> None:
+    """A filter's field names all match its key pattern (patternProperties alone lets others through),
+    a condition names at least one operator, and the list shorthand holds 1..1000 values, as
+    contract/index/docstore.py compile_filter enforces."""
+    for variant in schemas["SearchRequest"]["properties"]["filter"].get("anyOf", []):
+        if variant.get("type") != "object":
+            continue
+        (pattern, value), *_ = variant["patternProperties"].items()
+        variant["propertyNames"]["pattern"] = pattern
+        for choice in value.get("anyOf", []):
+            if choice.get("type") == "array":
+                choice.update(minItems=1, maxItems=1000)
+    schemas["Condition"]["minProperties"] = 1
+
+
+def build_openapi(app: FastAPI, settings: Settings | None = None) -> dict[str, Any]:
     if app.openapi_schema:
         return app.openapi_schema
     spec = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
@@ -55,6 +134,15 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     typed = TypeAdapter(JobSubmissionSpec).json_schema(ref_template="#/components/schemas/{model}")
     schemas.update(typed.pop("$defs", {}))
     schemas["JobSubmissionSpec"] = typed
+    state_names(schemas)
+    _state_filter(schemas)
+    # exactly one of the four query fields, each nullable: JSON Schema says it as oneOf over "given"
+    schemas["SearchRequest"]["oneOf"] = [
+        {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+        for name in ("query", "queries", "vector", "vectors")
+    ]
+    if settings is not None:
+        state_limits(schemas, settings)
     for operations in spec.get("paths", {}).values():
         for method, op in operations.items():
             if op.pop(REQUEST_SCHEMA_KEY, None):
@@ -74,5 +162,5 @@ def build_openapi(app: FastAPI) -> dict[str, Any]:
     return spec
 
 
-def install_openapi(app: FastAPI) -> None:
-    app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
+def install_openapi(app: FastAPI, settings: Settings | None = None) -> None:
+    app.openapi = lambda: build_openapi(app, settings)  # type: ignore[method-assign]

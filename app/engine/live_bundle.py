@@ -8,6 +8,7 @@ inference executor, never on the event loop.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -24,8 +25,10 @@ from app.engine.query_cache import QueryCache
 from app.engine.query_tokens import QueryTokenizer, TokenIds, encode_token_ids
 from app.engine.search_spec import Answer, EmbedAnswer, EmbedSpec, SearchAnswer, SearchSpec, Spec
 from app.schemas.search import Hit
+from contract.bundles import parts
 from contract.bundles.bundle import Bundle, mismatches
 from contract.encoding.encoder import Encoder, TextKind
+from contract.errors import BundleDamaged
 from contract.index.vector_index import Rankings
 from contract.mutations.overlay import Overlay
 
@@ -66,10 +69,37 @@ class LiveBundle:
     tokenize: QueryTokenizer = field(
         init=False, repr=False
     )  # the model's tokenizer (app/engine/query_tokens.py)
+    # why a part of this bundle failed while serving (None: it did not); `on_damage` hears it once, from
+    # whichever thread met it (app/live/hot_swap.py turns the replica not-ready and falls back)
+    damage: str | None = None
+    on_damage: Callable[[str], None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.overlay = Overlay.for_bundle(self.bundle)
         self.tokenize = QueryTokenizer(self.encoder)
+        self.bundle.docstore.on_damage = self.report_damage
+
+    def report_damage(self, message: str) -> None:
+        if self.damage is not None:
+            return
+        self.damage = message
+        logger.error("bundle %s: %s", self.version, message)
+        if self.on_damage is not None:
+            self.on_damage(message)
+
+    def damage_problems(self) -> list[str]:
+        """Readiness of the parts a request reads from disk (blocking): files unchanged since they loaded,
+        the document store's first and last rows readable; a failure found here is reported as damage."""
+        b = self.bundle
+        if self.damage is None and Path(b.path).is_dir():  # a deleted folder: consistency_problems says so
+            changed = parts.changed_files(Path(b.path), b.file_stats)
+            if changed:
+                shown = ", ".join(f"{self.version}/{rel}" for rel in changed[:5])
+                self.report_damage(f"{shown} changed on disk since the bundle loaded")
+            else:
+                with contextlib.suppress(BundleDamaged):  # reported by the docstore itself
+                    b.docstore.probe()
+        return [] if self.damage is None else [f"bundle {self.version} is damaged: {self.damage}"]
 
     @property
     def version(self) -> str:
@@ -263,8 +293,8 @@ class LiveBundle:
                             s.texts or [],
                             queries[spans[i]],
                             s.top_k,
-                            scope,
                             dense=partial(self.overlay.search, scope=scope),
+                            lexical=partial(self.overlay.lexical_search, scope=scope),
                         )
                     )
                 except Exception as exc:  # one request's bad filter must not fail its batch-mates

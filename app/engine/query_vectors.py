@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from app.errors import InvalidInputError
+from app.errors import DimensionMismatchError, InvalidInputError
 from contract.encoding.encoder import Encoder
 
 # largest accepted AnInfoNCE query norm after sqrt(Lambda) scaling: its squared distance to any document
@@ -22,8 +22,9 @@ def to_index_space(
     bad = [i for i, v in enumerate(vectors) if len(v) != dim]
     if bad:
         where = field_name if field_name == "vector" else f"{field_name}[{bad[0]}]"
-        raise InvalidInputError(
-            f"body.{where}: has {len(vectors[bad[0]])} numbers, the model's dimension is {dim}"
+        # 409: a well-formed vector that does not fit the live model (a hot swap can change the dimension)
+        raise DimensionMismatchError(
+            f"body.{where}: has {len(vectors[bad[0]])} numbers, the live model's dimension is {dim}"
         )
     wide = np.asarray(vectors, dtype=np.float64)  # (n, dim); float64 so huge norms do not overflow
     if not np.isfinite(wide).all():

@@ -24,7 +24,6 @@ from contract.index.vector_index import Ranking
 
 if TYPE_CHECKING:
     from contract.bundles.bundle import Bundle
-    from contract.mutations.overlay import Scope
 
 EXTRAS_KEY = "retrieval"
 
@@ -69,22 +68,22 @@ def rows(
     texts: list[str],
     vectors: np.ndarray,
     top_k: int,
-    scope: Scope,
     *,
     dense: Callable[[np.ndarray, int], list[Ranking]],
+    lexical: Callable[[list[str], int], list[Ranking]],
 ) -> list[Ranking]:
     """Lexical or hybrid rankings of one request (per text).
 
-    `scope` (contract/mutations/overlay.py) is what the request may return: the filter's bundle positions
-    minus the deleted or replaced ones, evaluated once, or, unfiltered, those deleted ones; it binds the
-    BM25 list, and `dense` is the overlay's search with the same scope (bundle + upserts). BM25 covers the
-    bundle's own documents only: an upserted document is found by the dense side of hybrid, not by lexical
-    mode, until a reindex folds the log in.
+    `dense` and `lexical` are the overlay's searches bound to the request's one scope
+    (contract/mutations/overlay.py: the filter's bundle positions minus the deleted or replaced ones,
+    evaluated once): both cover the bundle and the documents written since, so an upserted document is
+    found in every mode at once, and a deleted one in none.
     """
     assert bundle.lexical is not None  # resolve() refuses these modes without one
     if mode == "lexical":
-        return bundle.lexical.search(texts, top_k, **scope.restriction())
+        return lexical(texts, top_k)
     params = fusion_params(bundle)
     depth = max(top_k, params.depth)
-    lexical = bundle.lexical.search(texts, depth, **scope.restriction())
-    return [fuse(d, lx, params, top_k) for d, lx in zip(dense(vectors, depth), lexical, strict=True)]
+    return [
+        fuse(d, lx, params, top_k) for d, lx in zip(dense(vectors, depth), lexical(texts, depth), strict=True)
+    ]

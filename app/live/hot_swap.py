@@ -22,6 +22,7 @@ import logging
 import os
 import time
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 from app.engine.live_bundle import LiveBundle, open_live_bundle
@@ -32,9 +33,10 @@ from app.metrics import AppMetrics
 from app.schemas.bundles import LoadFailure
 from app.settings import Settings
 from contract.bundles.bundle import load_bundle
-from contract.bundles.folder import BundleFolder
-from contract.errors import BundleInvalid, InfonceSearchError, NoLiveBundle
+from contract.bundles.folder import CURRENT_FILE, BundleFolder
+from contract.errors import BundleInvalid, InfonceSearchError, ModelLoadError, NoLiveBundle
 from contract.index.backend import BackendConfig
+from contract.index.docstore import INCLUDE_FIELDS
 from contract.milvus.pointer import MilvusPointer
 
 logger = logging.getLogger(__name__)
@@ -73,6 +75,8 @@ class HotSwap:
         self.fallback_from: str | None = None  # CURRENT's version that failed at startup, while serving older
         self._lock = asyncio.Lock()  # one load at a time
         self._poller: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # where damage reported by threads is handled
+        self._recovery: asyncio.Task[None] | None = None
         self.mutations = MutationApplier(
             settings, metrics, self
         )  # documents changed since a bundle was built
@@ -92,7 +96,7 @@ class HotSwap:
     def not_live_reason(self) -> str:
         if self.last_failure is not None:
             return f"loading bundle {self.last_failure.version} failed: {self.last_failure.error}"
-        return f"nothing is published in {self.settings.bundles_dir} yet (no CURRENT file)"
+        return "nothing is published in the bundles folder yet (no CURRENT file)"
 
     def current_on_disk(self) -> str | None:
         """CURRENT's version; an unreadable CURRENT is a failed load (logged once, shown in /bundles)."""
@@ -140,9 +144,16 @@ class HotSwap:
         problems = live.consistency_problems()
         if problems:
             raise BundleInvalid(f"{bundle.path}: " + "; ".join(problems))
-        canary = live.answer(SearchSpec(texts=[self.settings.canary_query], vectors=None, top_k=1))
+        # the canary reads every part a request can: encoder, index, overlay and the document store
+        canary = live.answer(
+            SearchSpec(texts=[self.settings.canary_query], vectors=None, top_k=1, include=INCLUDE_FIELDS)
+        )
         if not canary.hits[0]:
             raise BundleInvalid(f"{bundle.path}: the canary query returned no results")
+        damage = live.damage_problems()
+        if damage:
+            raise BundleInvalid(f"{bundle.path}: " + "; ".join(damage))
+        live.on_damage = partial(self._damage_reported, version)  # from now on: serving
         logger.info(
             "bundle %s ready in %.2f s (%d vectors, %s, query encoder %s)",
             version,
@@ -239,9 +250,12 @@ class HotSwap:
             return live  # already live and CURRENT: nothing to load, nothing to re-hash
         self._failed.discard(version)
         async with self._lock:
-            live = await self._load_locked(version, follow_current=False)
-            # the load above loaded the model; the folder's activation only validates (never loads it)
-            await asyncio.to_thread(self.folder.activate, version)
+            try:
+                live = await self._load_locked(version, follow_current=False)
+                # the load above loaded the model; the folder's activation only validates (never loads it)
+                await asyncio.to_thread(self.folder.activate, version)
+            except (BundleInvalid, ModelLoadError) as exc:  # the 409 names files relative to the folder
+                raise type(exc)(self.relative(str(exc))) from None
             self.last_failure, self.fallback_from = None, None  # CURRENT names what serves again
             self.metrics.fallback.set(0)
         if live is None:  # unreachable: without follow_current a load either swaps in or raises
@@ -261,6 +275,8 @@ class HotSwap:
         for info in sorted(infos, key=lambda i: i.version, reverse=True):
             if info.version == current or info.version in self._failed:
                 continue
+            if self.live is not None and self.live.version == info.version:
+                continue
             async with self._lock:
                 try:
                     await self._load_locked(info.version, follow_current=False)
@@ -274,18 +290,51 @@ class HotSwap:
             )
             return
 
+    # -- damage while serving ------------------------------------------------------------------------
+    def _damage_reported(self, version: str, message: str) -> None:
+        """A part of the live `version` failed (any thread): stop serving it, fall back (on the loop)."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._start_recovery, version, message)
+
+    def _start_recovery(self, version: str, message: str) -> None:
+        if self._recovery is None or self._recovery.done():
+            self._recovery = asyncio.create_task(self._recover(version, message), name="bundle-recovery")
+
+    async def _recover(self, version: str, message: str) -> None:
+        """Like a CURRENT that does not load: the damaged version is failed (not retried until CURRENT
+        changes or it is activated) and the newest version that loads serves; /readyz is 503 meanwhile
+        (LiveBundle.damage), and stays so if no other version loads."""
+        async with self._lock:
+            if self.live is None or self.live.version != version:
+                return
+            self._failed.add(version)
+            self._record_failure(version, f"damaged while serving: {message}")
+        try:
+            await self.fallback()
+        except Exception:  # logged; readiness keeps saying why
+            logger.exception("falling back from damaged bundle %s failed", version)
+
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         await self.sync()
+        if self.live is None and self.last_failure is None and await asyncio.to_thread(self._orphaned):
+            # versions but no CURRENT (deleted, or lost with its folder's metadata): as a garbage CURRENT
+            self._record_failure("CURRENT", "CURRENT is missing although versions are published")
         if self.live is None and self.last_failure is not None:
             await self.fallback()
         if self.settings.reload_poll_seconds > 0:
             self._poller = asyncio.create_task(self._poll(), name="bundle-poller")
 
+    def _orphaned(self) -> bool:
+        return not (self.folder.root / CURRENT_FILE).exists() and bool(self.folder.list_versions())
+
     async def stop(self) -> None:
-        if self._poller is not None:
-            self._poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._poller
+        for task in (self._poller, self._recovery):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
     async def _poll(self) -> None:
         while True:

@@ -114,16 +114,36 @@ class MutationApplier:
                 vectors[m.seq] = m.vector
             else:
                 stale.append(m)
-        if stale:  # written while another model served: encode with this bundle's encoder
-            logger.info("re-encoding %d logged document(s) for bundle %s", len(stale), live.version)
-            for m, row in zip(stale, live.encode_documents(document_texts(stale)), strict=True):
-                vectors[m.seq] = row
+        if stale:  # written while another model served: this encoder's vectors, kept or made now
+            vectors.update(self._vectors_for(live, stale))
         applied = overlay.apply(entries, vectors)
         if applied:
             logger.debug(
                 "bundle %s: applied %d log row(s), now at seq %d", live.version, applied, overlay.seq
             )
         return applied
+
+    def _vectors_for(self, live: LiveBundle, stale: list[Any]) -> dict[int, np.ndarray]:
+        """Vectors of `live`'s encoder for rows another encoder wrote: those kept in the log (any replica
+        made them before), the rest encoded here once and kept for the next time this encoder serves."""
+        key, dim = live.overlay.key, live.bundle.index.dim
+        kept = {
+            s: v for s, v in self.log.stored_vectors(key, [m.seq for m in stale]).items() if len(v) == dim
+        }
+        missing = [m for m in stale if m.seq not in kept]
+        if not missing:
+            return kept
+        logger.info("re-encoding %d logged document(s) for bundle %s", len(missing), live.version)
+        made = dict(
+            zip([m.seq for m in missing], live.encode_documents(document_texts(missing)), strict=True)
+        )
+        try:
+            self.log.store_vectors(key, made)
+        except MutationLogError:  # a read-only log: serve them all the same, encode again next time
+            logger.warning(
+                "could not keep %d re-encoded vector(s) in the mutation log", len(made), exc_info=True
+            )
+        return kept | made
 
     # -- event loop ---------------------------------------------------------------------------------
     async def upsert(self, docs: list[NewDocument], inference: Inference) -> MutationResponse:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
@@ -40,7 +41,26 @@ def _json_value(value: Any, depth: int = 0) -> Any:
     return value
 
 
-DocId = Annotated[Text, Field(min_length=1, max_length=MAX_ID_CHARS, description="Document id.")]
+# a `.` or `..` path segment: URLs normalise them away, so GET / DELETE /documents/{id} could never name it
+DOT_SEGMENT = r"(^|/)\.\.?(/|$)"
+
+
+def _no_dot_segment(value: str) -> str:
+    if re.search(DOT_SEGMENT, value):
+        raise ValueError("must not have a '.' or '..' segment (it could not be read or deleted by URL)")
+    return value
+
+
+DocId = Annotated[
+    Text,
+    Field(
+        min_length=1,
+        max_length=MAX_ID_CHARS,
+        description="Document id (no `.` or `..` segment between slashes).",
+        json_schema_extra={"not": {"pattern": DOT_SEGMENT}},
+    ),
+    AfterValidator(_no_dot_segment),
+]
 Metadata = Annotated[dict[str, Any], AfterValidator(_json_value)]
 
 
@@ -56,7 +76,8 @@ class DocumentIn(BaseModel):
 
 
 class UpsertRequest(BaseModel):
-    """A batch of documents; an id that exists is replaced (text, title and metadata together)."""
+    """A batch of documents; an id that exists is replaced (text, title and metadata together), and an id
+    given twice in the batch is written once, as its later entry says."""
 
     model_config = ConfigDict(
         extra="forbid",

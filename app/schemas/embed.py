@@ -72,7 +72,10 @@ class OpenAIEmbeddingRequest(BaseModel):
         "float", description="float: JSON numbers; base64: little-endian float32 bytes, base64-encoded."
     )
     dimensions: int | None = Field(
-        None, ge=1, description="Must equal the model's dimension if given (no truncation is offered)."
+        None,
+        ge=1,
+        description="At most this many components: longer vectors are cut to it (and L2-normalised again "
+        "for a cosine model, as OpenAI does); a model with fewer answers with all of its own.",
     )
     user: str | None = Field(None, max_length=256, description="Ignored.")
     input_type: EmbedKind = Field("query", description="Not in OpenAI's API (as in Cohere's): " + KIND_DOC)

@@ -46,7 +46,16 @@ def _scalar(value: Any) -> Any:
 
 Text = Annotated[str, AfterValidator(_unicode)]
 Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
-Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+
+def _not_bool(value: Any) -> Any:
+    # JSON true/false are not numbers: pydantic's lax float would take them as 1.0 / 0.0
+    if isinstance(value, bool):
+        raise ValueError("must be a number, not a boolean")
+    return value
+
+
+Finite = Annotated[float, BeforeValidator(_not_bool), Field(allow_inf_nan=False)]
 Scalar = Annotated[Text | Int64 | Finite | bool, BeforeValidator(_scalar)]
 QueryText = Annotated[Text, Field(min_length=1, max_length=MAX_QUERY_CHARS)]
 FilterField = Annotated[

@@ -23,7 +23,7 @@ import logging
 import re
 import secrets
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -130,6 +130,8 @@ class Bundle:
     docstore: DocStore
     report: GapReport | None
     lexical: LexicalIndex | None = None  # None: a bundle from before hybrid search, served dense only
+    # each manifest file's (inode, size, mtime) when it loaded: readiness compares (parts.changed_files)
+    file_stats: dict[str, parts.FileStat] = field(default_factory=dict)
 
     @property
     def version(self) -> str:
@@ -226,6 +228,7 @@ def load_bundle(
     """
     folder = Path(path)
     m, ids = _validated(folder, verify)
+    stats = parts.file_stats(folder, m.files)
     if is_milvus(m.index):
         index = _open_external(folder, m, index_opener)
     else:
@@ -236,7 +239,7 @@ def load_bundle(
         raise BundleInvalid(f"{folder / MODEL_DIR}: {exc}") from exc
     report = parts.read_report(folder / REPORT_DIR / "report.json")
     lexical = parts.read_lexical(folder / LEXICAL_DIR, m.n_vectors) if _has_lexical(m) else None
-    bundle = Bundle(folder, m, encoder, index, ids, DocStore(folder / DOCS_FILE), report, lexical)
+    bundle = Bundle(folder, m, encoder, index, ids, DocStore(folder / DOCS_FILE), report, lexical, stats)
     problems = mismatches(bundle)
     if problems:  # what the files declared and what loaded disagree (an unusual model layout, say)
         bundle.docstore.close()

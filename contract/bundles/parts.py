@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -44,6 +45,35 @@ def check_files(
             raise BundleInvalid(f"{file}: listed in the manifest but missing")
         if checksums and sha256_file(file) != digest:
             raise BundleInvalid(f"{file}: checksum mismatch (corrupt or modified after publication)")
+
+
+FileStat = tuple[int, int, int]  # (inode, size, mtime ns)
+
+
+def file_stats(folder: Path, files: dict[str, str]) -> dict[str, FileStat]:
+    """What each listed file is on disk now: taken when a bundle loads, compared while it serves."""
+    out = {}
+    for rel in files:
+        st = os.stat(folder / rel)
+        out[rel] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    return out
+
+
+def changed_files(folder: Path, stats: dict[str, FileStat]) -> list[str]:
+    """Files (relative) that are not what was loaded any more: replaced, truncated, rewritten or gone.
+
+    A stat per file, so readiness can afford it on every probe; a published bundle never changes, so any
+    difference is damage (or an operator editing a live version in place)."""
+    changed = []
+    for rel, was in stats.items():
+        try:
+            st = os.stat(folder / rel)
+        except OSError:
+            changed.append(rel)
+            continue
+        if (st.st_ino, st.st_size, st.st_mtime_ns) != was:
+            changed.append(rel)
+    return changed
 
 
 def read_ids(path: Path, n: int) -> list[str]:

@@ -21,14 +21,14 @@ import logging
 import re
 import sqlite3
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from contract.atomic import atomic_path
-from contract.errors import BundleInvalid, ConfigError
+from contract.errors import BundleDamaged, BundleInvalid, ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -71,13 +71,18 @@ def _write_rows(tmp: Path, docs: Iterable[Any]) -> None:
 
 
 class DocStore:
-    """Read-only access to docs.sqlite; safe to share between threads."""
+    """Read-only access to docs.sqlite; safe to share between threads.
+
+    Once loaded, a failure to read it (the file truncated or rewritten under a serving bundle) is a
+    `BundleDamaged` naming the file relative to the bundles folder, and `on_damage` (set by whoever
+    serves it: app/engine/live_bundle.py) hears of it first, so the replica can stop serving it."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         if not self.path.is_file():
             raise BundleInvalid(f"{self.path}: document store is missing")
         self._local = threading.local()
+        self.on_damage: Callable[[str], None] | None = None
         try:
             (n,) = self._con().execute("SELECT COUNT(*) FROM docs").fetchone()
         except sqlite3.DatabaseError as exc:
@@ -96,8 +101,22 @@ class DocStore:
     def __len__(self) -> int:
         return self.count
 
+    def _damaged(self, reason: object) -> BundleDamaged:
+        message = f"{self.path.parent.name}/{self.path.name} is damaged ({reason})"
+        if self.on_damage is not None:
+            self.on_damage(message)
+        return BundleDamaged(message)
+
     def ids(self) -> list[str]:
-        return [r[0] for r in self._con().execute("SELECT id FROM docs ORDER BY position")]
+        try:
+            return [r[0] for r in self._con().execute("SELECT id FROM docs ORDER BY position")]
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(exc) from None
+
+    def probe(self) -> None:
+        """Read the first and the last document (readiness: a truncated file loses its last pages first)."""
+        if self.count:
+            self.get([0, self.count - 1])
 
     def get(
         self, positions: Sequence[int] | np.ndarray, include: Sequence[str] = INCLUDE_FIELDS
@@ -111,17 +130,21 @@ class DocStore:
         if not pos:
             return []
         found: dict[int, dict[str, Any]] = {}
-        for chunk_start in range(0, len(pos), 500):  # SQLite caps bound parameters per statement
-            chunk = pos[chunk_start : chunk_start + 500]
-            marks = ",".join("?" * len(chunk))
-            for row in self._con().execute(f"SELECT {cols} FROM docs WHERE position IN ({marks})", chunk):
-                rec = dict(zip(["position", "id", *include], row, strict=True))
-                if "metadata" in rec:
-                    rec["metadata"] = json.loads(rec["metadata"])
-                found[rec["position"]] = rec
+        try:
+            for chunk_start in range(0, len(pos), 500):  # SQLite caps bound parameters per statement
+                chunk = pos[chunk_start : chunk_start + 500]
+                marks = ",".join("?" * len(chunk))
+                sql = f"SELECT {cols} FROM docs WHERE position IN ({marks})"
+                for row in self._con().execute(sql, chunk):
+                    rec = dict(zip(["position", "id", *include], row, strict=True))
+                    if "metadata" in rec:
+                        rec["metadata"] = json.loads(rec["metadata"])
+                    found[rec["position"]] = rec
+        except (sqlite3.DatabaseError, ValueError) as exc:  # ValueError: metadata no longer JSON
+            raise self._damaged(exc) from None
         missing = [p for p in pos if p not in found]
         if missing:
-            raise BundleInvalid(f"{self.path}: no document at position(s) {missing[:5]}")
+            raise self._damaged(f"no document at position(s) {missing[:5]}")
         return [found[p] for p in pos]
 
     def filter_positions(self, filter: Mapping[str, Any]) -> np.ndarray:
@@ -132,7 +155,10 @@ class DocStore:
             if where
             else "SELECT position FROM docs ORDER BY position"
         )
-        return np.fromiter((r[0] for r in self._con().execute(sql, params)), dtype=np.int64)
+        try:
+            return np.fromiter((r[0] for r in self._con().execute(sql, params)), dtype=np.int64)
+        except sqlite3.DatabaseError as exc:
+            raise self._damaged(exc) from None
 
     def close(self) -> None:
         con = getattr(self._local, "con", None)

@@ -2,9 +2,12 @@
 
 A job names a dataset (a folder or file under the data root), qrels splits and optionally a base model.
 Every file the job will open is resolved with `os.path.realpath` (symlinks followed, also those *inside*
-an accepted dataset folder) and refused when it lands outside its root. The API and the CLI check at
-submission, and the worker checks again right before it reads, so a link planted after submission is
-refused too. Refusals name the field or the file relative to its root, never the target of a link.
+an accepted dataset folder) and refused when it lands outside its root or has more than one hard link;
+a base model's folder is checked file by file the same way. The API and the CLI check here at
+submission, so a bad request is a 400 before anything is queued. What the worker opens is confined again
+at open time by contract/jobs/confined_reader.py (a link or hard link planted after submission is
+refused there, with no window between check and open). Refusals name the field or the file relative to
+its root, never the target of a link.
 
 Split names are plain names (`SPLIT_PATTERN`), never paths: they are joined into `qrels/<split>.tsv`.
 """
@@ -75,9 +78,23 @@ def confine_dataset(data_root: str | Path, data_dir: str | Path, splits: list[st
     for path in dataset_files(data_dir, splits):
         if not os.path.lexists(path):
             continue
-        if not _inside(root, os.path.realpath(path)):
-            shown = os.path.relpath(os.path.abspath(path), root)
-            raise DatasetRefused(f"dataset file {shown} resolves outside the data root")
+        _check_file(root, str(path), "dataset file", "data root", DatasetRefused)
+
+
+def _check_file(
+    root: str, path: str, kind: str, root_name: str, refused: type[DatasetRefused] | type[ModelRefused]
+) -> None:
+    """One file: resolves inside `root` and is not a hard link (its target's link count, when a link)."""
+    shown = os.path.relpath(os.path.abspath(path), root)
+    real = os.path.realpath(path)
+    if not _inside(root, real):
+        raise refused(f"{kind} {shown} resolves outside the {root_name}")
+    try:
+        links = os.stat(real).st_nlink
+    except OSError:
+        return  # dangling or unreadable: the reader names it when the job opens it
+    if os.path.isfile(real) and links > 1:
+        raise refused(f"{kind} {shown} has {links} hard links (copy it instead of linking)")
 
 
 def resolve_model(models_root: str | Path | None, name: str | None) -> Path | None:
@@ -94,6 +111,26 @@ def resolve_model(models_root: str | Path | None, name: str | None) -> Path | No
         raise ModelRefused(f"options.base_model: {name!r} resolves outside the models root")
     if not os.path.isdir(path):
         raise DatasetNotFound(f"options.base_model: no model named {name!r} under the models root")
+    seen = {path}
+    for folder, dirs, files in os.walk(path, followlinks=True):
+        for entry in list(dirs):
+            real = os.path.realpath(os.path.join(folder, entry))
+            if not _inside(root, real):
+                shown = os.path.relpath(os.path.join(folder, entry), root)
+                raise ModelRefused(
+                    f"options.base_model: model folder {shown} resolves outside the models root"
+                )
+            if real in seen:  # a link back up the tree: walked once
+                dirs.remove(entry)
+            seen.add(real)
+        for entry in files:
+            _check_file(
+                root,
+                os.path.join(folder, entry),
+                "options.base_model: model file",
+                "models root",
+                ModelRefused,
+            )
     return Path(path)
 
 

@@ -16,7 +16,10 @@ older bundle replays from that bundle's seq, so no acknowledged write disappears
 
 Rows carry the index-space vector of an upsert and the key of the encoder that made it
 (`encoder_key`): a replica serving a bundle with the same encoder reuses it, any other re-encodes the
-text (a retrain changes the encoder, so its replicas must not mix vectors of two models).
+text (a retrain changes the encoder, so its replicas must not mix vectors of two models) and keeps what
+it encoded in the `vectors` table, by (seq, encoder key): whoever serves that encoder next (a rollback,
+another replica) reads them instead of encoding the log again, so each row is encoded at most once per
+encoder (bench/activation_bench.py).
 
 The `replicas` table is where each API process records the state it serves (version, applied seq, delta
 size), so GET /bundles on any replica shows every replica's log position.
@@ -75,6 +78,12 @@ CREATE TABLE IF NOT EXISTS mutations (
     encoder_key TEXT,
     vector BLOB,
     at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS vectors (
+    seq INTEGER NOT NULL,
+    encoder_key TEXT NOT NULL,
+    vector BLOB NOT NULL,
+    PRIMARY KEY (seq, encoder_key)
 );
 CREATE TABLE IF NOT EXISTS replicas (
     replica TEXT PRIMARY KEY,
@@ -149,6 +158,41 @@ class MutationLog:
             for i, d in enumerate(docs)
         ]
         return self._append(rows)
+
+    def store_vectors(self, key: str, vectors: dict[int, np.ndarray]) -> None:
+        """Keep vectors of logged upserts made by encoder `key` (one transaction; existing ones stay)."""
+        if not vectors:
+            return
+        rows = [(seq, key, np.ascontiguousarray(v, dtype=np.float32).tobytes()) for seq, v in vectors.items()]
+        con = self._con()
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                con.executemany(
+                    "INSERT OR IGNORE INTO vectors (seq, encoder_key, vector) VALUES (?, ?, ?)", rows
+                )
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise MutationLogError(f"{self.path.name}: could not keep re-encoded vectors ({exc})") from exc
+
+    def stored_vectors(self, key: str, seqs: Sequence[int]) -> dict[int, np.ndarray]:
+        """Vectors of encoder `key` kept for those seqs (`store_vectors`), by seq; missing ones absent."""
+        if not seqs or not self.exists():
+            return {}
+        found: dict[int, np.ndarray] = {}
+        try:
+            for start in range(0, len(seqs), 500):  # SQLite caps bound parameters per statement
+                chunk = list(seqs[start : start + 500])
+                marks = ",".join("?" * len(chunk))
+                sql = f"SELECT seq, vector FROM vectors WHERE encoder_key = ? AND seq IN ({marks})"
+                for seq, blob in self._con().execute(sql, [key, *chunk]):
+                    found[int(seq)] = np.frombuffer(blob, dtype=np.float32).copy()
+        except sqlite3.Error as exc:
+            raise MutationLogError(f"{self.path.name}: unreadable ({exc})") from exc
+        return found
 
     def append_deletes(self, doc_ids: Sequence[str]) -> tuple[int, int]:
         now = time.time()

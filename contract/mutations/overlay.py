@@ -14,6 +14,9 @@ checksums, hot swap and rollback stay valid; what the log changed lives here:
   the bundle) searched alongside the main one; the two result lists are merged by score.
 - delta documents: an in-memory SQLite table with the bundle docstore's schema, so metadata filters
   compile to the very same SQL (`contract.index.docstore.compile_filter`) and `include` sees the new fields.
+- the lexical delta (contract/mutations/delta_lexical.py): the same delta documents' terms, scored with the
+  bundle's BM25 statistics, so `lexical_search` (lexical and hybrid mode) sees a write or a delete at the
+  same seq as `search` (dense) does.
 
 A search result key is a main-index position (>= 0) or a delta slot s encoded as -(s + 1). Slots are
 never reused and a delta row is kept (marked dead) when its document changes again, so a key resolved
@@ -37,11 +40,14 @@ import faiss
 import numpy as np
 
 from contract.bundles.bundle import seq_of_manifest
+from contract.encoding.encoder import document_text
 from contract.encoding.similarity import index_scores
 from contract.errors import ConfigError
 from contract.index.backend import search_with_filter
 from contract.index.docstore import INCLUDE_FIELDS, DocStore, compile_filter
+from contract.index.lexical_index import LexicalIndex, analyze
 from contract.index.vector_index import SMALL_BATCH, Rankings, VectorIndex, faiss_metric
+from contract.mutations.delta_lexical import DeltaLexical, merge
 from contract.mutations.rows import Mutation, encoder_key
 
 if TYPE_CHECKING:
@@ -80,9 +86,18 @@ class Scope:
 
 class Overlay:
     def __init__(
-        self, index: VectorIndex, doc_ids: list[str], docstore: DocStore, *, base_seq: int, key: str
+        self,
+        index: VectorIndex,
+        doc_ids: list[str],
+        docstore: DocStore,
+        *,
+        base_seq: int,
+        key: str,
+        lexical: LexicalIndex | None = None,
     ):
         self.index = index
+        self.lexical = lexical  # the bundle's BM25 (None: a bundle from before hybrid search)
+        self._lexical_delta = None if lexical is None else DeltaLexical(lexical, self._docstore_avgdl)
         self.doc_ids = doc_ids
         self.docstore = docstore
         self.base_seq = base_seq  # the last seq folded into the bundle (manifest)
@@ -111,7 +126,17 @@ class Overlay:
             bundle.docstore,
             base_seq=seq_of_manifest(m.extras),
             key=encoder_key(m.files),
+            lexical=bundle.lexical,
         )
+
+    def _docstore_avgdl(self) -> float:
+        """The bundle documents' mean length in BM25 terms, for bundles whose lexical.json predates it."""
+        n = len(self.docstore)
+        total = 0
+        for start in range(0, n, 1000):
+            rows = self.docstore.get(range(start, min(start + 1000, n)), ("title", "text"))
+            total += sum(len(analyze(document_text(r["title"], r["text"]))) for r in rows)
+        return total / max(n, 1)
 
     # -- state --------------------------------------------------------------------------------------
     @property
@@ -159,6 +184,8 @@ class Overlay:
         if slot is not None:
             self._delta.remove_ids(np.array([slot], dtype=np.int64))
             self._rows.execute("UPDATE docs SET live = 0 WHERE position = ?", (slot,))
+            if self._lexical_delta is not None:
+                self._lexical_delta.remove(slot)
             return
         pos = positions.get(doc_id)
         if pos is not None:
@@ -178,6 +205,8 @@ class Overlay:
             (slot, m.doc_id, m.title, m.text, json.dumps(m.metadata, ensure_ascii=False), m.seq),
         )
         self._slot_of[m.doc_id] = slot
+        if self._lexical_delta is not None:
+            self._lexical_delta.add(slot, document_text(m.title, m.text))
 
     # -- searching ----------------------------------------------------------------------------------
     def search(
@@ -227,13 +256,35 @@ class Overlay:
             out.append((pos[keep][:k], sc[keep][:k]))
         return out
 
+    def lexical_search(self, texts: Sequence[str], k: int, *, scope: Scope | None = None) -> Rankings:
+        """BM25 top-k per text over bundle + overlay: (keys int64, scores float32), best first.
+
+        The bundle's BM25 list takes `scope` (filter and tombstones, shared with the request's dense list);
+        the delta documents are scored with the bundle's statistics (contract/mutations/delta_lexical.py)
+        and merged by score, under the same lock and seq as `search`."""
+        if self.lexical is None or self._lexical_delta is None:
+            raise ConfigError("this bundle has no lexical index (built before hybrid search)")
+        with self.lock:
+            if scope is None or scope.seq != self.seq:
+                scope = self.scope(None if scope is None else scope.filter)
+            main = self.lexical.search(texts, k, **scope.restriction())
+            if not self._slot_of:
+                return main
+            slots = self._live_slots(scope.filter) if scope.filter else None
+            delta = self._lexical_delta.search(texts, k, slots)
+        return [merge(m, d, k) for m, d in zip(main, delta, strict=True)]
+
+    def _live_slots(self, filter_: Mapping[str, Any]) -> np.ndarray:
+        """Delta slots of live documents passing `filter_` (the docstore's SQL, on the delta's table)."""
+        where, args = compile_filter(filter_)
+        sql = "SELECT position FROM docs WHERE live = 1" + (f" AND {where}" if where else "")
+        return np.fromiter((r[0] for r in self._rows.execute(sql, args)), dtype=np.int64)
+
     def _search_delta(self, q: np.ndarray, k: int, filter_: Mapping[str, Any] | None) -> Rankings:
         params = None
         n = self._delta.ntotal
         if filter_:
-            where, args = compile_filter(filter_)
-            sql = "SELECT position FROM docs WHERE live = 1" + (f" AND {where}" if where else "")
-            slots = np.fromiter((r[0] for r in self._rows.execute(sql, args)), dtype=np.int64)
+            slots = self._live_slots(filter_)
             n = len(slots)
             sel = faiss.IDSelectorBatch(slots) if n else None
             params = faiss.SearchParameters(sel=sel) if sel is not None else None

@@ -176,11 +176,10 @@ def test_malformed_upserts_name_the_field_and_write_nothing(client, body, field)
     assert log_seq(client) == 0
 
 
-def test_limits_duplicates_and_keys_are_refused_before_anything_is_written(client):
+def test_limits_and_keys_are_refused_before_anything_is_written(client):
     ok = {"id": "a", "text": "fine"}
     cases = [
         ({"documents": [ok] * 1 + [{"id": f"b{i}", "text": "x"} for i in range(8)]}, KEY, 422, "at most 8"),
-        ({"documents": [ok, {"id": "a", "text": "again"}]}, KEY, 422, "documents[1].id"),
         ({"documents": [{"id": "a", "text": "x" * 501}]}, KEY, 422, "documents[0].text"),
         ({"documents": [ok]}, {}, 401, "API key"),
         ({"documents": [ok]}, {"X-API-Key": "wrong"}, 403, "wrong API key"),
@@ -200,6 +199,15 @@ def test_limits_duplicates_and_keys_are_refused_before_anything_is_written(clien
     assert client.request("DELETE", "/documents/a").status_code == 401
     assert log_seq(client) == 0
     assert client.get("/documents/a").status_code == 404
+
+
+def test_an_id_twice_in_one_batch_is_written_once_as_its_later_entry(client):
+    """JSON Schema cannot say "unique by id", so the spec allows it and the server does too (issue 27,
+    item 12): the later entry wins, as two upserts in a row would, in one log row."""
+    docs = [{"id": "twice", "text": "first words"}, {"id": "twice", "text": "second words"}]
+    r = client.post("/documents", json={"documents": docs}, headers=KEY)
+    assert r.status_code == 200 and r.json()["applied"] == 1, r.text
+    assert client.get("/documents/twice").json()["text"] == "second words"
 
 
 def test_metrics_and_bundles_show_log_positions(client):
@@ -242,3 +250,30 @@ def test_an_unwritable_log_refuses_writes_and_keeps_serving(client, tmp_path):
     assert listing.status_code == 200 and "mutations.sqlite" in listing.json()["mutations"]["error"]
     assert len(search(client, query="vitamin d", top_k=3)) == 3  # search goes on from the bundle
     assert client.get("/documents/x").status_code == 404
+
+
+# -- issue 27, item 9 ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("doc_id", [".", "..", "a/../b", "./x", "x/."])
+def test_dot_segment_ids_are_refused_at_write_time(client, doc_id):
+    """An id `.` or `..` could be written but never read or deleted by path (URLs normalise dot segments)."""
+    r = client.post("/documents", json={"documents": [{"id": doc_id, "text": "t"}]}, headers=KEY)
+    assert r.status_code == 422 and "documents.0.id" in r.text, r.text
+    r = client.post("/documents/delete", json={"ids": [doc_id]}, headers=KEY)
+    assert r.status_code == 422, r.text
+
+
+def test_one_rule_for_several_or_empty_key_headers(client):
+    """Empty key headers count as not sent; every key sent must be the right one, in any order."""
+    body = {"documents": [{"id": "k1", "text": "key rules"}]}
+    right, wrong = KEY["X-API-Key"], "nope"
+    cases = [
+        ([("X-API-Key", ""), ("Authorization", f"Bearer {right}")], 200),
+        ([("X-API-Key", right), ("X-API-Key", wrong)], 403),
+        ([("X-API-Key", wrong), ("X-API-Key", right)], 403),
+        ([("X-API-Key", right), ("Authorization", f"Bearer {wrong}")], 403),
+        ([("X-API-Key", right), ("X-API-Key", right)], 200),
+        ([("X-API-Key", ""), ("Authorization", "Bearer ")], 401),
+    ]
+    for headers, status in cases:
+        r = client.post("/documents", json=body, headers=headers)
+        assert r.status_code == status, (headers, r.text)

@@ -69,8 +69,12 @@ def test_openai_compatible_route(client, shared_encoder, live_bundles):
     decoded = [np.frombuffer(base64.b64decode(d["embedding"]), dtype="<f4") for d in packed["data"]]
     np.testing.assert_allclose(decoded, expected, atol=1e-5)
 
-    wrong_dim = client.post("/v1/embeddings", json={"input": "x", "dimensions": 256})
-    assert wrong_dim.status_code == 422 and "body.dimensions" in wrong_dim.json()["error"]["message"]
+    # OpenAI's `dimensions`: the first components, L2-normalised again (cosine); more than the model has: all
+    short = client.post("/v1/embeddings", json={"input": texts, "dimensions": 256}).json()["data"]
+    cut = expected[:, :256] / np.linalg.norm(expected[:, :256], axis=1, keepdims=True)
+    np.testing.assert_allclose([d["embedding"] for d in short], cut, atol=1e-5)
+    full = client.post("/v1/embeddings", json={"input": texts, "dimensions": 4096}).json()["data"]
+    np.testing.assert_allclose([d["embedding"] for d in full], expected, atol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -78,7 +82,6 @@ def test_openai_compatible_route(client, shared_encoder, live_bundles):
     [
         ({"input": ["a", "b", "c", "d", "e"]}, "body.input: 5 texts, at most 4"),
         ({"input": ["fine", "x" * 301]}, "body.input[1]: longer than this server's limit of 300"),
-        ({"input": ["x " * 145] * 3}, "above this server's budget of 400"),
         ({"input": []}, "body.input"),
         ({"input": ["ok"], "kind": "passage"}, "body.kind"),
         ({"input": [[101, 2023]]}, "body.input"),
@@ -93,6 +96,14 @@ def test_limits_and_bad_bodies_are_422_naming_the_field(client, body, expected):
         assert expected in r.json()["error"]["message"] or expected in str(
             r.json()["error"].get("details")
         ), r.text
+
+
+def test_a_request_over_the_token_budget_is_413(client):
+    """Within every limit the spec states (issue 27, item 12), over the one it cannot: tokens."""
+    for route in ("/embed", "/v1/embeddings"):
+        over = client.post(route, json={"input": ["x " * 145] * 3})
+        assert over.status_code == 413 and over.json()["error"]["code"] == "token_budget", over.text
+        assert "above this server's budget of 400" in over.json()["error"]["message"]
 
 
 def test_nothing_live_is_503(tmp_path):

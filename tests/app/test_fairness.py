@@ -37,7 +37,7 @@ def test_the_budget_counts_tokens_not_characters(live_bundles):
         # 2,000 characters of one repeated character is few tokens; 2 long queries are > 300 tokens
         assert client.post("/search", json={"query": "a" * 2000}).status_code == 200
         r = client.post("/search", json={"queries": [LONG, LONG]})
-        assert r.status_code == 422
+        assert r.status_code == 413 and r.json()["error"]["code"] == "token_budget"
         assert r.json()["error"]["message"].startswith("body.queries: 512 tokens, above this server's budget")
 
 
@@ -93,6 +93,6 @@ def test_a_too_large_answer_is_refused_clearly(live_bundles):
     settings = make_settings(bundles, reload_poll_seconds=0, max_response_bytes=10_000)
     with TestClient(create_app(settings)) as client:
         r = client.post("/search", json={"query": "bone", "top_k": 200, "include": ["title", "text"]})
-        assert r.status_code == 422 and r.json()["error"]["code"] == "response_too_large"
+        assert r.status_code == 413 and r.json()["error"]["code"] == "response_too_large"
         assert "top_k" in r.json()["error"]["message"]
         assert client.post("/search", json={"query": "bone", "top_k": 200}).status_code == 200

@@ -109,3 +109,59 @@ def test_activation_loads_the_model_once_and_publishing_never(tmp_path, staged, 
     asyncio.run(scenario())
     assert len(loads) == 2 and loads[1].endswith(f"{b}/model")
     assert BundleStore(bundles).current_version() == b
+
+
+def _with_other_encoder(staged_dir, tmp_path):
+    """A copy of a staged bundle whose encoder has another identity (its similarity.json's temperature
+    differs: the same vectors, another `encoder_key`), under a new version id."""
+    import json
+    import os
+    import shutil
+
+    from contract.bundles.bundle import checksums, new_version_id
+
+    copy = tmp_path / f"other-encoder-{staged_dir.name}"
+    shutil.copytree(staged_dir, copy, copy_function=os.link)
+    sim = copy / "model" / "similarity.json"
+    data = json.loads(sim.read_text()) | {"temperature": 0.07}
+    sim.unlink()  # hard-linked to the session's staged bundle: never write through it
+    sim.write_text(json.dumps(data))
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest |= {"version": new_version_id(), "files": checksums(copy)}
+    (copy / "manifest.json").unlink()
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    return copy
+
+
+def test_activation_re_encodes_each_logged_document_once_per_encoder(tmp_path, staged, caplog):
+    """Issue 27, item 10: switching encoders re-encoded the whole mutation log inside every activation.
+    Vectors made for an encoder are kept in the log, so going back to an encoder re-encodes nothing."""
+    import logging
+
+    from fastapi.testclient import TestClient
+
+    from app.main import create_app
+
+    caplog.set_level(logging.INFO, logger="app.live.mutation_applier")
+    bundles = tmp_path / "bundles"
+    first = publish(staged["A"], bundles)
+    other = publish(_with_other_encoder(staged["B"], tmp_path), bundles, force=False)
+    key = {"X-API-Key": "test-key"}
+    with TestClient(create_app(make_settings(bundles, reload_poll_seconds=0))) as client:
+        docs = [{"id": f"n{i}", "text": f"a new document about cells number {i}"} for i in range(6)]
+        assert client.post("/documents", json={"documents": docs}, headers=key).status_code == 200
+
+        def activate(version: str) -> int:
+            caplog.clear()
+            assert client.post(f"/bundles/{version}/activate", headers=key).status_code == 200
+            hits = client.post("/search", json={"query": "a new document about cells number 3"}).json()
+            assert hits["version"] == version and hits["results"][0]["hits"][0]["id"] == "n3"
+            return sum(
+                int(r.getMessage().split()[1])
+                for r in caplog.records
+                if r.getMessage().startswith("re-encoding")
+            )
+
+        assert activate(other) == 6  # the first time this encoder serves them
+        assert activate(first) == 0  # written with this encoder
+        assert activate(other) == 0  # encoded once already: reused from the log

@@ -175,3 +175,162 @@ def test_strangers_see_state_and_progress_only_and_no_absolute_path(env, tmp_pat
     assert keyed.json()["log_tail"] == ["12:00:00 INFO x: reading mini/qrels/test.tsv"]
     assert str(tmp_path) not in keyed.text
     assert client.get(f"/jobs/{job_id}", headers={"X-API-Key": "wrong"}).status_code == 403
+
+
+# -- issue 27: confined at open time (items 1, 3, 4) ---------------------------------------------------
+CONFINED: list[tuple[str, str]] = []  # (root name, path relative to it) of every confined open
+PLAIN: list[str] = []  # every other open by path (absolute), whatever it was
+
+
+def _audit_reader(event: str, args: tuple) -> None:
+    if event == "infonce_search.confined_open":
+        CONFINED.append((str(args[0]), str(args[1])))
+    elif event == "open" and args and isinstance(args[0], str | bytes | os.PathLike):
+        path = os.fsdecode(args[0])
+        if os.path.isabs(path):
+            PLAIN.append(os.path.realpath(path))
+
+
+sys.addaudithook(_audit_reader)
+
+
+def _run(settings, job_id: str) -> dict:
+    CONFINED.clear()
+    PLAIN.clear()
+    _OPENED.clear()
+    execute(job_id, JobQueue(settings.queue_url).records)
+    return JobQueue(settings.queue_url).get(job_id).model_dump()
+
+
+@pytest.mark.scifact
+def test_a_reindex_refuses_a_train_split_linked_after_submission(env, staged):
+    """Item 1: reindex reads qrels/train.tsv to tune fusion; a link planted there after submission is
+    refused when the file is opened, and nothing of the outside file reaches the job record."""
+    from tests.app.conftest import publish
+
+    client, settings, outside = env
+    publish(staged["A"], settings.bundles_dir)  # reindex needs a live model
+    r = _post(client, "mini", {"force": True, "onnx": False, "index_kind": "flat"}, job_type="reindex")
+    assert r.status_code == 202, r.text
+    train = settings.data_root / "mini" / "qrels" / "train.tsv"
+    train.unlink()
+    train.symlink_to(outside / "secret.tsv")
+    job = _run(settings, r.json()["id"])
+    assert job["state"] == "failed", job
+    assert "mini/qrels/train.tsv resolves outside the data root" in job["error"]
+    assert "SECRET" not in str(job)
+    assert _opened_under(outside) == []
+
+
+@pytest.mark.scifact
+def test_a_hard_linked_corpus_is_refused_at_submission_and_at_open(env, staged, tmp_path):
+    """Item 3: a hard link cannot be seen by resolving a path; the link count of the opened file can."""
+    from tests.app.conftest import publish
+
+    client, settings, outside = env
+    publish(staged["A"], settings.bundles_dir)
+    planted = outside / "corpus.jsonl"
+    planted.write_text('{"_id": "d1", "title": "SECRET TITLE", "text": "SECRET TEXT"}\n')
+    r = _post(client, "mini", {"force": True, "onnx": False, "index_kind": "flat"}, job_type="reindex")
+    assert r.status_code == 202, r.text
+    corpus = settings.data_root / "mini" / "corpus.jsonl"
+    corpus.unlink()
+    os.link(planted, corpus)
+    job = _run(settings, r.json()["id"])
+    assert job["state"] == "failed", job
+    assert "mini/corpus.jsonl has 2 hard links" in job["error"]
+    assert job["bundle_version"] is None and "SECRET" not in str(job)
+    again = _post(client, "mini", {"force": True}, job_type="reindex")
+    assert again.status_code == 400 and again.json()["error"]["code"] == "dataset_refused"
+    assert "hard links" in again.json()["error"]["message"] and str(tmp_path) not in again.text
+
+
+def test_a_model_folder_whose_files_link_outside_is_refused(env):
+    """Item 4: the base model is checked file by file at submission, and read file by file through the
+    confined reader by the worker (a link planted after submission fails the job, unread)."""
+    client, settings, outside = env
+    models = settings.models_root
+    (outside / "model" / "config.json").write_text('{"SECRET": 1}')
+    linky = models / "linky"
+    linky.mkdir()
+    (linky / "config.json").symlink_to(outside / "model" / "config.json")
+    r = _post(client, options={"base_model": "linky"})
+    assert r.status_code == 400 and r.json()["error"]["code"] == "model_refused", r.text
+    assert "linky/config.json resolves outside the models root" in r.json()["error"]["message"]
+    hard = models / "hard"
+    hard.mkdir()
+    os.link(outside / "model" / "config.json", hard / "config.json")
+    r = _post(client, options={"base_model": "hard"})
+    assert r.status_code == 400 and "hard links" in r.json()["error"]["message"]
+    (models / "mine" / "config.json").write_text("{}")
+    job_id = _post(client, options={"base_model": "mine", "max_steps": 1}).json()["id"]
+    (models / "mine" / "config.json").unlink()
+    (models / "mine" / "config.json").symlink_to(outside / "model" / "config.json")
+    job = _run(settings, job_id)
+    assert job["state"] == "failed", job
+    assert "mine/config.json resolves outside the models root" in job["error"]
+    assert _opened_under(outside) == []
+
+
+@pytest.mark.scifact
+@pytest.mark.slow
+def test_every_file_each_job_type_opens_under_a_root_goes_through_the_confined_reader(tmp_path, scifact):
+    """An audit hook sees every `open` by path and every confined open: a retrain (from a base model
+    under the models root) and a reindex each open their dataset files and model files only through the
+    reader, and no file under either root by any other way."""
+    from contract.encoding.encoder import Encoder
+    from tests.training.scifact_slice import scifact_slice
+
+    data = tmp_path / "data"
+    scifact_slice(scifact, data / "slice", n_train=16, n_test=8, n_distractors=20)
+    models = tmp_path / "models"
+    base = Encoder.load()
+    base.model.max_seq_length = 32
+    base.save(models / "small")
+    queue = JobQueue(f"sqlite:///{tmp_path / 'jobs.db'}")
+    common = {"data_root": data, "bundles_dir": tmp_path / "bundles", "models_root": models}
+    quick = {"max_steps": 1, "max_seq_length": 32, "batch_size": 8, "report": False, "eval_max_queries": 8}
+    quick |= {"onnx": False, "index_kind": "flat", "force": True, "base_model": "small"}
+    model_files = {
+        os.path.relpath(os.path.join(d, f), models) for d, _, fs in os.walk(models / "small") for f in fs
+    }
+    dataset = {f"slice/{f}" for f in ("corpus.jsonl", "queries.jsonl", "qrels/train.tsv", "qrels/test.tsv")}
+    roots = [os.path.realpath(data), os.path.realpath(models)]
+    for job_type, options, expected in (
+        ("retrain", quick, {("data root", f) for f in dataset} | {("models root", f) for f in model_files}),
+        (
+            "reindex",
+            {"onnx": False, "index_kind": "flat", "force": True},
+            {("data root", f) for f in dataset},
+        ),
+    ):
+        record = queue.submit(job_type, "slice", options, **common)
+        CONFINED.clear()
+        PLAIN.clear()
+        execute(record.id, queue.records)
+        job = queue.get(record.id)
+        assert job.state == "succeeded", (job.error, job.log_tail)
+        assert set(CONFINED) == expected, job_type
+        # the reader opens each root itself (a directory descriptor to walk from); nothing below it by path
+        bypass = [p for p in PLAIN if any(p.startswith(r + os.sep) for r in roots)]
+        assert bypass == [], f"{job_type} opened files under a root without the reader: {bypass}"
+    queue.close()
+
+
+def test_the_log_tail_carries_no_absolute_path_outside_the_roots_either(env):
+    """Item 5: a job's work folder, a package's file: whatever absolute path a log line names is cut to
+    its last component for key holders too."""
+    client, settings, _ = env
+    job_id = _post(client).json()["id"]
+    records = JobQueue(settings.queue_url).records
+    lines = [
+        "12:00:00 INFO pipeline: training into /var/tmp/job-1234abcd-x/run-20260101T000000Z",
+        "12:00:01 WARNING x: see /usr/lib/python3/site-packages/pkg/mod.py:12 (http://example.org/a/b)",
+    ]
+    update(records, job_id, state="failed", error="bad file /srv/elsewhere/data.bin", log_tail=lines)
+    keyed = client.get(f"/jobs/{job_id}", headers=KEY).json()
+    assert keyed["log_tail"][0].endswith("training into …/run-20260101T000000Z")
+    assert "…/mod.py:12" in keyed["log_tail"][1] and "http://example.org/a/b" in keyed["log_tail"][1]
+    assert keyed["error"] == "bad file …/data.bin"
+    for text in (*keyed["log_tail"], keyed["error"]):
+        assert "/var/" not in text and "/usr/" not in text and "/srv/" not in text

@@ -151,8 +151,8 @@ def test_malformed_bodies_are_422_naming_the_field(client, body, field):
 def test_other_bad_inputs_are_4xx_not_500(client):
     r = client.post("/search", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 422 and r.json()["error"]["code"] == "invalid_request"
-    r = client.post("/search", json={"vector": [0.1, 0.2]})  # wrong dimension
-    assert r.status_code == 422 and "body.vector" in r.json()["error"]["message"]
+    r = client.post("/search", json={"vector": [0.1, 0.2]})  # not the live model's dimension
+    assert r.status_code == 409 and "body.vector" in r.json()["error"]["message"]
     nan_body = json.dumps({"vector": [float("nan")] * 384})  # NaN is not JSON, but Python's parser takes it
     r = client.post("/search", content=nan_body, headers={"content-type": "application/json"})
     assert r.status_code == 422

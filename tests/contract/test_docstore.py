@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from contract.errors import BundleInvalid
+from contract.errors import BundleDamaged, BundleInvalid
 from contract.index.docstore import DocStore, FilterError, write_docstore
 from training.data.retrieval_data import Document
 
@@ -46,7 +46,7 @@ def test_get_returns_documents_in_requested_order(store):
     assert got[0] == {"position": 42, "id": "d42", "title": "title 42", "metadata": DOCS[42].metadata}
     assert store.get([7])[0]["text"] == "text 7 é"
     assert store.get(np.arange(0, 100, dtype=np.int64))[-1]["id"] == "d99"
-    with pytest.raises(BundleInvalid, match="position"):
+    with pytest.raises(BundleDamaged, match="position"):  # served: the replica falls back (issue 27)
         store.get([100])
 
 

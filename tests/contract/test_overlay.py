@@ -98,3 +98,64 @@ def test_l2_overlay_scores_are_the_learned_similarity(corpus):
     [(keys, scores)] = overlay.search(x[0][None], 2)
     assert overlay.doc_id(int(keys[0])) == "d0"
     assert scores[1] == pytest.approx(-0.5 * float(np.sum((x[0] - v) ** 2)), rel=1e-4)
+
+
+# -- issue 27, item 11: the lexical delta -----------------------------------------------------------------
+LEXICAL_TEXTS = [
+    "Vitamin D deficiency and bone density in older adults",
+    "Bone marrow stromal cells differentiate into osteoblasts",
+    "Zinc supplementation and the common cold: a randomised trial",
+    "Density functional theory of vitamin molecules",
+    "Cells, cells and more cells: counting with flow cytometry",
+]
+LEXICAL_QUERIES = ["vitamin d bone", "cells", "zinc cold trial", "density", "nothing matches here"]
+
+
+def test_the_lexical_delta_scores_a_copy_of_a_bundle_document_as_the_bundle_does():
+    """Oracle: bm25s's own scores. A delta document with a bundle document's text gets that document's
+    score, because it is scored with the bundle's N, df and avgdl."""
+    from contract.mutations.delta_lexical import DeltaLexical
+    from training.hybrid.bm25_build import lexical_index
+
+    lex = lexical_index(LEXICAL_TEXTS)
+    delta = DeltaLexical(lex, avgdl=lambda: pytest.fail("lexical.json records avgdl"))
+    for slot, text in enumerate(LEXICAL_TEXTS):
+        delta.add(slot, text)
+    for query in LEXICAL_QUERIES:
+        np.testing.assert_allclose(
+            delta.scores(query, range(len(LEXICAL_TEXTS))), lex.scores(query), rtol=1e-5
+        )
+        (keys, scores), (positions, want) = delta.search([query], 3)[0], lex.search([query], 3)[0]
+        assert (-(keys + 1)).tolist() == positions.tolist()
+        np.testing.assert_allclose(scores, want, rtol=1e-5)
+
+
+def test_an_overlay_finds_writes_lexically_and_forgets_deletes(tmp_path):
+    """Lexical search over bundle + overlay: a new document is found by its words at once, a replaced one
+    by its new words only, a deleted one never; filters apply to it; a bundle whose lexical.json predates
+    avgdl gets it from its document store, with the same value."""
+    from training.hybrid.bm25_build import lexical_index
+
+    lex = lexical_index(LEXICAL_TEXTS)
+    recorded = lex.params.pop("avgdl")  # as in a bundle built before the lexical delta
+    path = tmp_path / "docs.sqlite"
+    write_docstore(path, (Document(f"b{i}", "", t, {"g": i % 2}) for i, t in enumerate(LEXICAL_TEXTS)))
+    x = _unit(np.random.default_rng(3), len(LEXICAL_TEXTS))
+    ids = [f"b{i}" for i in range(len(LEXICAL_TEXTS))]
+    overlay = Overlay(build_index(x, metric="ip", kind="flat"), ids, DocStore(path), base_seq=0, key="k",
+                      lexical=lex)  # fmt: skip
+    new = Mutation(seq=1, op="upsert", doc_id="n1", title="zebra marmalade", text="quince", metadata={"g": 7})
+    overlay.apply([new], {1: x[0]})
+    assert overlay._lexical_delta is not None and overlay._lexical_delta.avgdl == pytest.approx(recorded)
+    keys, _ = overlay.lexical_search(["zebra marmalade"], 3)[0]
+    assert [overlay.doc_id(int(k)) for k in keys] == ["n1"]
+    assert overlay.lexical_search(["zebra"], 3, scope=overlay.scope({"g": 0}))[0][0].tolist() == []
+    assert len(overlay.lexical_search(["zebra"], 3, scope=overlay.scope({"g": 7}))[0][0]) == 1
+    replaced = Mutation(seq=2, op="upsert", doc_id="n1", text="flow cytometry", metadata={"g": 7})
+    deleted = Mutation(seq=3, op="delete", doc_id="b4")
+    overlay.apply([replaced, deleted], {2: x[1]})
+    assert overlay.lexical_search(["zebra marmalade"], 3)[0][0].tolist() == []
+    keys, _ = overlay.lexical_search(["cytometry"], 3)[0]
+    assert [overlay.doc_id(int(k)) for k in keys] == ["n1"]  # b4 held that word too, and is deleted
+    overlay.apply([Mutation(seq=4, op="delete", doc_id="n1")], {})
+    assert overlay.lexical_search(["cytometry"], 3)[0][0].tolist() == []

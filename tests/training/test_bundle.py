@@ -182,15 +182,21 @@ def test_publish_is_atomic_under_a_crash_before_any_step(staged, tmp_path, faili
     new_version = read_manifest(candidate).version
     with pytest.raises(RuntimeError, match="injected"):
         store.publish(candidate, hook=crash)
-    assert store.current_version() == old
-    assert store.load_current().version == old
+    # CURRENT moves at the "current" step only; the decision is logged after it (issue 27, item 7)
+    moved = PUBLISH_STEPS.index(failing_step) > PUBLISH_STEPS.index("current")
+    assert store.current_version() == (new_version if moved else old)
+    assert store.load_current().version == (new_version if moved else old)
     visible = [v.version for v in store.list_versions()]
     assert visible in ([old], [old, new_version])  # the new one only if the rename completed
     for version in visible:
         load_bundle(store.root / version)  # whatever is visible is complete and valid
     later = store.publish(variant(staged, tmp_path / "later", 0.9))
     assert later.live and store.current_version() == later.version
-    assert not [p for p in store.root.iterdir() if p.name.startswith(".staging-")]
+    assert not [p for p in store.root.iterdir() if p.name.startswith((".staging-", ".publishing-"))]
+    log = [json.loads(line) for line in (store.root / "gate.jsonl").read_text().splitlines()]
+    story = [r["event"] for r in log if r["version"] == new_version]
+    interrupted = failing_step in ("current", "log")  # renamed into place, decision not yet logged
+    assert story == (["publish_interrupted"] if interrupted else [])
 
 
 def test_rollback_and_refusal_to_activate_a_corrupt_version(staged, tmp_path):

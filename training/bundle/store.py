@@ -8,17 +8,24 @@
 Publishing is a sequence of steps (`PUBLISH_STEPS`); each is crash-safe on its own:
 
 1. validate — contract.bundles.bundle.validate with checksums, no model load (a corrupt bundle stops here);
-2. gate     — compare metrics["test"][gate_metric] with the live bundle's; write gate.json into the
-              still-private staging folder;
+2. gate     — compare metrics["test"][gate_metric] with the live bundle's; write gate.json and the
+              bundle card into the still-private staging folder, and their sha256 into the manifest's
+              `files` (so activation refuses an edited gate decision like any other changed file);
 3. stage    — copy into `<root>/.staging-<version>` when the staging folder is elsewhere (rename needs
               one filesystem), fsync every file and folder;
-4. rename   — `os.rename` to `<root>/<version>`: the version appears complete or not at all;
-5. log      — append the decision to gate.jsonl;
-6. current  — if it goes live: write CURRENT.tmp, fsync, os.replace over CURRENT, fsync the folder.
+4. rename   — write the journal `<root>/.publishing-<version>` (the decision), then `os.rename` to
+              `<root>/<version>`: the version appears complete or not at all;
+5. current  — if it goes live: write a temp file, fsync, os.replace over CURRENT, fsync the folder;
+6. log      — append the decision to gate.jsonl with `made_live` (did this publish point CURRENT at
+              it; whether it is live later is what CURRENT says), then remove the journal.
 
-A crash anywhere leaves CURRENT on the old version; at worst a complete, unpublished-as-live version
-(after 4) or a hidden `.staging-*` folder (cleaned by the next publish) remains. Tests inject a failure
-before each step through the `hook` argument (the faiss contrib checkpoint idiom).
+A crash anywhere leaves CURRENT on the old version or the new one, never a torn one; at worst a
+complete, unpublished-as-live version (after 4) or a hidden `.staging-*` folder remains. gate.jsonl
+never claims what did not happen: a publisher killed between 4 and 6 leaves its journal, and the next
+publish (or prune) appends a `publish_interrupted` record saying what is on disk (the version present,
+whether CURRENT names it) and removes the journal; it also sweeps the `.CURRENT.*.tmp` a kill during 5
+leaves. Tests inject a failure before each step through the `hook` argument (the faiss contrib
+checkpoint idiom) and kill -9 a real publisher (tests/app/test_bundle_faults.py).
 
 Builders stage inside the root (`build_dir()`: `.build-*`, so publishing is a rename) while holding an
 flock on its `.lock` sibling. The kernel drops that lock when the builder dies, even by SIGKILL, so the
@@ -45,12 +52,22 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from contract.atomic import fsync_dir, fsync_tree, write_json_atomic
-from contract.bundles.bundle import GATE_FILE, VERSION_RE, Manifest, read_manifest, validate
+from contract.bundles.bundle import (
+    CARD_FILE,
+    GATE_FILE,
+    MANIFEST_FILE,
+    VERSION_RE,
+    Manifest,
+    read_manifest,
+    validate,
+)
 from contract.bundles.folder import (
+    CURRENT_FILE,
     GATE_LOG_MAX_BYTES,
     BundleFolder,
     GateDecision,
 )
+from contract.bundles.parts import sha256_file
 from contract.errors import BundleInvalid
 from training.cards.bundle_card import write_bundle_card
 
@@ -63,8 +80,16 @@ logger = logging.getLogger(__name__)
 ORPHAN_LOCK_AGE_S = 60.0
 FINGERPRINT_KEY = "eval_fingerprint"  # manifest.extras key written by training.publish.index_model
 BUILD_PREFIX = ".build-"
-PUBLISH_STEPS = ("validate", "gate", "stage", "rename", "log", "current")
+PUBLISH_STEPS = ("validate", "gate", "stage", "rename", "current", "log")
+JOURNAL_PREFIX = ".publishing-"
 StepHook = Callable[[str], None]
+
+
+def _seal(staging: Path, manifest: Manifest) -> None:
+    """Add gate.json and the bundle card, written at publication, to the manifest's checksums."""
+    files = dict(manifest.files) | {name: sha256_file(staging / name) for name in (GATE_FILE, CARD_FILE)}
+    sealed = manifest.model_copy(update={"files": files})
+    write_json_atomic(staging / MANIFEST_FILE, sealed.model_dump(mode="json"))
 
 
 def _mode(manifest: Manifest) -> str:
@@ -158,6 +183,7 @@ class BundleStore(BundleFolder):
             )
             write_json_atomic(staging / GATE_FILE, decision.model_dump(mode="json"))
             write_bundle_card(staging, manifest.model_dump(mode="json"), decision.model_dump(mode="json"))
+            _seal(staging, manifest)
             step("stage")
             if staging.resolve().parent != self.root.resolve():
                 private = self.root / f".staging-{manifest.version}"
@@ -167,13 +193,18 @@ class BundleStore(BundleFolder):
             fsync_tree(private)
             step("rename")
             final = self.root / manifest.version
+            journal = self.root / f"{JOURNAL_PREFIX}{manifest.version}"
+            write_json_atomic(journal, decision.model_dump(mode="json"))
             os.rename(private, final)
             fsync_dir(self.root)
-            step("log")
-            self._log({"event": "publish", **decision.model_dump(mode="json")})
             step("current")
             if decision.accepted:
                 self._set_current(manifest.version)
+            step("log")
+            self._log(
+                {"event": "publish", **decision.model_dump(mode="json"), "made_live": decision.accepted}
+            )
+            journal.unlink()
             if private != staging:
                 shutil.rmtree(staging, ignore_errors=True)
             self._prune(self.keep)
@@ -183,6 +214,7 @@ class BundleStore(BundleFolder):
     def prune(self, keep: int | None = None) -> list[str]:
         """Delete all but the newest `keep` versions; the live one is always kept. Returns deleted ids."""
         with self._locked():
+            self._clean_stale()
             return self._prune(self.keep if keep is None else keep)
 
     # -- internals ----------------------------------------------------------------------------------
@@ -249,14 +281,49 @@ class BundleStore(BundleFolder):
         return GateDecision(accepted=ok, reason=reason if ok else f"kept as candidate: {reason}", **common)
 
     def _clean_stale(self) -> None:
-        # under the lock no other writer exists, so any hidden staging/trash folder is left from a crash
+        # under the lock no other writer exists, so any hidden staging/trash folder is left from a crash,
+        # and so is a journal (a publisher died after its rename) or a temp file of an atomic CURRENT write
         for path in self.root.iterdir():
-            if path.is_dir() and path.name.startswith((".staging-", ".trash-")):
+            if path.name.startswith(JOURNAL_PREFIX):
+                self._record_interrupted(path)
+            elif path.name.startswith(f".{CURRENT_FILE}.") and path.name.endswith(".tmp"):
+                path.unlink(missing_ok=True)
+            elif path.is_dir() and path.name.startswith((".staging-", ".trash-")):
                 shutil.rmtree(path, ignore_errors=True)
             elif path.name.startswith(BUILD_PREFIX) and not path.name.endswith(".lock"):
                 self._clean_build(path)
             elif path.name.startswith(BUILD_PREFIX) and not path.with_suffix("").exists():
                 self._clean_orphan_lock(path)
+
+    def _record_interrupted(self, journal: Path) -> None:
+        """Say in gate.jsonl what a publisher that died after its rename left: the decision it had taken,
+        whether its version is on disk and whether CURRENT names it."""
+        version = journal.name.removeprefix(JOURNAL_PREFIX)
+        try:
+            decision = json.loads(journal.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            decision = {}
+        try:
+            current = self.current_version()
+        except BundleInvalid:
+            current = None
+        present = (self.root / version).is_dir()
+        live = current == version
+        self._log(
+            {
+                "event": "publish_interrupted",
+                "version": version,
+                "accepted": bool(decision.get("accepted")) if isinstance(decision, dict) else None,
+                "made_live": live,
+                "reason": (
+                    f"the publisher stopped before recording its decision: version {version} is "
+                    f"{'published' if present else 'absent'} and "
+                    f"{'live (CURRENT names it)' if live else f'not live (CURRENT names {current})'}"
+                ),
+                "decided_at": datetime.now(UTC).isoformat(),
+            }
+        )
+        journal.unlink(missing_ok=True)
 
     def _clean_orphan_lock(self, lock: Path) -> None:
         """Remove a `.build-*.lock` whose folder is gone (its builder died between the two removals).

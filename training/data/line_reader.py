@@ -11,13 +11,17 @@ from pathlib import Path
 from typing import Any
 
 from contract.errors import DataError
+from contract.jobs.confined_reader import open_input
 
 
 def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(1-based line number, decoded line) for each line; bytes are decoded per line to name the bad one."""
+    """(1-based line number, decoded line) for each line; bytes are decoded per line to name the bad one.
+
+    Opened through `open_input`: in a job, confined to the data root at open time
+    (contract/jobs/confined_reader.py) and read from that one descriptor."""
     if not path.is_file():
         raise DataError(path, "file not found" if not path.exists() else "is not a regular file")
-    with path.open("rb") as f:
+    with open_input(path) as f:
         for lineno, raw in enumerate(f, 1):
             try:
                 # utf-8-sig on the first line accepts the BOM some editors write

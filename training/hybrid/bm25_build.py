@@ -32,6 +32,9 @@ def lexical_index(texts: Sequence[str]) -> LexicalIndex:
         "b": B,
         "analyzer": ANALYZER,
         "n_docs": len(texts),
+        # mean document length in terms: BM25's avgdl, which the API's lexical delta scores new documents
+        # with (contract/mutations/delta_lexical.py); bm25s does not save it
+        "avgdl": sum(len(t) for t in terms) / max(len(terms), 1),
         "vocabulary": len(retriever.vocab_dict),
     }
     logger.info("BM25 index: %d documents, %d terms", len(texts), len(retriever.vocab_dict))

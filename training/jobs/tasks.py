@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from contract.errors import InfonceSearchError, JobCancelled, JobOptionsInvalid, NoLiveBundle
 from contract.index.backend import BackendConfig
+from contract.jobs.confined_reader import ConfinedReader, confined_reads
 from contract.jobs.records import JobRecord, Progress, RecordStore, update
 from training.jobs.heartbeat import JobHeartbeat
 
@@ -105,7 +106,10 @@ def execute(job_id: str, records: RecordStore) -> None:
 
 def _attempt(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
     try:
-        outcome = _retrain(record, heartbeat) if record.type == "retrain" else _reindex(record, heartbeat)
+        # every dataset file the job reads, and its base model's files, are opened through this reader
+        with confined_reads(job_reader(record)):
+            job = _retrain if record.type == "retrain" else _reindex
+            outcome = job(record, heartbeat)
     except Exception as e:
         return _failure(record.id, e)
     logger.info("job %s succeeded: bundle %s live=%s", record.id, outcome["bundle_version"], outcome["live"])
@@ -127,17 +131,26 @@ def _publish_outcome(published: PublishResult) -> dict[str, Any]:
     return {"bundle_version": published.version, "live": published.live, "gate_reason": published.reason}
 
 
+def _data_root(record: JobRecord) -> str:
+    """The job's data root; records from before roots were stored are confined to their dataset's folder."""
+    if record.data_root is not None:
+        return record.data_root
+    data_dir = Path(record.data_dir)
+    return str(data_dir if data_dir.is_dir() else data_dir.parent)
+
+
+def job_reader(record: JobRecord) -> ConfinedReader:
+    """The reader a job opens its inputs through (contract/jobs/confined_reader.py): data and models roots."""
+    return ConfinedReader(data_root=_data_root(record), models_root=record.models_root)
+
+
 def _confine(record: JobRecord, options: dict[str, Any]) -> tuple[list[str], Path | None]:
-    """Re-check, right before reading, that every file the job opens is under its root (a link planted
-    after submission is refused here); records from before roots were stored are confined to their folder."""
+    """Re-check, before starting, that the files the job will open are under their roots, so a link
+    planted after submission fails the job at once; the reader enforces it again at each open."""
     from contract.jobs.confine import confine_dataset, confine_options
 
     splits, model = confine_options(options, models_root=record.models_root)
-    data_root = record.data_root
-    if data_root is None:
-        data_dir = Path(record.data_dir)
-        data_root = str(data_dir if data_dir.is_dir() else data_dir.parent)
-    confine_dataset(data_root, record.data_dir, splits)
+    confine_dataset(_data_root(record), record.data_dir, splits)
     return splits, model
 
 
@@ -157,10 +170,12 @@ def _retrain(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
     if "device" not in record.options:
         values["device"] = DEFAULT_DEVICE
     _, model = _confine(record, record.options)
-    values["base_model"] = None if model is None else str(model)
-    config = TrainConfig(**values)
-    heartbeat.progress(phase="train", total_steps=config.max_steps)
     with tempfile.TemporaryDirectory(prefix=f"job-{record.id[:8]}-") as work_dir:
+        if model is not None:  # a private copy, every file read through the job's confined reader
+            model = job_reader(record).copy_tree(model, Path(work_dir) / "base-model" / model.name)
+        values["base_model"] = None if model is None else str(model)
+        config = TrainConfig(**values)
+        heartbeat.progress(phase="train", total_steps=config.max_steps)
         result = run_pipeline(
             record.data_dir,
             record.bundles_dir,

@@ -42,7 +42,7 @@ WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     413: {"description": "Body larger than SEARCH_MAX_BODY_BYTES."},
     422: {
         "description": "Malformed body, a batch over SEARCH_MAX_DOCUMENTS_BATCH, a text over "
-        "SEARCH_MAX_DOCUMENT_CHARS or an id twice in one batch (`error.message` names the field). "
+        "SEARCH_MAX_DOCUMENT_CHARS (`error.message` names the field). "
         "Nothing was written."
     },
     503: {"description": "No bundle is live, or the mutation log cannot be written. Nothing was written."},
@@ -72,7 +72,6 @@ async def upsert(
     arrives, on the others within SEARCH_RELOAD_POLL_SECONDS, and in every later bundle."""
     docs = body.documents
     _check_batch(len(docs), "documents", settings)
-    seen: dict[str, int] = {}
     for i, d in enumerate(docs):
         for name in ("text", "title"):
             if len(getattr(d, name)) > settings.max_document_chars:
@@ -80,10 +79,10 @@ async def upsert(
                     f"body.documents[{i}].{name}: longer than this server's limit of "
                     f"{settings.max_document_chars} characters (SEARCH_MAX_DOCUMENT_CHARS)"
                 )
-        if d.id in seen:
-            raise InvalidInputError(f"body.documents[{i}].id: {d.id!r} is also documents[{seen[d.id]}].id")
-        seen[d.id] = i
-    new = [NewDocument(d.id, d.title, d.text, dict(d.metadata)) for d in docs]
+    # an id twice in one batch: the later one wins, as two upserts in a row would (JSON Schema cannot
+    # say "unique by id", so the spec allows it and the server must too); one log row per id
+    last = {d.id: d for d in docs}
+    new = [NewDocument(d.id, d.title, d.text, dict(d.metadata)) for d in last.values()]
     return await mutations.upsert(new, runner.inference)
 
 

@@ -19,7 +19,7 @@ from fastapi import APIRouter
 from app.api.deps import HotSwapDep, RunnerDep, SettingsDep
 from app.engine.live_bundle import LiveBundle
 from app.engine.search_spec import EmbedAnswer, EmbedSpec
-from app.errors import InvalidInputError, ResponseTooLargeError
+from app.errors import InvalidInputError, ResponseTooLargeError, TokenBudgetError
 from app.schemas.embed import (
     EmbedKind,
     EmbedRequest,
@@ -34,14 +34,25 @@ from app.settings import Settings
 router = APIRouter(tags=["embed"])
 BYTES_PER_NUMBER = 12  # "-0.12345678," in JSON
 ERRORS: dict[int | str, dict[str, Any]] = {
-    422: {
-        "description": "Malformed body (naming the field), too many texts, a text too long, a request over "
-        "the token budget, or an answer over the response-size limit (`response_too_large`)."
+    422: {"description": "Malformed body (naming the field), too many texts or a text too long."},
+    413: {
+        "description": "Body larger than SEARCH_MAX_BODY_BYTES, a request over the token budget "
+        "(`token_budget`) or an answer over the response-size limit (`response_too_large`)."
     },
-    413: {"description": "Body larger than SEARCH_MAX_BODY_BYTES."},
     429: {"description": "The batching queue is full; retry later."},
     503: {"description": "No bundle is live yet."},
 }
+
+
+def _shortened(rows: np.ndarray, dimensions: int, *, renormalise: bool) -> np.ndarray:
+    """OpenAI's `dimensions`: the first components, L2-normalised again for a cosine model (as for
+    OpenAI's text-embedding-3 models). This model was not trained to front-load its information, so
+    shortened vectors lose more quality than theirs; an AnInfoNCE model's are cut only (partial −½·L2)."""
+    cut = rows[:, :dimensions]  # (n, dimensions)
+    if not renormalise:
+        return cut
+    norms = np.linalg.norm(cut, axis=1, keepdims=True)  # (n, 1)
+    return cut / np.where(norms > 0, norms, 1.0)
 
 
 async def _embed(
@@ -65,7 +76,7 @@ async def _embed(
     token_ids = await asyncio.to_thread(live.tokenize, texts)  # tokenised once (app/engine/query_tokens.py)
     tokens = [len(ids) for ids in token_ids]
     if sum(tokens) > settings.max_request_tokens:
-        raise InvalidInputError(
+        raise TokenBudgetError(
             f"body.{field}: {sum(tokens)} tokens, above this server's budget of "
             f"{settings.max_request_tokens} per request (send fewer or shorter texts)"
         )
@@ -104,10 +115,11 @@ async def openai_embeddings(
     vectors are in the index's space, as from POST /embed. `input_type` (query | document) is ours."""
     live = hot_swap.require()
     dim = live.bundle.index.dim
-    if body.dimensions is not None and body.dimensions != dim:
-        raise InvalidInputError(f"body.dimensions: {body.dimensions}, but this model's dimension is {dim}")
     answer, tokens = await _embed(body.texts, body.input_type, live, runner, settings, "input")
-    rows = np.ascontiguousarray(answer.vectors, dtype="<f4")  # (n, dim)
+    rows = answer.vectors  # (n, dim)
+    if body.dimensions is not None and body.dimensions < dim:
+        rows = _shortened(rows, body.dimensions, renormalise=live.encoder.metric == "cosine")
+    rows = np.ascontiguousarray(rows, dtype="<f4")  # (n, dimensions or dim)
     data = [
         OpenAIEmbedding(
             index=i,

@@ -12,8 +12,9 @@ from app.api.deps import HotSwapDep, RunnerDep, SettingsDep
 from app.engine.search_spec import SearchSpec
 from app.errors import NotReadyError, QueueFullError
 from app.schemas.search import ReadyResponse
-from contract.errors import NoLiveBundle
+from contract.errors import BundleDamaged, NoLiveBundle
 from contract.index.backend import readiness_problems
+from contract.index.docstore import INCLUDE_FIELDS
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["health"])
@@ -35,14 +36,18 @@ async def readyz(hot_swap: HotSwapDep, runner: RunnerDep, settings: SettingsDep)
         reason = hot_swap.not_live_reason()
         raise NoLiveBundle(f"not ready: {reason}")
     problems = live.consistency_problems()
+    problems += await asyncio.to_thread(live.damage_problems)  # files as loaded, documents readable
     # Milvus: the live alias exists, names this version's collection and answers (nothing to check for FAISS)
     problems += await asyncio.to_thread(readiness_problems, live.bundle.index)
     if problems:
         raise NotReadyError("not ready: " + "; ".join(problems))
     try:
-        answer = await runner.submit(live, SearchSpec(texts=[settings.canary_query], vectors=None, top_k=1))
+        canary = SearchSpec(texts=[settings.canary_query], vectors=None, top_k=1, include=INCLUDE_FIELDS)
+        answer = await runner.submit(live, canary)
     except QueueFullError as exc:
         raise NotReadyError(f"not ready: overloaded ({exc})") from exc
+    except BundleDamaged as exc:
+        raise NotReadyError(f"not ready: bundle {live.version} is damaged: {exc}") from exc
     n_hits = len(answer.hits[0])
     if n_hits == 0:
         raise NotReadyError(f"not ready: the canary query returned no results from bundle {live.version}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -109,11 +110,17 @@ class JobList(BaseModel):
     )
 
 
+# an absolute path left after the roots are taken out (a job's temp folder, a package's file): not after a
+# word character, ':', '/' or '.', so a URL's path or a relative path's inner slashes never match
+_ABSOLUTE = re.compile(r"(?<![\w.:/])(?:/[\w.+@~-]+)+")
+
+
 def _relative(text: str, roots: list[str]) -> str:
-    """`text` with every absolute root removed (longest first), so no absolute path leaves the server."""
+    """`text` with every absolute root removed (longest first), and any other absolute path cut to its last
+    component (`…/name`), so no absolute path leaves the server."""
     for root in roots:
         text = text.replace(root + os.sep, "").replace(root, ".")
-    return text
+    return _ABSOLUTE.sub(lambda m: "…/" + m.group(0).rsplit("/", 1)[-1], text)
 
 
 def job_view(record: JobRecord, settings: Settings, *, detailed: bool) -> JobView:

@@ -11,18 +11,25 @@ from fastapi import APIRouter, Body
 from app.api.deps import HotSwapDep, RunnerDep, SettingsDep
 from app.engine import retrieval_modes
 from app.engine.search_spec import SearchSpec
-from app.errors import InvalidInputError, ResponseTooLargeError
+from app.errors import InvalidInputError, ResponseTooLargeError, TokenBudgetError
 from app.schemas.search import SEARCH_EXAMPLES, Hit, QueryResult, SearchRequest, SearchResponse, Timings
 from app.settings import Settings
 
 router = APIRouter(tags=["search"])
 HIT_OVERHEAD_BYTES = 40  # {"id":"","score":-0.123456789} and separators, per hit
 ERRORS: dict[int | str, dict[str, Any]] = {
-    422: {
-        "description": "Malformed body (`error.details` names each offending field), a request over the "
-        "token budget, or an answer over the response-size limit (`response_too_large`)."
+    409: {
+        "description": "A query vector whose length is not the live model's dimension (`dimension_mismatch`)."
     },
-    413: {"description": "Body larger than SEARCH_MAX_BODY_BYTES."},
+    422: {
+        "description": "Malformed body (`error.details` names each offending field), or one the bundle "
+        "cannot answer (a zero vector, a mode it lacks)."
+    },
+    413: {
+        "description": "Body larger than SEARCH_MAX_BODY_BYTES, a request over the token budget "
+        "(`token_budget`, SEARCH_MAX_REQUEST_TOKENS) or an answer over the response-size limit "
+        "(`response_too_large`, SEARCH_MAX_RESPONSE_BYTES)."
+    },
     429: {"description": "The batching queue is full; retry later."},
     503: {"description": "No bundle is live yet."},
 }
@@ -54,7 +61,7 @@ async def search(
         token_ids = await asyncio.to_thread(live.tokenize, body.texts)
         tokens = [len(ids) for ids in token_ids]
         if sum(tokens) > settings.max_request_tokens:
-            raise InvalidInputError(
+            raise TokenBudgetError(
                 f"body.{field}: {sum(tokens)} tokens, above this server's budget of "
                 f"{settings.max_request_tokens} per request (send fewer or shorter queries)"
             )

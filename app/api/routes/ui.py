@@ -44,7 +44,9 @@ ASSET_RESPONSES: dict[int | str, dict[str, Any]] = {
 @router.get("/", response_class=HTMLResponse, summary="The web page")
 async def page() -> FileResponse:
     """Search, the live bundle and its versions, jobs, and the generalization-gap report with its plots."""
-    return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8", headers=_headers())
+    return FileResponse(
+        STATIC / "index.html", media_type="text/html; charset=utf-8", headers=security_headers()
+    )
 
 
 # A route over a fixed list rather than Starlette's StaticFiles mount: two files, answered with the API's
@@ -59,10 +61,11 @@ async def asset(name: Annotated[str, PathParam(max_length=64)]) -> FileResponse:
     media = ASSETS.get(name)
     if media is None:
         raise MissingFileError(f"no page asset named {name!r} (there are {', '.join(sorted(ASSETS))})")
-    return FileResponse(STATIC / name, media_type=media, headers=_headers())
+    return FileResponse(STATIC / name, media_type=media, headers=security_headers())
 
 
-def _headers() -> dict[str, str]:
+def security_headers() -> dict[str, str]:
+    """The page's headers, also on /docs and /redoc (app/api/routes/docs.py)."""
     # no-cache = revalidate each time (cheap: ETag), so an upgraded server never runs a stale script
     return {"Content-Security-Policy": CSP, "Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
 

@@ -311,3 +311,19 @@ def test_activate_with_a_wrong_key_shows_the_error_then_roll_forward_and_back(wa
     page.wait_for_selector(f"#versions tr.live:has-text('{live}')")
     assert httpx.get(f"{base}/bundles").json()["live"] == live
     watched.shot("8-bundle-rolled-back")
+
+
+@pytest.mark.parametrize("path", ["/docs", "/redoc"])
+def test_the_api_docs_render_offline_under_the_page_csp(watched, path):
+    """Issue 27, item 9: /docs loads every file from this origin (no CDN: `watched` fails on any request
+    elsewhere) and runs under the page's CSP (a refused inline script or style is a console error, which
+    fails the test too); /redoc leads to it."""
+    page, base = watched.page, watched.base
+    response = page.goto(base + path)
+    assert response is not None and response.headers["content-security-policy"].startswith(
+        "default-src 'none'"
+    )
+    assert page.url == base + "/docs"
+    page.wait_for_selector(".opblock")
+    assert page.locator(".opblock").count() > 5  # every operation rendered
+    watched.shot(f"api-docs{path.replace('/', '-')}")
