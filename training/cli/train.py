@@ -14,6 +14,7 @@ from training.cli.choices import LogLevelOpt
 from training.cli.config_options import ConfigFileOpt, given_config, load_config, with_config_options
 from training.cli.publish_options import PublishOptions
 from training.cli.support import JsonOpt, QuietOpt, configure_logging, echo_json, fail, one_line_errors
+from training.distill.query_config import QueryRetrainConfig
 
 if TYPE_CHECKING:
     from training.publish.pipeline import PipelineResult
@@ -76,7 +77,7 @@ def train_cmd(
     )
 
 
-@with_config_options(PublishOptions, TrainConfig)
+@with_config_options(PublishOptions, TrainConfig, QueryRetrainConfig)
 def pipeline_cmd(
     data: DataOpt,
     bundles: Annotated[Path, typer.Option("--bundles", help="Bundles folder (versions + CURRENT).")],
@@ -91,6 +92,7 @@ def pipeline_cmd(
 ) -> None:
     config = _prepare_run(data, config_file, log_level, overrides, quiet=quiet)
     publish = given_config(PublishOptions, overrides)
+    query = given_config(QueryRetrainConfig, overrides)
     from training.publish.pipeline import run_pipeline  # torch and friends load only when a run starts
 
     with one_line_errors():
@@ -100,6 +102,7 @@ def pipeline_cmd(
             config=config,
             work_dir=work_dir,
             show_progress=not quiet,
+            query=query,
             **publish.publish_kwargs(),
         )
     _print_pipeline(result, as_json)
@@ -113,12 +116,15 @@ def _print_pipeline(result: PipelineResult, as_json: bool) -> None:
                 "base": result.train.base_metrics,
                 "tuned": result.train.tuned_metrics,
                 "publish": result.publish.model_dump(),
+                "tower": result.tower,
                 "phase_seconds": result.timer.seconds,
                 "seconds": result.seconds,
                 "run_dir": result.run_dir,
             }
         )
         return
+    if result.tower == "query":
+        typer.echo("query-side retrain: base = the live bundle's query encoder, documents not encoded again")
     typer.echo(text_table(result.train.base_metrics, result.train.tuned_metrics))
     published = result.publish
     state = "live" if published.live else "kept as a candidate"

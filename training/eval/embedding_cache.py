@@ -99,6 +99,7 @@ class EmbeddingCache:
         self.keep = keep
 
     def key(self, encoder: Encoder, texts: Sequence[str]) -> str:
+        encoder = encoder.documents  # corpus embeddings: a two-tower model's document tower
         parts = {
             "format": FORMAT,
             "model": model_fingerprint(encoder),

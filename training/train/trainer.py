@@ -42,7 +42,7 @@ from training.train.examples import (
     title_pairs,
     with_pseudo_qrels,
 )
-from training.train.phase_timer import PhaseTimer, phase
+from training.train.phase_timer import PhaseTimer, StepMeter, phase
 from training.train.phases import Fitted, Run
 from training.train.run_artifacts import gap_report, save_model, write_run_files
 from training.train.step import (
@@ -180,6 +180,7 @@ def fit(
     model.train()
     start = time.perf_counter()
     bar = tqdm(total=total_steps, desc="train", disable=not show_progress)
+    meter = StepMeter("train steps", total_steps, timer)  # logs steps/s and the time left while it runs
     step = 0
     for epoch, batches in enumerate(epochs):
         for batch in batches:
@@ -207,8 +208,10 @@ def fit(
             log.append(record)
             bar.set_postfix(loss=f"{record['loss']:.4f}", tau=f"{record['temperature']:.4f}")
             bar.update(1)
+            meter.step()
             report_progress(on_progress, record, time.perf_counter() - start, total_steps)
     bar.close()
+    meter.close()
     train_seconds = time.perf_counter() - start
     if timer is not None:
         timer.seconds["train steps"] = timer.seconds.get("train steps", 0.0) + train_seconds
