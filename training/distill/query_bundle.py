@@ -85,10 +85,12 @@ def retune_modes(
     validation: tuple[dict[str, Ranking], Mapping[str, str], Mapping[str, Mapping[str, int]]] | None,
     test: tuple[dict[str, Ranking], Mapping[str, str], Mapping[str, Mapping[str, int]]],
     *,
+    inherited: Mapping[str, Any] | None = None,
     depth: int = DEFAULT_DEPTH,
 ) -> tuple[dict[str, Any], dict[str, dict[str, float]]]:
     """Fusion tuned again for the new query tower on the validation carve, and every mode scored on test:
     (extras["retrieval"] record, {mode: metrics}). `validation` / `test`: (dense runs, queries, qrels).
+    Without validation queries the parent's record (`inherited`: its default mode and fusion) is kept.
     Without a BM25 index (a bundle from before hybrid search) only dense is scored and served."""
     test_dense, test_queries, test_qrels = test
     if lexical is None:
@@ -99,6 +101,9 @@ def retune_modes(
         val_dense, val_queries, val_qrels = validation
         val_lex = dict(zip(val_queries, lexical.search(list(val_queries.values()), depth), strict=True))
         record = tune(val_dense, val_lex, val_qrels, list(doc_ids), depth=depth)
+    elif inherited is not None and inherited.get("fusion"):
+        record = {"default_mode": str(inherited.get("default_mode", "dense")), "fusion": dict(inherited["fusion"]),
+                  "validation": None, "inherited_from_parent": True}  # fmt: skip
     else:
         record = {"default_mode": "dense", "fusion": FusionParams(depth=depth).record(), "validation": None}
     params = FusionParams.from_record(record["fusion"])

@@ -304,8 +304,9 @@ def _score(
         validation = (dense_runs(live.index, sim, v_ids, v_emb, depth), {q: val.queries[q] for q in v_ids},
                       val.qrels)  # fmt: skip
     record, by_mode = retune_modes(
-        live.lexical, live.doc_ids, validation, (after, {q: test.queries[q] for q in t_ids}, test.qrels)
-    )
+        live.lexical, live.doc_ids, validation, (after, {q: test.queries[q] for q in t_ids}, test.qrels),
+        inherited=live.manifest.extras.get("retrieval"),
+    )  # fmt: skip
     logger.info(
         "query-side retrain, test nDCG@10 (dense): live %.4f -> tuned %.4f; served mode %s %.4f",
         base["ndcg@10"], by_mode["dense"]["ndcg@10"], record["default_mode"],
