@@ -209,3 +209,79 @@ def test_training_stops_early_and_keeps_the_best_weights(base_encoder):
     assert [c["step"] for c in loop.curve] == [0, 1, 2]
     for p, p0 in zip(model.parameters(), start, strict=True):  # the two steps did move them; now back
         torch.testing.assert_close(p.detach(), p0)
+
+
+def test_a_full_retrain_over_the_live_documents_encodes_the_corpus_once(world, tmp_path, monkeypatch):
+    """The live bundle's vectors are the "before" evaluation and the mining ranking: the corpus is encoded
+    once, by the tuned model (whose vectors the index then reuses)."""
+    from training.publish.pipeline import run_pipeline
+
+    bundles = tmp_path / "bundles"
+    subprocess.run(["cp", "-a", str(world["bundles"]), str(bundles)], check=True)
+    encoded: list[int] = []
+    original = Encoder.encode
+
+    def counting(self: Encoder, texts: Any, *, kind: str = "document", **kwargs: Any) -> Any:
+        if kind == "document":
+            encoded.append(len(texts))
+        return original(self, texts, kind=kind, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Encoder, "encode", counting)
+    config = TrainConfig(
+        max_steps=1, batch_size=4, max_seq_length=32, lr=1e-7, eval_max_queries=8, report=False
+    )
+    result = run_pipeline(world["data"], bundles, config=config, work_dir=tmp_path / "runs", onnx=False,
+                          distill=None, show_progress=False, query=QueryRetrainConfig(tower="full"))  # fmt: skip
+    n_docs = len(json.loads((bundles / world["parent"] / "ids.json").read_text()))
+    assert result.tower == "full"
+    assert sum(encoded) == n_docs, encoded  # one corpus encode, not two
+    assert "encode + evaluate (base)" not in result.timer.seconds
+    metrics = json.loads(result.train.metrics_path.read_text())
+    assert metrics["base_is"] == f"live bundle {BundleStore(world['bundles']).current_version()}"
+
+
+def test_the_corpus_encoder_choice_gates_onnx_on_ndcg(world, tmp_path):
+    from training.data.split import load_split
+    from training.export.corpus_encoder import OnnxCorpusEncoder, choose_corpus_encoder
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(world["root"] / "base", model_dir)
+    encoder = Encoder.load(model_dir)
+    data = load_split(world["data"], "test")
+    same, record = choose_corpus_encoder(encoder, model_dir, data)  # a small corpus stays on torch
+    assert same is encoder and record["chosen"] == "torch"
+    forced, record = choose_corpus_encoder(encoder, model_dir, data, choice="onnx")
+    assert isinstance(forced, OnnxCorpusEncoder) and record["chosen"] == "onnx"
+    texts = [d.text for d in list(data.corpus.values())[:6]]
+    cosine = (forced.encode(texts, kind="document") * encoder.encode(texts, kind="document")).sum(1)
+    assert cosine.min() > 0.9999  # fp32 ONNX is torch's encoder
+    np.testing.assert_array_equal(
+        forced.encode(texts[:2], kind="query"), encoder.encode(texts[:2], kind="query")
+    )
+
+
+def test_auto_takes_the_fastest_runtime_within_the_ndcg_budget(world, tmp_path, monkeypatch):
+    from training.data.split import load_split
+    from training.export import corpus_encoder as ce
+
+    model_dir = tmp_path / "model"
+    shutil.copytree(world["root"] / "base", model_dir)
+    monkeypatch.setattr(ce, "MIN_DOCS", 10)  # probe even this small corpus
+    monkeypatch.setattr(ce, "PROBE_DOCS", 40)
+    chosen, record = ce.choose_corpus_encoder(
+        Encoder.load(model_dir), model_dir, load_split(world["data"], "test")
+    )
+    rows = record["candidates"]
+    assert set(rows) == {"torch", "onnx"} | ({"onnx-int8"} if ce.cpu_has_vnni() else set())
+    pick = rows[record["chosen"]]
+    assert pick["ndcg_loss"] <= ce.MAX_NDCG_LOSS
+    assert record["chosen"] == "torch" or pick["speedup"] >= ce.MIN_SPEEDUP
+    faster_eligible = [
+        r for r in rows.values() if r["ndcg_loss"] <= ce.MAX_NDCG_LOSS and r["speedup"] >= ce.MIN_SPEEDUP
+    ]
+    assert pick["docs_per_s"] >= max(
+        [r["docs_per_s"] for r in faster_eligible] + [rows["torch"]["docs_per_s"]]
+    )
+    assert (record["chosen"] == "torch") == (
+        chosen.documents is chosen and not isinstance(chosen, ce.OnnxCorpusEncoder)
+    )

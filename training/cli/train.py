@@ -54,10 +54,11 @@ def train_cmd(
     **overrides: Any,
 ) -> None:
     config = _prepare_run(data, config_file, log_level, overrides, quiet=quiet)
+    from training.export.corpus_encoder import corpus_encoder_for
     from training.train.trainer import train  # torch and friends load only when a run starts
 
     with one_line_errors():
-        result = train(config, data, out, show_progress=not quiet)
+        result = train(config, data, out, show_progress=not quiet, corpus_encoder=corpus_encoder_for)
     if as_json:
         echo_json(
             {

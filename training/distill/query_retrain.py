@@ -62,6 +62,7 @@ from training.distill.query_loop import FixedDocs, LoopResult, fit_query_tower
 from training.distill.query_tower import fixed_vectors, merged, query_tower
 from training.eval.search_metrics import search_metrics
 from training.train.phase_timer import PhaseTimer, phase
+from training.train.phases import LiveReference
 from training.train.step import ProgressFn
 
 logger = logging.getLogger(__name__)
@@ -103,6 +104,28 @@ def query_side_blocker(store: BundleStore, data_dir: str | Path, eval_split: str
     if manifest.extras.get(FINGERPRINT_KEY) == evaluation_fingerprint(data):
         return None  # the same documents, queries and judgements as the live bundle was built from
     return _documents_differ(store.version_path(live), data)
+
+
+def live_reference(store: BundleStore, data_dir: str | Path, eval_split: str) -> LiveReference | None:
+    """The live bundle's query encoder and document vectors (read back from its index), for a full retrain
+    to evaluate "before" and mine negatives with instead of encoding the corpus with the base model; None
+    when no live bundle holds this dataset's documents (query_side_blocker's conditions)."""
+    reason = query_side_blocker(store, data_dir, eval_split)
+    if reason is not None:
+        logger.info("no live bundle's vectors to start from (%s): the base model encodes the corpus", reason)
+        return None
+    version = str(store.current_version())
+    bundle = load_bundle(store.version_path(version), verify=False, mmap=True)
+    try:
+        vectors = fixed_vectors(bundle.index, range(bundle.index.ntotal))  # (n, D)
+    finally:
+        bundle.docstore.close()
+    logger.info(
+        "full retrain starts from live bundle %s's %d document vectors (no base encode)",
+        version,
+        len(vectors),
+    )
+    return LiveReference(bundle.encoder, list(bundle.doc_ids), vectors, version)
 
 
 def _documents_differ(folder: Path, data: RetrievalData) -> str | None:

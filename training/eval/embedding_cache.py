@@ -106,6 +106,9 @@ class EmbeddingCache:
             "corpus": corpus_fingerprint(texts),
             "max_seq_length": int(getattr(encoder.model, "max_seq_length", 0) or 0),
         }
+        backend = getattr(encoder, "document_backend", "torch")  # ONNX-encoded corpora (corpus_encoder.py)
+        if backend != "torch":
+            parts["backend"] = backend
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
     def get(self, key: str, n_rows: int | None = None) -> np.ndarray | None:

@@ -26,8 +26,10 @@ from training.bundle.store import PublishResult
 from training.distill.config import DistillConfig
 from training.distill.query_config import QueryRetrainConfig
 from training.eval.embedding_cache import EmbeddingCache
+from training.export.corpus_encoder import corpus_encoder_for
 from training.publish.index_model import index_model
 from training.train.phase_timer import PhaseTimer
+from training.train.phases import LiveReference
 from training.train.trainer import ProgressFn, TrainResult, train
 
 logger = logging.getLogger(__name__)
@@ -92,7 +94,8 @@ def run_pipeline(
             tolerance=tolerance, on_progress=on_progress, checkpoint=checkpoint,
         )  # fmt: skip
     cache = EmbeddingCache(cache_dir if cache_dir is not None else Path(work_dir) / CACHE_SUBDIR)
-    trained = _train_phase(config, data_dir, run_dir, timer, cache, on_progress, show_progress)
+    reference = _live_reference(bundles_dir, data_dir, config, backend, timer)
+    trained = _train_phase(config, data_dir, run_dir, timer, cache, on_progress, show_progress, reference)
     if checkpoint is not None:
         checkpoint()
     logger.info("pipeline: indexing %s into %s", data_dir, bundles_dir)
@@ -190,6 +193,7 @@ def _train_phase(
     cache: EmbeddingCache,
     on_progress: ProgressFn | None,
     show_progress: bool,
+    reference: LiveReference | None = None,
 ) -> TrainResult:
     logger.info("pipeline: training into %s", run_dir)
     return train(
@@ -200,7 +204,26 @@ def _train_phase(
         show_progress=show_progress,
         timer=timer,
         cache=cache,
+        reference=reference,
+        corpus_encoder=corpus_encoder_for,  # torch or ONNX for the one corpus encode, measured here
     )
+
+
+def _live_reference(
+    bundles_dir: str | Path,
+    data_dir: str | Path,
+    config: TrainConfig,
+    backend: BackendConfig | None,
+    timer: PhaseTimer,
+) -> LiveReference | None:
+    """A full retrain over the live bundle's documents starts from its vectors: one corpus encode, not two."""
+    if backend is not None and backend.backend == "milvus":
+        return None
+    from training.bundle.store import BundleStore
+    from training.distill.query_retrain import live_reference
+
+    with timer.phase("read the live bundle's vectors"):
+        return live_reference(BundleStore(bundles_dir), data_dir, config.eval_split)
 
 
 def _write_timings(timer: PhaseTimer, run_dir: Path) -> None:
