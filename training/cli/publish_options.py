@@ -32,10 +32,11 @@ class PublishOptions(BaseModel):
     onnx: bool = Field(True, description="Export + score the ONNX query encoders into the bundle.")
     # on by default: a new user's demo serves the static tower (~0.06 ms a query) instead of ONNX int8
     # (~1.5 ms), at the cost printed in the phase table ("distill query encoders")
-    distill: bool = Field(
-        True,
-        description="Also train the distilled query encoders (distill_variants) with default settings; "
-        "`python -m training distill` has every knob.",
+    distill: bool | None = Field(
+        None,
+        description="Train the distilled query encoders (distill_variants) with default settings; `python -m "
+        "training distill` has every knob. Unset: on where it can run (a train split, a FAISS index).",
+        json_schema_extra={"shown_default": "on"},
     )
     distill_variants: list[Variant] = Field(
         ["static"],
@@ -72,8 +73,9 @@ class PublishOptions(BaseModel):
             "force": self.force,
             "keep": self.keep,
             "onnx": self.onnx,
-            # --distill (the default): the default distillation of the chosen variants
-            "distill": DistillConfig(variants=self.distill_variants) if self.distill else None,
+            # the default distillation of the chosen variants, unless --no-distill; unset = where it can run
+            "distill": DistillConfig(variants=self.distill_variants) if self.distill is not False else None,
+            "distill_optional": self.distill is None,
             "backend": backend_config(
                 self.index_backend, self.milvus_uri, self.milvus_token, self.milvus_name
             ),

@@ -88,7 +88,9 @@ class QueryRetrainResult:
     seconds: float
 
 
-def query_side_blocker(store: BundleStore, data_dir: str | Path, eval_split: str) -> str | None:
+def query_side_blocker(
+    store: BundleStore, data_dir: str | Path, eval_split: str, *, data: RetrievalData | None = None
+) -> str | None:
     """Why a query-side retrain cannot run on this folder and dataset (None: it can). `auto` falls back to
     a full retrain on any reason: nothing live, an index outside the bundle (Milvus), a model that is not
     cosine InfoNCE, or documents that are not the live bundle's."""
@@ -100,7 +102,7 @@ def query_side_blocker(store: BundleStore, data_dir: str | Path, eval_split: str
         return f"live bundle {live} keeps its vectors in Milvus (query-side retrain needs its FAISS index)"
     if manifest.metric.similarity != "cosine":
         return f"live bundle {live} is an AnInfoNCE model (query-side retrain supports cosine InfoNCE)"
-    data = load_split(data_dir, eval_split)
+    data = data if data is not None else load_split(data_dir, eval_split)
     if manifest.extras.get(FINGERPRINT_KEY) == evaluation_fingerprint(data):
         return None  # the same documents, queries and judgements as the live bundle was built from
     return _documents_differ(store.version_path(live), data)
@@ -171,16 +173,16 @@ def query_side_retrain(
     started = time.perf_counter()
     stop = checkpoint or (lambda: None)
     store = BundleStore(bundles_dir, keep=keep)
-    blocker = query_side_blocker(store, data_dir, train_config.eval_split)
-    if blocker is not None:
-        raise ConfigError(f"--tower query: {blocker}")
-    parent = str(store.current_version())
-    parent_dir = store.version_path(parent)
+    with phase(timer, "load data + live bundle"):
+        fit, val, test = _splits(data_dir, train_config)
+        blocker = query_side_blocker(store, data_dir, train_config.eval_split, data=test)
+        if blocker is not None:
+            raise ConfigError(f"--tower query: {blocker}")
+        parent = str(store.current_version())
+        parent_dir = store.version_path(parent)
+        live = load_bundle(parent_dir, verify=False, mmap=True)  # publishing verifies every checksum
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    with phase(timer, "load data + live bundle"):
-        live = load_bundle(parent_dir, verify=False, mmap=True)  # publishing verifies every checksum
-        fit, val, test = _splits(data_dir, train_config)
     try:
         with store.build_dir() as staging:
             with phase(timer, "query pairs + mine negatives (live index)"):

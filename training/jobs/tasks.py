@@ -172,6 +172,7 @@ def _retrain(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
             force=options.force,
             onnx=options.onnx,
             distill=_distill_config(options.distill),
+            distill_optional="distill" not in record.options,
             on_progress=heartbeat.on_progress,
             show_progress=False,  # progress goes to the job record, not to tqdm bars in the worker log
             checkpoint=heartbeat.check_cancel,
@@ -207,6 +208,7 @@ def _reindex(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
         force=options.force,
         onnx=options.onnx,
         distill=_distill_config(options.distill),
+        distill_optional="distill" not in record.options,  # the default static tower: where it can run
         show_progress=False,
         checkpoint=heartbeat.check_cancel,
         cache=EmbeddingCache(embedding_cache_dir(record.bundles_dir)),
