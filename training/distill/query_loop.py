@@ -88,7 +88,7 @@ def fit_query_tower(
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: linear_schedule(s, warmup, total))
     saved_len = model.max_seq_length
     model.max_seq_length = min(config.query_max_seq_length, saved_len or config.query_max_seq_length)
-    stopper = _Stopper(validate, config.query_patience, params)
+    stopper = _Stopper(_at_length(model, saved_len, validate), config.query_patience, params)
     stopper.check(0)  # the live query tower's own score: a retrain that never beats it changes nothing
     meter = StepMeter(PHASE, total, timer)
     started = time.perf_counter()
@@ -149,8 +149,9 @@ def _step(
 ) -> tuple[float, int]:
     """One optimiser step; returns (loss, extra negatives the batch's rows saw)."""
     positives = [pairs.positives[i] for i in batch]
-    in_batch = set(positives)
-    extra_pos = sorted({j for i in batch for j in negatives[i]} - in_batch)
+    # every row sees every extra negative: none may be a known positive of any query in the batch
+    forbidden = set(positives).union(*(pairs.known.get(pairs.keys[i], set()) for i in batch))
+    extra_pos = sorted({j for i in batch for j in negatives[i]} - forbidden)
     q = embed(model, [pairs.texts[i] for i in batch])  # (B, D), the only side with gradients
     d = docs.of(positives)  # (B, D) fixed
     extra = docs.of(extra_pos) if extra_pos else None  # (M, D) fixed
@@ -160,6 +161,24 @@ def _step(
     torch.nn.utils.clip_grad_norm_(params, 1.0)
     optimizer.step()
     return float(loss.detach()), len(extra_pos)
+
+
+def _at_length(
+    model: Any, length: int | None, validate: Callable[[], float] | None
+) -> Callable[[], float] | None:
+    """`validate` run with the model at `length` tokens (the serving limit), the training limit restored."""
+    if validate is None:
+        return None
+
+    def check() -> float:
+        training_len = model.max_seq_length
+        model.max_seq_length = length
+        try:
+            return validate()
+        finally:
+            model.max_seq_length = training_len
+
+    return check
 
 
 def _progress(on_progress: ProgressFn | None, record: dict[str, Any], elapsed: float, total: int) -> None:
@@ -189,7 +208,7 @@ class _Stopper:
     def check(self, step: int) -> None:
         if self.validate is None:
             return
-        score = float(self.validate())
+        score = float(self.validate())  # the caller encodes with the tower's serving token limit
         self.curve.append({"step": step, "ndcg@10": round(score, 6)})
         logger.info("query tower validation nDCG@10 at step %d: %.4f", step, score)
         if self.best is None or score > self.best:

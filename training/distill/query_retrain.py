@@ -50,6 +50,7 @@ from contract.encoding.encoder import Encoder
 from contract.encoding.similarity import SIMILARITY_FILE
 from contract.errors import ConfigError
 from contract.index.backend import is_milvus
+from training.bundle.portable_paths import portable, relocate_report
 from training.bundle.store import FINGERPRINT_KEY, BundleStore, PublishResult, evaluation_fingerprint
 from training.data.retrieval_data import RetrievalData
 from training.data.split import load_split
@@ -405,6 +406,7 @@ def _write_report(
             f"sample; query_report_pool {config.query_report_pool})"
         )
     write_report(report, staging / "report")
+    relocate_report(staging / "report" / "report.json", MODEL_DIR)  # no build-machine path in a bundle
 
 
 def _judged_in(data: RetrievalData, keep: set[str]) -> RetrievalData:
@@ -458,6 +460,7 @@ def _write_manifest(
         {"config": train_config.model_dump(mode="json"), "query_retrain": config.model_dump(mode="json"),
          "created_at": manifest.created_at.isoformat()}
     )  # fmt: skip
+    manifest.extras = portable(manifest.extras)
     manifest.files = checksums(staging)
     write_json_atomic(staging / MANIFEST_FILE, manifest.model_dump(mode="json"))
 
