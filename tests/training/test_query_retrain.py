@@ -285,3 +285,27 @@ def test_auto_takes_the_fastest_runtime_within_the_ndcg_budget(world, tmp_path, 
     assert (record["chosen"] == "torch") == (
         chosen.documents is chosen and not isinstance(chosen, ce.OnnxCorpusEncoder)
     )
+
+
+def test_train_tower_query_writes_a_two_tower_model_and_publishes_nothing(world, tmp_path):
+    import sys
+
+    bundles = world["bundles"]
+    before = sorted(p.name for p in bundles.iterdir())
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "training", "train", "--data", str(world["data"]), "--out", str(out),
+         "--tower", "query", "--bundles", str(bundles), "--max-steps", "1", "--query-batch-size", "8",
+         "--validation-fraction", "0", "--no-report", "--quiet"],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "query tower vs the live bundle" in done.stdout
+    assert Encoder.load(out / "model").two_towers
+    assert json.loads((out / "metrics.json").read_text())["base_is"].startswith("live bundle")
+    assert sorted(p.name for p in bundles.iterdir()) == before  # nothing published
+    missing = subprocess.run(
+        [sys.executable, "-m", "training", "train", "--data", str(world["data"]), "--out", str(out),
+         "--tower", "query"], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert missing.returncode != 0 and "--tower query needs --bundles" in missing.stderr

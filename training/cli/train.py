@@ -38,7 +38,7 @@ def _prepare_run(
     return config
 
 
-@with_config_options(TrainConfig)
+@with_config_options(TrainConfig, QueryRetrainConfig)
 def train_cmd(
     data: DataOpt,
     out: Annotated[
@@ -51,9 +51,27 @@ def train_cmd(
     log_level: LogLevelOpt = "INFO",
     quiet: QuietOpt = False,
     as_json: JsonOpt = False,
+    bundles: Annotated[
+        Path | None,
+        typer.Option(
+            "--bundles",
+            help="With --tower query (or auto): the bundles folder whose live bundle's fixed documents the query "
+            "tower trains against; OUT/model is then a two-tower folder and nothing is published (`pipeline` "
+            "publishes).",
+        ),
+    ] = None,
     **overrides: Any,
 ) -> None:
     config = _prepare_run(data, config_file, log_level, overrides, quiet=quiet)
+    query = given_config(QueryRetrainConfig, overrides)
+    if query.tower != "full":
+        if bundles is None:
+            fail(f"--tower {query.tower} needs --bundles: the live bundle whose documents stay fixed")
+        from training.publish.pipeline import resolve_tower
+
+        if query.tower == "query" or resolve_tower(query, data, bundles, config, None)[0] == "query":
+            _train_query_tower(config, query, data, out, bundles, as_json)
+            return
     from training.export.corpus_encoder import corpus_encoder_for
     from training.train.trainer import train  # torch and friends load only when a run starts
 
@@ -75,6 +93,29 @@ def train_cmd(
     typer.echo(text_table(result.base_metrics, result.tuned_metrics))
     typer.echo(
         f"trained in {result.train_seconds:.0f}s; model in {result.model_dir}, metrics in {result.metrics_path}"
+    )
+
+
+def _train_query_tower(
+    config: TrainConfig, query: QueryRetrainConfig, data: Path, out: Path, bundles: Path, as_json: bool
+) -> None:
+    """`train --tower query`: the query tower trained against the live bundle, written to OUT, unpublished."""
+    from training.distill.query_retrain import query_side_retrain
+
+    with one_line_errors():
+        done = query_side_retrain(
+            data, bundles, train_config=config, config=query, run_dir=out, publish=False
+        )
+    if as_json:
+        echo_json({"base": done.base_metrics, "tuned": done.tuned_metrics, "train_seconds": done.loop.seconds,
+                   "out_dir": out, "model_dir": out / "model", "parent": done.parent})  # fmt: skip
+        return
+    typer.echo(
+        f"query tower vs the live bundle {done.parent}'s query encoder (its documents, not encoded again):"
+    )
+    typer.echo(text_table(done.base_metrics, done.tuned_metrics))
+    typer.echo(
+        f"trained in {done.loop.seconds:.0f}s; two-tower model in {out / 'model'}, metrics in {out / 'metrics.json'}"
     )
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -79,7 +80,7 @@ PARENT_ONLY_EXTRAS = ("onnx", "query_encoders", "training_metrics", "distilled_f
 
 @dataclass
 class QueryRetrainResult:
-    publish: PublishResult
+    publish: PublishResult | None  # None: not published (`train --tower query`)
     parent: str
     base_metrics: dict[str, float]  # the live query encoder on the test split, through the shared index
     tuned_metrics: dict[str, float]  # the tuned query tower, the same way
@@ -167,10 +168,12 @@ def query_side_retrain(
     on_progress: ProgressFn | None = None,
     checkpoint: Callable[[], None] | None = None,
     timer: PhaseTimer | None = None,
+    publish: bool = True,
 ) -> QueryRetrainResult:
     """Train a query tower against the live bundle of `bundles_dir` and publish it as a new version
     sharing the live index (see the module docstring). `train_config` gives the splits, the validation
-    carve, the seed, `max_steps` and `eval_max_queries` (the report's queries)."""
+    carve, the seed, `max_steps` and `eval_max_queries` (the report's queries). `publish=False` (`train
+    --tower query`): the two-tower model and its report go into `run_dir` instead; nothing is published."""
     started = time.perf_counter()
     stop = checkpoint or (lambda: None)
     store = BundleStore(bundles_dir, keep=keep)
@@ -207,6 +210,13 @@ def query_side_retrain(
                     evaluation_fingerprint(test),
                 )  # fmt: skip
                 _write_run(run_dir, train_config, config, data_dir, pairs, base, tuned, loop, parent)
+            if not publish:
+                shutil.copytree(staging / MODEL_DIR, run_dir / MODEL_DIR, dirs_exist_ok=True)
+                if (staging / "report").is_dir():
+                    shutil.copytree(staging / "report", run_dir / "report", dirs_exist_ok=True)
+                return QueryRetrainResult(
+                    None, parent, base, tuned, loop, shared, run_dir, time.perf_counter() - started
+                )
             _attach(staging, data_dir, test, train_config, onnx, distill, timer, stop)
             stop()  # the last moment a cancel is honoured
             with phase(timer, "publish"):

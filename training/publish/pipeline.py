@@ -171,6 +171,7 @@ def _query_side(
     done = query_side_retrain(
         data_dir, bundles_dir, train_config=config, config=query, run_dir=run_dir, timer=timer, **publish
     )
+    assert done.publish is not None  # published: the pipeline always publishes
     version_dir = Path(bundles_dir) / done.publish.version
     trained = TrainResult(
         out_dir=run_dir,
