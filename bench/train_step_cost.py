@@ -31,7 +31,7 @@ SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 
 # name -> overrides of the default TrainConfig (full cells) or of QueryRetrainConfig (query cells)
 CELLS: dict[str, dict[str, Any]] = {
-    "default (3 neg, 128 tok)": {},
+    "default": {},  # 3 mined negatives a pair, 128 tokens
     "0 neg": {"hard_negatives": 0},
     "1 neg": {"hard_negatives": 1},
     "doc 64 tok": {"max_seq_length": 64},
