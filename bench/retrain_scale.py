@@ -143,6 +143,12 @@ def main() -> None:
     parser.add_argument("--full-sizes", default="0")
     parser.add_argument("--no-onnx", action="store_true")
     parser.add_argument("--no-distill", action="store_true")
+    parser.add_argument(
+        "--project",
+        default="",
+        help="comma-separated sizes to print a full-retrain projection for (index and BM25 phases scaled "
+        "linearly from the nearest measured setup)",
+    )
     args = parser.parse_args()
     import logging
 
@@ -210,6 +216,15 @@ def main() -> None:
         ratio = f"{q['seconds'] / full_s:.3f}" if full_s else "–"
         print(f"| {row['n_docs']:,} | {q['seconds']:.0f} | {row['base_dense']:.4f} → {q['dense']:.4f} | {full_label} | "
               f"{'–' if full_dense is None else f'{full_dense:.4f}'} | {ratio} | {gain} |")  # fmt: skip
+    for size in [int(x) for x in args.project.split(",") if x]:
+        if measured is None:
+            break
+        near = min(results.values(), key=lambda r: abs(r["n_docs"] - size))
+        scale = size / near["n_docs"]
+        setup = {"phases": {k: v * scale for k, v in near["setup"]["phases"].items()}}
+        print(f"full retrain at {size:,} documents: {projection(measured['full'], measured['n_docs'], setup, size):.0f} s "
+              f"(PROJECTION: measured full run at {measured['n_docs']:,} documents, corpus encode scaled linearly, "
+              f"index and BM25 phases scaled from the setup at {near['n_docs']:,})")  # fmt: skip
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 

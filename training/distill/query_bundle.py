@@ -12,6 +12,7 @@ Where a hard link is impossible (another filesystem), the file is copied and the
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -21,16 +22,36 @@ from typing import Any
 
 import numpy as np
 
-from contract.bundles.bundle import DOCS_FILE, IDS_FILE, INDEX_FILE, LEXICAL_DIR, MODEL_DIR
+from contract.atomic import write_json_atomic, write_text_atomic
+from contract.bundles.bundle import (
+    DOCS_FILE,
+    IDS_FILE,
+    INDEX_FILE,
+    LEXICAL_DIR,
+    MANIFEST_FILE,
+    MODEL_DIR,
+    Bundle,
+    checksums,
+    new_version_id,
+)
+from contract.config import TrainConfig
 from contract.encoding.encoder import DOCUMENT_DIR
 from contract.encoding.similarity import Similarity
 from contract.index.fusion import DEFAULT_DEPTH, MODES, FusionParams
 from contract.index.lexical_index import LexicalIndex
 from contract.index.vector_index import Ranking
+from training.bundle.portable_paths import portable
+from training.bundle.store import FINGERPRINT_KEY
+from training.distill.pairs import DistillPairs
+from training.distill.query_config import QueryRetrainConfig
+from training.distill.query_loop import LoopResult
 from training.hybrid.fusion_tuning import metrics_of, runs_for_mode, tune
 
 logger = logging.getLogger(__name__)
 
+EXTRAS_KEY = "query_retrain"  # manifest.extras: the parent, the tower, its training and what is shared
+# extras of the parent that describe its own build, not this version's
+PARENT_ONLY_EXTRAS = ("onnx", "query_encoders", "training_metrics", "distilled_from", "reindexed_from")
 SHARED_FILES = (INDEX_FILE, IDS_FILE, DOCS_FILE)
 DOCUMENT_TOWER = f"{MODEL_DIR}/{DOCUMENT_DIR}/"
 
@@ -114,3 +135,78 @@ def retune_modes(
     }
     record["lexical"] = lexical.params
     return record, by_mode
+
+
+def write_manifest(
+    staging: Path,
+    live: Bundle,
+    parent: str,
+    config: QueryRetrainConfig,
+    train_config: TrainConfig,
+    loop: LoopResult,
+    shared: Mapping[str, str],
+    retrieval: dict[str, Any],
+    by_mode: dict[str, dict[str, float]],
+    fingerprint: str,
+) -> None:
+    """The parent's manifest as the start: a new version id, this version's metrics, record and checksums."""
+    from datetime import UTC, datetime
+
+    from contract.bundles.run_record import TrainingRecord
+
+    manifest = live.manifest.model_copy(deep=True)
+    manifest.version = new_version_id()
+    manifest.created_at = datetime.now(UTC)
+    manifest.extras = {k: v for k, v in manifest.extras.items() if k not in PARENT_ONLY_EXTRAS}
+    manifest.extras[FINGERPRINT_KEY] = fingerprint
+    manifest.extras["retrieval"] = retrieval
+    manifest.extras[EXTRAS_KEY] = {
+        "parent": parent,
+        "tower": config.query_tower,
+        "config": config.model_dump(mode="json"),
+        "steps": loop.steps,
+        "seconds": loop.seconds,
+        "best_step": loop.best_step,
+        "best_validation_ndcg@10": loop.best_validation,
+        "validation_curve": loop.curve,
+        "stopped_early": loop.stopped_early,
+        "shared_files": dict(shared),
+        "documents_encoded": 0,
+    }
+    manifest.metrics = {f"test.{m}": v for m, v in by_mode.items()}
+    manifest.metrics["test"] = by_mode[retrieval["default_mode"]]
+    manifest.training_config = TrainingRecord.model_validate(
+        {"config": train_config.model_dump(mode="json"), "query_retrain": config.model_dump(mode="json"),
+         "created_at": manifest.created_at.isoformat()}
+    )  # fmt: skip
+    manifest.extras = portable(manifest.extras)
+    manifest.files = checksums(staging)
+    write_json_atomic(staging / MANIFEST_FILE, manifest.model_dump(mode="json"))
+
+
+def write_run(
+    run_dir: Path,
+    train_config: TrainConfig,
+    config: QueryRetrainConfig,
+    data_dir: str | Path,
+    pairs: DistillPairs,
+    base: dict[str, float],
+    tuned: dict[str, float],
+    loop: LoopResult,
+    parent: str,
+) -> None:
+    """The run folder, as `train` leaves one: config.json, metrics.json, train_log.jsonl."""
+    n_queries = sum(1 for k in pairs.keys if ":" not in k)
+    write_json_atomic(
+        run_dir / "config.json",
+        {"config": train_config.model_dump(mode="json"), "query_retrain": config.model_dump(mode="json"),
+         "parent": parent, "data": {"source": str(data_dir), "n_train_pairs": len(pairs.texts),
+                                    "n_query_pairs": n_queries}},
+    )  # fmt: skip
+    write_json_atomic(
+        run_dir / "metrics.json",
+        {"base": base, "tuned": tuned, "base_is": f"live bundle {parent}'s query encoder",
+         "validation_curve": loop.curve},
+    )  # fmt: skip
+    lines = "".join(json.dumps(r) + "\n" for r in loop.log)
+    write_text_atomic(run_dir / "train_log.jsonl", lines)

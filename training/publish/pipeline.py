@@ -140,7 +140,7 @@ def resolve_tower(
     if tower == "query":
         return "query", "asked for (tower query)"
     from training.bundle.store import BundleStore
-    from training.distill.query_retrain import query_side_blocker
+    from training.distill.query_eligibility import query_side_blocker
 
     if backend is not None and backend.backend == "milvus":
         return "full", "the index backend is milvus"
@@ -223,7 +223,7 @@ def _live_reference(
     if backend is not None and backend.backend == "milvus":
         return None
     from training.bundle.store import BundleStore
-    from training.distill.query_retrain import live_reference
+    from training.distill.query_eligibility import live_reference
 
     with timer.phase("read the live bundle's vectors"):
         return live_reference(BundleStore(bundles_dir), data_dir, config.eval_split)
