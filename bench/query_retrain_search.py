@@ -28,6 +28,18 @@ RECIPES: dict[str, dict[str, Any]] = {
     "lora lr2e-4 0 neg": {"query_hard_negatives": 0},
     "lora lr2e-4 +pseudo 2k": {"query_title_queries": 1000, "query_sentence_queries": 1000},
     "truncated 4 lr1e-4": {"query_tower": "truncated", "query_layers": 4, "query_lr": 1e-4},
+    "lora lr1e-3 symmetric": {"query_lr": 1e-3, "query_symmetric": True},
+    "lora lr1e-3 +pseudo all": {
+        "query_lr": 1e-3,
+        "query_title_queries": 5000,
+        "query_sentence_queries": 5000,
+    },
+    "full lr2e-5 +pseudo all": {
+        "query_tower": "full",
+        "query_lr": 2e-5,
+        "query_title_queries": 5000,
+        "query_sentence_queries": 5000,
+    },
 }
 
 

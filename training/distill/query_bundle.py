@@ -42,6 +42,7 @@ from contract.index.lexical_index import LexicalIndex
 from contract.index.vector_index import Ranking
 from training.bundle.portable_paths import portable
 from training.bundle.store import FINGERPRINT_KEY
+from training.cards.bundle_card import write_bundle_model_card
 from training.distill.pairs import DistillPairs
 from training.distill.query_config import QueryRetrainConfig
 from training.distill.query_loop import LoopResult
@@ -180,6 +181,14 @@ def write_manifest(
          "created_at": manifest.created_at.isoformat()}
     )  # fmt: skip
     manifest.extras = portable(manifest.extras)
+    # model/README.md: the project's card from this version's records (not sentence-transformers' generic one)
+    write_bundle_model_card(
+        staging,
+        training_config=manifest.training_config.model_dump(mode="json"),
+        base_model=manifest.base_model,
+        metrics=manifest.metrics,
+        extras=manifest.extras,
+    )
     manifest.files = checksums(staging)
     write_json_atomic(staging / MANIFEST_FILE, manifest.model_dump(mode="json"))
 

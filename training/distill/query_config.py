@@ -48,6 +48,11 @@ class QueryRetrainConfig(BaseModel):
     query_batch_size: int = Field(
         32, ge=2, description="Pairs per step; the batch's other positives are in-batch negatives."
     )
+    query_symmetric: bool = Field(
+        False,
+        description="Also the document→query cross-entropy (CLIP-style symmetric InfoNCE); the documents stay fixed, "
+        "the gradient still reaches only the query tower.",
+    )
     query_hard_negatives: int = Field(
         3,
         ge=0,

@@ -99,7 +99,9 @@ def fit_query_tower(
         for batch in batches:
             if step >= total or stopper.stop:
                 break
-            loss, n_extra = _step(model, params, optimizer, pairs, docs, negatives, batch, temperature)
+            loss, n_extra = _step(
+                model, params, optimizer, pairs, docs, negatives, batch, temperature, config.query_symmetric
+            )
             scheduler.step()
             step += 1
             meter.step()
@@ -146,6 +148,7 @@ def _step(
     negatives: list[list[int]],
     batch: list[int],
     temperature: float,
+    symmetric: bool = False,
 ) -> tuple[float, int]:
     """One optimiser step; returns (loss, extra negatives the batch's rows saw)."""
     positives = [pairs.positives[i] for i in batch]
@@ -155,7 +158,7 @@ def _step(
     q = embed(model, [pairs.texts[i] for i in batch])  # (B, D), the only side with gradients
     d = docs.of(positives)  # (B, D) fixed
     extra = docs.of(extra_pos) if extra_pos else None  # (M, D) fixed
-    loss = info_nce_loss(q, d, temperature=temperature, extra_docs=extra)
+    loss = info_nce_loss(q, d, temperature=temperature, extra_docs=extra, symmetric=symmetric)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(params, 1.0)
