@@ -144,6 +144,12 @@ def main() -> None:
     parser.add_argument("--no-onnx", action="store_true")
     parser.add_argument("--no-distill", action="store_true")
     parser.add_argument(
+        "--skip-query", action="store_true", help="only the full retrains (another WORK runs the rest)"
+    )
+    parser.add_argument(
+        "--merge", type=Path, action="append", default=[], help="another WORK's results to print with"
+    )
+    parser.add_argument(
         "--project",
         default="",
         help="comma-separated sizes to print a full-retrain projection for (index and BM25 phases scaled "
@@ -178,7 +184,7 @@ def main() -> None:
         base_m = read_manifest(bundles / row["setup"]["version"])
         row["base_dense"] = base_m.metrics.get("test.dense", {}).get("ndcg@10")
         row["base_served"] = base_m.metrics.get("test", {}).get("ndcg@10")
-        if "query" not in row:
+        if "query" not in row and not args.skip_query:
             store.activate(row["setup"]["version"])
             row["query"] = retrain(data, bundles, args.work / f"runs-{size}", "query",
                                    onnx=not args.no_onnx, distill=not args.no_distill)  # fmt: skip
@@ -191,6 +197,10 @@ def main() -> None:
                                   onnx=not args.no_onnx, distill=not args.no_distill)  # fmt: skip
             results_file.write_text(json.dumps(results, indent=1))
         print(f"size {size}: {json.dumps({k: v for k, v in row.items() if k != 'setup'})[:400]}", flush=True)
+    for other in args.merge:  # rows of another WORK (e.g. its full retrain), this WORK's own first
+        for key, row in json.loads((other / "retrain_scale.json").read_text()).items():
+            for part, value in row.items():
+                results.setdefault(key, {}).setdefault(part, value)
     measured = next((r for r in results.values() if "full" in r), None)
     print("\n| documents | query-side to live (s) | query-side nDCG@10 dense (base → tuned) | full to live (s) "
           "| full nDCG@10 dense | query-side time / full | query-side gain / full gain |")  # fmt: skip
