@@ -42,6 +42,7 @@ QUICK = {
     "lr": 1e-7,
     "eval_max_queries": 20,
     "onnx": False,
+    "distill": False,  # the static tower is on by default; tests/training/test_distill.py covers it
 }
 # many steps, so there is time to cancel or kill it mid-training
 LONG = {
@@ -51,6 +52,7 @@ LONG = {
     "lr": 1e-7,
     "eval_max_queries": 5,
     "report": False,
+    "distill": False,
 }
 
 
@@ -183,7 +185,7 @@ def test_two_retrains_run_one_after_the_other_and_the_app_serves_the_result(env)
 def test_reindex_publishes_the_live_model_into_a_new_bundle(env):
     client, worker, bundles = env["client"], env["worker"], env["bundles"]
     live = _current(bundles)
-    job_id = _submit(env, "reindex", {"index_kind": "flat", "onnx": False})
+    job_id = _submit(env, "reindex", {"index_kind": "flat", "onnx": False, "distill": False})
     job = _wait("reindex", lambda: _finished(client, job_id), worker)
     assert job["state"] == "succeeded", (job, worker.tail())
     assert job["live"] is True and job["bundle_version"] != live

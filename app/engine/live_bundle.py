@@ -173,7 +173,8 @@ class LiveBundle:
         (no cache: it holds queries). The one document encoder of the API: upserts, /embed, re-encoded
         log rows (app/live/mutation_applier.py)."""
         ids = token_ids if token_ids is not None else self.tokenize(texts)
-        emb = encode_token_ids(self.encoder, texts, ids, batch_size=DOCUMENT_ENCODE_BATCH)
+        # a two-tower bundle (query-side retrain) encodes documents with its fixed document tower
+        emb = encode_token_ids(self.encoder.documents, texts, ids, batch_size=DOCUMENT_ENCODE_BATCH)
         return self.encoder.to_index_space(emb)  # (n, dim)
 
     def vectors_to_index_space(self, vectors: Sequence[Sequence[float]], field_name: str) -> np.ndarray:

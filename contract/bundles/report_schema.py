@@ -216,6 +216,14 @@ class ServedQueryEncoder(_Strict):
         return self.temperature
 
 
+class Towers(_Strict):
+    """Which encoders the report's risks use when queries and documents come from different towers."""
+
+    query: str = Field(description="the query encoder the risks score")
+    documents: str = Field(description="where the document embeddings come from")
+    note: str = ""
+
+
 class GapReport(_Strict):
     """Estimated generalization gap of one encoder (Whiteley 2026, arXiv 2607.09405)."""
 
@@ -295,6 +303,11 @@ class GapReport(_Strict):
     plots: list[str] = Field(default_factory=list, description="PNG files beside report.json")
     notes: list[str] = Field(default_factory=list)
     served_query_encoder: ServedQueryEncoder | None = None
+    towers: Towers | None = Field(
+        None,
+        description="set when the query tower was trained against fixed document embeddings (a query-side "
+        "retrain): the risks are of that query tower against those documents; absent = one model for both",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -12,6 +12,12 @@ the scores are the model's `Similarity`'s (contract/encoding/similarity.py); the
 
 The similarity travels with the model in `similarity.json` beside the sentence-transformers files, so
 a model folder alone says how it must be searched.
+
+Two towers. A model folder may hold a second sentence-transformers folder, `document/`: then the folder's
+own model encodes queries and `document/` encodes documents (`encode(kind=...)` routes). A query-side
+retrain (training/distill/query_retrain.py) writes such folders: it tunes the query tower only, and
+`document/` is the parent bundle's document encoder, unchanged (hard-linked), so the index built with it
+stays valid. Without `document/` one model encodes both, as before.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ logger = logging.getLogger(__name__)
 
 TextKind = Literal["query", "document"]
 DEFAULT_MODEL_NAME = "all-MiniLM-L6-v2"
+DOCUMENT_DIR = "document"  # inside a model folder: the document tower of a two-tower model
 
 
 def default_model_path() -> Path:
@@ -56,10 +63,18 @@ def document_text(title: str | None, text: str) -> str:
 class Encoder:
     """A sentence-transformers model plus the similarity it was trained with."""
 
-    def __init__(self, model: Any, similarity: Similarity | None = None, *, source: str = ""):
-        self.model = model
+    def __init__(
+        self,
+        model: Any,
+        similarity: Similarity | None = None,
+        *,
+        source: str = "",
+        document_model: Any = None,
+    ):
+        self.model = model  # the query tower (and the document tower unless document_model is given)
         self.similarity = similarity or Similarity()
         self.source = source
+        self.document_model = document_model  # a two-tower model's fixed document tower, else None
         if self.similarity.lam is not None and len(self.similarity.lam) != self.dim:
             raise ModelLoadError(
                 f"{SIMILARITY_FILE}: lambda has {len(self.similarity.lam)} entries, model dim is {self.dim}"
@@ -81,16 +96,49 @@ class Encoder:
         except Exception as exc:  # library errors vary; the user needs the folder and the reason
             raise ModelLoadError(f"cannot load model from {folder}: {exc}") from exc
         similarity = similarity_on_disk(folder)
-        logger.info("loaded encoder %s (dim %d, metric %s)", folder, _embedding_dim(model), similarity.metric)
-        return cls(model, similarity, source=str(folder))
+        document_model = None
+        if (folder / DOCUMENT_DIR / "modules.json").exists():
+            try:
+                document_model = SentenceTransformer(
+                    str(folder / DOCUMENT_DIR), device=device, local_files_only=True
+                )
+            except Exception as exc:
+                raise ModelLoadError(
+                    f"cannot load the document tower {folder / DOCUMENT_DIR}: {exc}"
+                ) from exc
+            if _embedding_dim(document_model) != _embedding_dim(model):
+                raise ModelLoadError(
+                    f"{folder / DOCUMENT_DIR}: document tower dim {_embedding_dim(document_model)} != "
+                    f"query tower dim {_embedding_dim(model)}"
+                )
+        logger.info(
+            "loaded encoder %s (dim %d, metric %s%s)", folder, _embedding_dim(model), similarity.metric,
+            ", two towers" if document_model is not None else "",
+        )  # fmt: skip
+        return cls(model, similarity, source=str(folder), document_model=document_model)
 
     def save(self, path: str | Path) -> Path:
-        """Write the model as safetensors plus similarity.json into `path`."""
+        """Write the model as safetensors plus similarity.json into `path` (a document tower into
+        `path/document/`)."""
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
         self.model.save(str(folder), safe_serialization=True)
         (folder / SIMILARITY_FILE).write_text(json.dumps(self.similarity.to_json(), indent=2))
+        if self.document_model is not None:
+            self.document_model.save(str(folder / DOCUMENT_DIR), safe_serialization=True)
         return folder
+
+    @property
+    def two_towers(self) -> bool:
+        return self.document_model is not None
+
+    @property
+    def documents(self) -> Encoder:
+        """The encoder of documents: this one, or a two-tower model's document tower (same similarity)."""
+        if self.document_model is None:
+            return self
+        source = str(Path(self.source) / DOCUMENT_DIR) if self.source else ""
+        return Encoder(self.document_model, self.similarity, source=source)
 
     # -- encoding -----------------------------------------------------------------------------------
     @property
@@ -114,8 +162,12 @@ class Encoder:
         batch_size: int = 32,
         show_progress: bool = False,
     ) -> np.ndarray:
-        """Embed texts: float32 array (n, dim), every row L2-normalised."""
-        del kind  # all-MiniLM-L6-v2 uses no query/document prefixes; kept so callers say what they embed
+        """Embed texts: float32 array (n, dim), every row L2-normalised.
+
+        `kind` picks the tower of a two-tower model; all-MiniLM-L6-v2 itself uses no query/document
+        prefixes."""
+        if kind == "document" and self.document_model is not None:
+            return self.documents.encode(texts, batch_size=batch_size, show_progress=show_progress)
         if len(texts) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
         emb = self.model.encode(

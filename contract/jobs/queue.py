@@ -20,7 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from huey import Huey, RedisHuey, SqliteHuey
 from huey.api import TaskWrapper
@@ -63,13 +63,18 @@ __all__ = [
 
 
 class RetrainOptions(TrainConfig):
-    """retrain options: every TrainConfig field, plus how the candidate bundle is indexed and gated."""
+    """retrain options: every TrainConfig field, plus what is retrained and how the candidate bundle is
+    indexed and gated."""
 
+    # auto: a query-side retrain (only a query tower, against the live bundle's fixed document vectors and
+    # index: no corpus encode, training/distill/query_retrain.py) when the live bundle holds this dataset's
+    # documents unchanged, is FAISS and cosine, and no base_model is given; otherwise full
+    tower: Literal["auto", "full", "query"] = "auto"
     index_kind: IndexKind = "auto"
     index_backend: IndexBackend = "faiss"  # milvus: the worker's --milvus-uri (docs/deploy.md)
     force: bool = False  # True: publish live even if the quality gate would keep it as a candidate
     onnx: bool = True  # export + quality-check the ONNX query encoders into the bundle
-    distill: bool = False  # also train + score the distilled query encoders (training.distill.bundle_step)
+    distill: bool = True  # also train + score the static query encoder (training.distill.bundle_step)
 
 
 class ReindexOptions(BaseModel):
@@ -83,7 +88,7 @@ class ReindexOptions(BaseModel):
     # then answers from, so it must not become live behind the operator's back (a planted dataset would)
     force: bool = False
     onnx: bool = True  # export + quality-check the ONNX query encoders into the bundle
-    distill: bool = False  # also train + score the distilled query encoders (training.distill.bundle_step)
+    distill: bool = True  # also train + score the static query encoder (training.distill.bundle_step)
 
 
 OPTION_MODELS: dict[str, type[BaseModel]] = {"retrain": RetrainOptions, "reindex": ReindexOptions}

@@ -53,8 +53,15 @@ class ReplicaState:
 
 
 def encoder_key(files: Mapping[str, str]) -> str:
-    """Identity of a bundle's encoder: sha256 over the checksums of its model/ files (manifest.files)."""
-    model = sorted((k, v) for k, v in files.items() if k.startswith("model/"))
+    """Identity of a bundle's document encoder: sha256 over the checksums of its model/ files
+    (manifest.files). A two-tower model's documents are its model/document/ folder's (the parent
+    bundle's model/, hard-linked by a query-side retrain), so its key is the parent's and the log's
+    vectors stay valid for it."""
+    tower = "model/document/"
+    if any(k.startswith(tower) for k in files):
+        model = sorted(("model/" + k.removeprefix(tower), v) for k, v in files.items() if k.startswith(tower))
+    else:
+        model = sorted((k, v) for k, v in files.items() if k.startswith("model/"))
     return hashlib.sha256(json.dumps(model).encode()).hexdigest()[:16]
 
 

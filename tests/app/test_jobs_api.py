@@ -99,6 +99,8 @@ def test_unknown_dataset_is_404(client):
         ({"options": {"max_steps": 0}}, "options.max_steps"),
         ({"options": {"learning_rate": 1e-3}}, "options.learning_rate"),
         ({"type": "reindex", "options": {"index_kind": "annoy"}}, "options.index_kind"),
+        ({"options": {"tower": "documents"}}, "options.tower"),  # auto, full or query
+        ({"type": "reindex", "options": {"tower": "query"}}, "options.tower"),  # a reindex trains nothing
         ({"type": "deploy"}, "body.type"),
         ({"dataset": ""}, "body.dataset"),
     ],

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from training.data.demo_data import build_demo_dataset
-from training.train.phase_timer import TIMINGS_FILE, PhaseTimer, phase
+from training.train.phase_timer import TIMINGS_FILE, PhaseTimer, StepMeter, phase
 
 
 def test_phases_add_up_and_are_written(tmp_path):
@@ -28,8 +28,25 @@ def test_phases_add_up_and_are_written(tmp_path):
     saved = json.loads(timer.write(tmp_path).read_text())
     assert set(saved["phases_s"]) == {"a", "b"} and saved["total_s"] >= saved["phases_s"]["a"]
     table = timer.table()
-    assert table.splitlines()[0].split() == ["phase", "seconds", "share"]
-    assert table.splitlines()[-1].startswith("total")
+    assert table.splitlines()[0].split() == ["phase", "seconds", "share", "steps/s"]
+    assert table.splitlines()[-2].startswith("total")
+    assert table.splitlines()[-1].startswith("peak resident memory") and saved["peak_rss_mb"] > 0
+
+
+def test_a_step_meter_reports_rate_and_time_left(caplog):
+    import logging
+
+    timer = PhaseTimer()
+    with caplog.at_level(logging.INFO, logger="training.train.phase_timer"), timer.phase("steps"):
+        meter = StepMeter("steps", total=4, timer=timer, interval_s=0.0)
+        for _ in range(3):
+            time.sleep(0.01)
+            meter.step()
+        meter.close()
+    assert timer.steps["steps"] == 3 and 0 < meter.rate < 150
+    assert "2/4 steps" in caplog.text and "steps/s" in caplog.text and "to finish" in caplog.text
+    row = next(line for line in timer.table().splitlines() if line.startswith("steps"))
+    assert float(row.split()[-1]) == pytest.approx(3 / timer.seconds["steps"], rel=1e-3)
 
 
 def test_pipeline_on_the_demo_dataset_prints_and_saves_its_phase_times(tmp_path):
@@ -56,8 +73,22 @@ def test_pipeline_on_the_demo_dataset_prints_and_saves_its_phase_times(tmp_path)
         "index + bundle",
         "publish",
     }
+    expected.add("distill query encoders")  # the static query tower is built by default, its cost shown
     assert expected <= set(phases), phases
     assert all(seconds >= 0 for seconds in phases.values())
     for name in expected:  # the printed table names every phase
         assert name in done.stdout
     assert " live " in done.stdout
+    assert "steps/s" in done.stdout and "peak resident memory" in done.stdout
+
+    # again, tower auto: the live bundle holds this corpus, so only a query tower trains (no corpus encode)
+    again = subprocess.run(
+        [*cmd, "--tower", "auto", "--no-distill", "--query-batch-size", "4"], capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "query-side retrain" in again.stdout and "query tower steps" in again.stdout
+    second = max((tmp_path / "runs").glob("run-*"))
+    phases = json.loads((second / TIMINGS_FILE).read_text())
+    assert not {"encode + evaluate (base)", "encode + evaluate (tuned)"} & set(phases["phases_s"])
+    assert phases["steps"]["query tower steps"] == 2  # --max-steps caps the query tower's steps too

@@ -14,6 +14,7 @@ from training.cli.choices import LogLevelOpt
 from training.cli.config_options import ConfigFileOpt, given_config, load_config, with_config_options
 from training.cli.publish_options import PublishOptions
 from training.cli.support import JsonOpt, QuietOpt, configure_logging, echo_json, fail, one_line_errors
+from training.distill.query_config import QueryRetrainConfig
 
 if TYPE_CHECKING:
     from training.publish.pipeline import PipelineResult
@@ -37,7 +38,7 @@ def _prepare_run(
     return config
 
 
-@with_config_options(TrainConfig)
+@with_config_options(TrainConfig, QueryRetrainConfig)
 def train_cmd(
     data: DataOpt,
     out: Annotated[
@@ -50,13 +51,32 @@ def train_cmd(
     log_level: LogLevelOpt = "INFO",
     quiet: QuietOpt = False,
     as_json: JsonOpt = False,
+    bundles: Annotated[
+        Path | None,
+        typer.Option(
+            "--bundles",
+            help="With --tower query (or auto): the bundles folder whose live bundle's fixed documents the query "
+            "tower trains against; OUT/model is then a two-tower folder and nothing is published (`pipeline` "
+            "publishes).",
+        ),
+    ] = None,
     **overrides: Any,
 ) -> None:
     config = _prepare_run(data, config_file, log_level, overrides, quiet=quiet)
+    query = given_config(QueryRetrainConfig, overrides)
+    if query.tower != "full":
+        if bundles is None:
+            fail(f"--tower {query.tower} needs --bundles: the live bundle whose documents stay fixed")
+        from training.publish.pipeline import resolve_tower
+
+        if query.tower == "query" or resolve_tower(query, data, bundles, config, None)[0] == "query":
+            _train_query_tower(config, query, data, out, bundles, as_json)
+            return
+    from training.export.corpus_encoder import corpus_encoder_for
     from training.train.trainer import train  # torch and friends load only when a run starts
 
     with one_line_errors():
-        result = train(config, data, out, show_progress=not quiet)
+        result = train(config, data, out, show_progress=not quiet, corpus_encoder=corpus_encoder_for)
     if as_json:
         echo_json(
             {
@@ -76,7 +96,30 @@ def train_cmd(
     )
 
 
-@with_config_options(PublishOptions, TrainConfig)
+def _train_query_tower(
+    config: TrainConfig, query: QueryRetrainConfig, data: Path, out: Path, bundles: Path, as_json: bool
+) -> None:
+    """`train --tower query`: the query tower trained against the live bundle, written to OUT, unpublished."""
+    from training.distill.query_retrain import query_side_retrain
+
+    with one_line_errors():
+        done = query_side_retrain(
+            data, bundles, train_config=config, config=query, run_dir=out, publish=False
+        )
+    if as_json:
+        echo_json({"base": done.base_metrics, "tuned": done.tuned_metrics, "train_seconds": done.loop.seconds,
+                   "out_dir": out, "model_dir": out / "model", "parent": done.parent})  # fmt: skip
+        return
+    typer.echo(
+        f"query tower vs the live bundle {done.parent}'s query encoder (its documents, not encoded again):"
+    )
+    typer.echo(text_table(done.base_metrics, done.tuned_metrics))
+    typer.echo(
+        f"trained in {done.loop.seconds:.0f}s; two-tower model in {out / 'model'}, metrics in {out / 'metrics.json'}"
+    )
+
+
+@with_config_options(PublishOptions, TrainConfig, QueryRetrainConfig)
 def pipeline_cmd(
     data: DataOpt,
     bundles: Annotated[Path, typer.Option("--bundles", help="Bundles folder (versions + CURRENT).")],
@@ -91,6 +134,7 @@ def pipeline_cmd(
 ) -> None:
     config = _prepare_run(data, config_file, log_level, overrides, quiet=quiet)
     publish = given_config(PublishOptions, overrides)
+    query = given_config(QueryRetrainConfig, overrides)
     from training.publish.pipeline import run_pipeline  # torch and friends load only when a run starts
 
     with one_line_errors():
@@ -100,6 +144,7 @@ def pipeline_cmd(
             config=config,
             work_dir=work_dir,
             show_progress=not quiet,
+            query=query,
             **publish.publish_kwargs(),
         )
     _print_pipeline(result, as_json)
@@ -113,12 +158,15 @@ def _print_pipeline(result: PipelineResult, as_json: bool) -> None:
                 "base": result.train.base_metrics,
                 "tuned": result.train.tuned_metrics,
                 "publish": result.publish.model_dump(),
+                "tower": result.tower,
                 "phase_seconds": result.timer.seconds,
                 "seconds": result.seconds,
                 "run_dir": result.run_dir,
             }
         )
         return
+    if result.tower == "query":
+        typer.echo("query-side retrain: base = the live bundle's query encoder, documents not encoded again")
     typer.echo(text_table(result.train.base_metrics, result.train.tuned_metrics))
     published = result.publish
     state = "live" if published.live else "kept as a candidate"

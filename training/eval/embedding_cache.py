@@ -99,12 +99,16 @@ class EmbeddingCache:
         self.keep = keep
 
     def key(self, encoder: Encoder, texts: Sequence[str]) -> str:
+        encoder = encoder.documents  # corpus embeddings: a two-tower model's document tower
         parts = {
             "format": FORMAT,
             "model": model_fingerprint(encoder),
             "corpus": corpus_fingerprint(texts),
             "max_seq_length": int(getattr(encoder.model, "max_seq_length", 0) or 0),
         }
+        backend = getattr(encoder, "document_backend", "torch")  # ONNX-encoded corpora (corpus_encoder.py)
+        if backend != "torch":
+            parts["backend"] = backend
         return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
     def get(self, key: str, n_rows: int | None = None) -> np.ndarray | None:

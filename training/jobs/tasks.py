@@ -155,18 +155,20 @@ def _confine(record: JobRecord, options: dict[str, Any]) -> tuple[list[str], Pat
 
 
 def _distill_config(distill: bool) -> Any:
+    """`distill` (the default): the static query tower, the cheap one to build and to serve."""
     from training.distill.config import DistillConfig
 
-    return DistillConfig() if distill else None
+    return DistillConfig(variants=["static"]) if distill else None
 
 
 def _retrain(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
     from contract.config import TrainConfig
     from contract.jobs.queue import RetrainOptions
+    from training.distill.query_config import QueryRetrainConfig
     from training.publish.pipeline import run_pipeline
 
     options = RetrainOptions.model_validate(record.options)
-    values = options.model_dump(exclude={"index_kind", "index_backend", "force", "onnx", "distill"})
+    values = options.model_dump(exclude={"tower", "index_kind", "index_backend", "force", "onnx", "distill"})
     if "device" not in record.options:
         values["device"] = DEFAULT_DEVICE
     _, model = _confine(record, record.options)
@@ -185,13 +187,16 @@ def _retrain(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
             force=options.force,
             onnx=options.onnx,
             distill=_distill_config(options.distill),
+            distill_optional="distill" not in record.options,
             on_progress=heartbeat.on_progress,
             show_progress=False,  # progress goes to the job record, not to tqdm bars in the worker log
             checkpoint=heartbeat.check_cancel,
             cache_dir=embedding_cache_dir(record.bundles_dir),
             backend=job_backend(options.index_backend),
+            query=QueryRetrainConfig(tower=options.tower),
         )
-    return _publish_outcome(result.publish)
+    logger.info("job %s retrained the %s tower (%s)", record.id, result.tower, result.tower_reason)
+    return _publish_outcome(result.publish) | {"tower": result.tower}
 
 
 def _reindex(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
@@ -218,6 +223,7 @@ def _reindex(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
         force=options.force,
         onnx=options.onnx,
         distill=_distill_config(options.distill),
+        distill_optional="distill" not in record.options,  # the default static tower: where it can run
         show_progress=False,
         checkpoint=heartbeat.check_cancel,
         cache=EmbeddingCache(embedding_cache_dir(record.bundles_dir)),

@@ -10,7 +10,8 @@ index_model's options:
 - `onnx`: also export the ONNX query encoders (fp32 + int8) into the bundle and record their nDCG@10
   against torch, so the API picks the fast one only when it costs no quality.
 - `distill`: also train the distilled query encoders on `distill_split` (training.distill.bundle_step) and
-  record their quality on `split`.
+  record their quality on `split`. `distill_optional` (the default static tower, not asked for): skipped,
+  with a log line, where it cannot run (no `distill_split` in the data, a Milvus index) instead of failing.
 - `evaluation`: an `evaluate()` of this very model over this corpus (the trainer's final one); its corpus
   embeddings are reused instead of encoding the corpus a second time.
 - `checkpoint`: called between phases and every 1,024 documents encoded; it cancels the indexing by
@@ -37,7 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from contract.encoding.encoder import Encoder
-from contract.errors import ConfigError
+from contract.errors import ConfigError, DataError
 from contract.index.backend import BackendConfig
 from contract.milvus.pointer import MilvusPointer
 from contract.mutations.log import SEQ_KEY
@@ -83,6 +84,7 @@ def index_model(
     onnx: bool = True,
     distill: DistillConfig | None = None,
     distill_split: str = "train",
+    distill_optional: bool = False,
     evaluation: EvalResult | None = None,
     show_progress: bool = True,
     checkpoint: Callable[[], None] | None = None,
@@ -96,6 +98,9 @@ def index_model(
     shard in a scratch build folder (or come memory-mapped from `cache`, or from `evaluation`), so no step
     holds them in RAM twice; the scratch folder goes when the build ends, published or not.
     """
+    if distill is not None and distill_optional and backend is not None and backend.backend == "milvus":
+        logger.info("no static query tower: the milvus index backend does not support distillation yet")
+        distill = None
     _check_options(index_kind, target_recall, backend, distill)
     stop = checkpoint or (lambda: None)
     model_path, run_dir = (None, None) if model_dir is None else resolve_run(model_dir)
@@ -118,7 +123,7 @@ def index_model(
         with phase(timer, "index + bundle"):
             options = _IndexOptions(index_kind, target_recall, memory_budget_bytes, backend, show_progress)
             folded = _build_staged(staging, scratch, store.root, encoder, data, emb, story, options)
-        steps = _Attach(data_dir, story, onnx, distill, distill_split, pointer, timer, stop)
+        steps = _Attach(data_dir, story, onnx, distill, distill_split, pointer, timer, stop, distill_optional)
         steps.run(staging, encoder, data, emb, folded)
         stop()  # the last moment a cancel is honoured: publishing is not interrupted
         with phase(timer, "publish"):
@@ -252,6 +257,7 @@ class _Attach:
     pointer: MilvusPointer | None
     timer: PhaseTimer | None
     stop: Callable[[], None]
+    distill_optional: bool = False
 
     def run(
         self, staging: Path, encoder: Encoder, data: RetrievalData, emb: _Embedded, folded: Folded
@@ -272,7 +278,13 @@ class _Attach:
             from training.distill.bundle_step import attach_query_encoders  # torch: only when asked
 
             self.stop()
-            train = load_split(self.data_dir, self.distill_split)
+            try:
+                train = load_split(self.data_dir, self.distill_split)
+            except DataError as exc:
+                if not self.distill_optional:
+                    raise
+                logger.warning("no static query tower: %s", exc)
+                return
             with phase(self.timer, "distill query encoders"):
                 attach_query_encoders(
                     staging,

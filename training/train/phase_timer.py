@@ -3,10 +3,18 @@
 The pipeline passes one `PhaseTimer` through training and indexing; each phase is a `with
 timer.phase(name):` block (repeated names add up). `python -m training pipeline` prints `table()` at
 the end and the run folder keeps `timings.json`, so the README's time claims come from a printout.
+
+Loops that run in steps (training) also feed a `StepMeter`: while they run it logs, at most every
+`interval_s`, the steps done, steps/s and the projected time to finish; at the end the phase's steps/s goes
+into the table. The table ends with the process's peak resident memory (ru_maxrss: what the run held at its
+largest, every phase included).
 """
 
 from __future__ import annotations
 
+import logging
+import resource
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -15,6 +23,13 @@ from pathlib import Path
 from contract.atomic import write_json_atomic
 
 TIMINGS_FILE = "timings.json"
+logger = logging.getLogger(__name__)
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, MiB (ru_maxrss: KiB on Linux, bytes on macOS)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
 
 class PhaseTimer:
@@ -22,6 +37,7 @@ class PhaseTimer:
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
+        self.steps: dict[str, int] = {}  # phases that run in steps (StepMeter): steps done
         self._started = time.perf_counter()
 
     @contextmanager
@@ -41,19 +57,23 @@ class PhaseTimer:
         """One line per phase, then the total: what the pipeline prints at its end."""
         total = self.total
         width = max([len(n) for n in self.seconds] + [len("total")])
-        lines = [f"{'phase':<{width}}  {'seconds':>8}  {'share':>6}"]
+        lines = [f"{'phase':<{width}}  {'seconds':>8}  {'share':>6}  {'steps/s':>7}"]
         for name, sec in self.seconds.items():
-            lines.append(f"{name:<{width}}  {sec:>8.1f}  {sec / total:>6.1%}")
+            rate = f"{self.steps[name] / sec:>7.3f}" if name in self.steps and sec > 0 else ""
+            lines.append(f"{name:<{width}}  {sec:>8.1f}  {sec / total:>6.1%}  {rate}".rstrip())
         other = total - sum(self.seconds.values())
         if other > 0.05:
             lines.append(f"{'other':<{width}}  {other:>8.1f}  {other / total:>6.1%}")
         lines.append(f"{'total':<{width}}  {total:>8.1f}")
+        lines.append(f"peak resident memory {peak_rss_mb():,.0f} MiB")
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, object]:
         return {
             "phases_s": {n: round(s, 3) for n, s in self.seconds.items()},
+            "steps": dict(self.steps),
             "total_s": round(self.total, 3),
+            "peak_rss_mb": round(peak_rss_mb(), 1),
         }
 
     def write(self, folder: str | Path) -> Path:
@@ -64,3 +84,41 @@ class PhaseTimer:
 def phase(timer: PhaseTimer | None, name: str) -> AbstractContextManager[None]:
     """`timer.phase(name)`, or a no-op when there is no timer (callers outside the pipeline)."""
     return timer.phase(name) if timer is not None else nullcontext()
+
+
+class StepMeter:
+    """Steps of one phase: logs progress, steps/s and the projected time left while it runs, and records
+    the steps in the timer (its table shows steps/s). `total` may shrink (early stopping)."""
+
+    def __init__(
+        self, name: str, total: int, timer: PhaseTimer | None = None, *, interval_s: float = 30.0
+    ) -> None:
+        self.name, self.total, self.timer, self.interval_s = name, total, timer, interval_s
+        self.done = 0
+        self._started = time.perf_counter()
+        self._last_log = self._started
+
+    @property
+    def rate(self) -> float:
+        """Steps per second so far (0 before the first step)."""
+        elapsed = time.perf_counter() - self._started
+        return self.done / elapsed if elapsed > 0 else 0.0
+
+    def eta_s(self) -> float:
+        """Projected seconds to the last step at the rate so far."""
+        rate = self.rate
+        return (self.total - self.done) / rate if rate > 0 else float("inf")
+
+    def step(self) -> None:
+        self.done += 1
+        now = time.perf_counter()
+        if now - self._last_log >= self.interval_s and self.done < self.total:
+            self._last_log = now
+            logger.info(
+                "%s: %d/%d steps, %.3f steps/s, %.0f s so far, ~%.0f s to finish",
+                self.name, self.done, self.total, self.rate, now - self._started, self.eta_s(),
+            )  # fmt: skip
+
+    def close(self) -> None:
+        if self.timer is not None:
+            self.timer.steps[self.name] = self.timer.steps.get(self.name, 0) + self.done

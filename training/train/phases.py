@@ -18,6 +18,18 @@ from training.losses.info_nce import InfoNCELoss
 from training.train.device import Precision
 
 
+@dataclass(frozen=True)
+class LiveReference:
+    """A live bundle standing in for the base model's corpus encode: its query encoder and its document
+    vectors (read back from its index) are the "before" evaluation and the mining ranking of a full
+    retrain, so the retrain encodes the corpus once, with the tuned model (training/publish/pipeline.py)."""
+
+    encoder: Encoder
+    doc_ids: list[str]
+    doc_embeddings: np.ndarray  # (n_docs, D) normalised rows, in doc_ids order
+    version: str
+
+
 @dataclass
 class Run:
     """What `prepare` hands the loop: data, the base model and its evaluation, and the training examples."""
@@ -44,6 +56,7 @@ class Run:
     base_val: dict[str, float | int] | None = None  # base metrics on it, measured before training
     modes: ModeScorer | None = None  # metrics per retrieval mode (training.hybrid.mode_metrics)
     base_modes: dict[str, Any] | None = None
+    base_is: str = "base model"  # what `base` measured: the base model, or a live bundle's vectors
 
 
 @dataclass

@@ -127,6 +127,7 @@ def write_run_files(
     tuned: EvalResult,
     validation: dict[str, Any],
     tuned_modes: dict[str, Any] | None,
+    corpus_encoder: dict[str, Any] | None = None,
 ) -> tuple[Path, Path, Path]:
     """config.json, metrics.json and train_log.jsonl (each atomically); returns their paths."""
     config_path = write_json_atomic(
@@ -136,10 +137,12 @@ def write_run_files(
     )
     metrics = {
         "base": run.base.summary(),
+        "base_is": run.base_is,  # the base model, or the live bundle whose vectors stood in for it
         "tuned": tuned.summary(),
         "train_seconds": round(fitted.train_seconds, 3),
         **({"validation": validation} if validation else {}),
         "by_mode": {"base": run.base_modes, "tuned": tuned_modes},
+        **({"corpus_encoder": corpus_encoder} if corpus_encoder else {}),
     }
     metrics_path = write_json_atomic(out_dir / "metrics.json", metrics, newline=True)
     log = "".join(json.dumps(r) + "\n" for r in fitted.log)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,8 +43,8 @@ from training.train.examples import (
     title_pairs,
     with_pseudo_qrels,
 )
-from training.train.phase_timer import PhaseTimer, phase
-from training.train.phases import Fitted, Run
+from training.train.phase_timer import PhaseTimer, StepMeter, phase
+from training.train.phases import Fitted, LiveReference, Run
 from training.train.run_artifacts import gap_report, save_model, write_run_files
 from training.train.step import (
     ProgressFn,
@@ -57,6 +58,9 @@ from training.train.step import (
 )
 
 logger = logging.getLogger(__name__)
+
+# (tuned encoder, its saved folder, the evaluation split, config) -> (what encodes the corpus, its record)
+CorpusEncoderChoice = Callable[[Encoder, Path, RetrievalData, TrainConfig], tuple[Encoder, dict[str, Any]]]
 
 
 @dataclass
@@ -87,6 +91,8 @@ def train(
     base_eval: EvalResult | None = None,
     timer: PhaseTimer | None = None,
     cache: EmbeddingCache | None = None,
+    reference: LiveReference | None = None,
+    corpus_encoder: CorpusEncoderChoice | None = None,
 ) -> TrainResult:
     """Fine-tune `config.base_model` on `data_dir` (BEIR folder or pairs JSONL) and write out_dir.
 
@@ -95,15 +101,21 @@ def train(
     `timer`: records the wall time of each phase (load, base encode, mine, train, tuned encode, report).
     `cache`: on-disk corpus embeddings (training.eval.embedding_cache): an unchanged corpus is never encoded
     again by the base model, and the tuned model's encoding is there for indexing.
+    `reference`: a live bundle over the same corpus; its vectors are the "before" evaluation and the mining
+    ranking instead of a base-model corpus encode (so a retrain encodes the corpus once: the tuned model's).
+    `corpus_encoder`: picks what encodes the tuned model's corpus (training/export/corpus_encoder.py, given
+    by the pipeline and the CLI); None: torch.
     """
     out_dir = Path(out_dir)
     run = prepare(
-        config, data_dir, out_dir, show_progress=show_progress, base_eval=base_eval, timer=timer, cache=cache
-    )
+        config, data_dir, out_dir, show_progress=show_progress, base_eval=base_eval, timer=timer, cache=cache,
+        reference=reference,
+    )  # fmt: skip
     fitted = fit(run, config, on_progress=on_progress, show_progress=show_progress, timer=timer)
     return finalize(
-        run, fitted, config, data_dir, out_dir, show_progress=show_progress, timer=timer, cache=cache
-    )
+        run, fitted, config, data_dir, out_dir, show_progress=show_progress, timer=timer, cache=cache,
+        corpus_encoder=corpus_encoder,
+    )  # fmt: skip
 
 
 def prepare(
@@ -115,6 +127,7 @@ def prepare(
     base_eval: EvalResult | None,
     timer: PhaseTimer | None,
     cache: EmbeddingCache | None,
+    reference: LiveReference | None = None,
 ) -> Run:
     """Data, base model, base evaluation, training pairs and (optionally) mined hard negatives."""
     device = resolve_device(config.device)  # before any work: `--device cuda` without a GPU fails at once
@@ -127,14 +140,22 @@ def prepare(
         train_data, val_data = carve_validation(train_data, config.validation_fraction, config.seed)
         eval_data = limit_queries(load_split(data_dir, config.eval_split, seed=config.seed), config)
         encoder = Encoder.load(config.base_model, device=str(device))
-    if base_eval is not None and base_eval.doc_ids == list(eval_data.corpus):
+    # the encoder whose vectors `base` holds: the base model, or the live bundle's (no corpus encode)
+    before, base_is = encoder, "base model"
+    if reference is not None and reference.doc_ids == list(eval_data.corpus):
+        before, base_is = reference.encoder, f"live bundle {reference.version}"
+        with phase(timer, "evaluate (live bundle's vectors)"):
+            base = evaluate(
+                before, eval_data, doc_embeddings=reference.doc_embeddings, show_progress=show_progress
+            )
+    elif base_eval is not None and base_eval.doc_ids == list(eval_data.corpus):
         base = base_eval
     else:
         with phase(timer, "encode + evaluate (base)"):
             base = evaluate(encoder, eval_data, show_progress=show_progress, cache=cache)
-    base_val = _validate(encoder, val_data, base)  # before training changes the model in place
+    base_val = _validate(before, val_data, base)  # before training changes the model in place
     modes = ModeScorer(eval_data, val_data)  # dense / lexical / hybrid, base and tuned
-    base_modes = modes.score(encoder, base.doc_embeddings)
+    base_modes = modes.score(before, base.doc_embeddings)
     labelled = training_pairs(train_data)
     pseudo = title_pairs(train_data, config.corpus_title_pairs, np.random.default_rng([config.seed, 1]))
     pseudo += sentence_pairs(
@@ -150,12 +171,12 @@ def prepare(
     if config.hard_negatives:
         with phase(timer, "mine negatives"):
             mined = mine_negatives(
-                encoder, pairs, train_data, base, position, known, config, rng, show_progress, cache
+                before, pairs, train_data, base, position, known, config, rng, show_progress, cache
             )
     return Run(
         device, precision, rng, train_data, eval_data, encoder, encoder.source, encoder.model.max_seq_length,
         base, pairs, len(pseudo), doc_texts, position, qrels, known, mined,
-        val_data=val_data, base_val=base_val, modes=modes, base_modes=base_modes,
+        val_data=val_data, base_val=base_val, modes=modes, base_modes=base_modes, base_is=base_is,
     )  # fmt: skip
 
 
@@ -180,6 +201,7 @@ def fit(
     model.train()
     start = time.perf_counter()
     bar = tqdm(total=total_steps, desc="train", disable=not show_progress)
+    meter = StepMeter("train steps", total_steps, timer)  # logs steps/s and the time left while it runs
     step = 0
     for epoch, batches in enumerate(epochs):
         for batch in batches:
@@ -207,8 +229,10 @@ def fit(
             log.append(record)
             bar.set_postfix(loss=f"{record['loss']:.4f}", tau=f"{record['temperature']:.4f}")
             bar.update(1)
+            meter.step()
             report_progress(on_progress, record, time.perf_counter() - start, total_steps)
     bar.close()
+    meter.close()
     train_seconds = time.perf_counter() - start
     if timer is not None:
         timer.seconds["train steps"] = timer.seconds.get("train steps", 0.0) + train_seconds
@@ -227,16 +251,23 @@ def finalize(
     show_progress: bool,
     timer: PhaseTimer | None,
     cache: EmbeddingCache | None,
+    corpus_encoder: CorpusEncoderChoice | None = None,
 ) -> TrainResult:
     """Save the tuned model, evaluate it, write config.json, metrics.json, train_log.jsonl and the report."""
     tuned_encoder = Encoder(run.encoder.model, fitted.loss_fn.similarity(), source=str(out_dir / "model"))
     model_dir = save_model(tuned_encoder, out_dir / "model")
-    with phase(timer, "encode + evaluate (tuned)"):
-        tuned = evaluate(tuned_encoder, run.eval_data, show_progress=show_progress, cache=cache)
+    documents, corpus_record = tuned_encoder, None
+    if corpus_encoder is not None:
+        with phase(timer, "choose corpus encoder"):  # torch or its ONNX export, measured here
+            documents, corpus_record = corpus_encoder(tuned_encoder, model_dir, run.eval_data, config)
+    with phase(timer, "encode + evaluate (tuned)"):  # the one corpus encode; the index reuses it
+        tuned = evaluate(documents, run.eval_data, show_progress=show_progress, cache=cache)
         tuned_val = _validate(tuned_encoder, run.val_data, tuned) if run.val_data is not None else {}
         tuned_modes = run.modes.score(tuned_encoder, tuned.doc_embeddings) if run.modes is not None else None
     validation = {"base": run.base_val, "tuned": tuned_val} if run.base_val and tuned_val else {}
-    paths = write_run_files(run, fitted, config, data_dir, out_dir, tuned, validation, tuned_modes)
+    paths = write_run_files(
+        run, fitted, config, data_dir, out_dir, tuned, validation, tuned_modes, corpus_record
+    )
     with phase(timer, "gap report"):
         report_dir = gap_report(
             tuned_encoder, run.train_data, run.eval_data, tuned, config, out_dir, fitted.log

@@ -94,6 +94,9 @@ class JobDetail(JobSummary):
     bundle_version: str | None = None
     live: bool | None = Field(None, description="Did the gate accept the candidate (publish it as CURRENT)?")
     gate_reason: str | None = None
+    tower: str | None = Field(
+        None, description="What a retrain trained: full, or query (query tower only, the live index kept)."
+    )
     error: str | None = None
     worker: str | None = Field(None, description="host:pid of the worker running it.")
     heartbeat_at: float | None = None

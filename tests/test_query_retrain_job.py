@@ -1,0 +1,111 @@
+"""A retrain job with `tower: query`, submitted over HTTP, goes live without encoding a document.
+
+The real app (TestClient with its lifespan), a real SQLite queue and a real worker subprocess, started
+through tests/doc_encode_guard.py: in that worker any document encode raises, so the job succeeding is the
+proof that the corpus was not encoded. The published version shares the parent's index, ids and documents
+(the same inodes). Then the API rolls back to the parent and forward again: the gate's activation path
+validates every checksum each time, and /search follows.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.main import create_app
+from app.settings import Settings
+from tests.app.conftest import wait_until
+from tests.training.scifact_slice import scifact_slice
+
+pytestmark = [pytest.mark.slow, pytest.mark.scifact]
+
+REPO = Path(__file__).resolve().parents[1]
+KEY = {"X-API-Key": "query-key"}
+HEARTBEAT_TIMEOUT_S = 15
+# a few steps at a small lr: the tower moves and stays within the gate's tolerance (the machinery is tested
+# here; what the query side gains is measured by bench/retrain_scale.py)
+QUERY_JOB = {"tower": "query", "max_steps": 2, "lr": 1e-7, "eval_max_queries": 10, "onnx": False,
+             "distill": False, "validation_fraction": 0.0}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory, scifact) -> Iterator[dict[str, Any]]:
+    from contract.encoding.encoder import Encoder
+    from training.publish.index_model import index_model
+
+    root = tmp_path_factory.mktemp("query-job")
+    data_root = root / "data"
+    scifact_slice(scifact, data_root / "mini", n_train=24, n_test=10, n_distractors=30)
+    base = Encoder.load()
+    base.model.max_seq_length = 32
+    base.save(root / "base")
+    first = index_model(root / "base", data_root / "mini", root / "bundles", index_kind="flat", onnx=False,
+                        show_progress=False)  # fmt: skip
+    settings = Settings(
+        bundles_dir=root / "bundles", api_key=KEY["X-API-Key"], data_root=data_root,
+        models_root=root / "models", queue_url=f"sqlite:///{root / 'jobs.db'}",
+        job_heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S, reload_poll_seconds=0.2, microbatch_enabled=False,
+    )  # fmt: skip
+    marker, log = root / "guard.pid", root / "worker.log"
+    with log.open("ab") as out:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "tests.doc_encode_guard", "worker", "--queue", settings.queue_url,
+             "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT_S)],
+            cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "DOC_ENCODE_GUARD_MARKER": str(marker)},
+        )  # fmt: skip
+    try:
+        with TestClient(create_app(settings)) as client:
+            yield {"client": client, "bundles": root / "bundles", "first": first.version, "log": log,
+                   "marker": marker, "worker": worker}  # fmt: skip
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+
+
+def _served(client: TestClient) -> str:
+    r = client.post("/search", json={"query": "vitamin d and bone density", "top_k": 3})
+    assert r.status_code == 200, r.text
+    return str(r.json()["version"])
+
+
+def test_a_query_side_retrain_job_goes_live_without_encoding_a_document(env):
+    client, bundles, first = env["client"], env["bundles"], env["first"]
+    tail = lambda: env["log"].read_text(errors="replace")[-3000:]  # noqa: E731
+    r = client.post("/jobs", json={"type": "retrain", "dataset": "mini", "options": QUERY_JOB}, headers=KEY)
+    assert r.status_code == 202, r.text
+    job_id = r.json()["id"]
+
+    def finished() -> dict[str, Any] | None:
+        job = client.get(f"/jobs/{job_id}", headers=KEY).json()
+        return job if job["state"] in ("succeeded", "failed", "cancelled") else None
+
+    job = wait_until(
+        finished, 300, "the query-side job", interval=0.3, detail=lambda: f"worker log:\n{tail()}"
+    )
+    assert env["marker"].read_text() == str(env["worker"].pid)  # the job ran in the guarded worker
+    assert job["state"] == "succeeded", (job, tail())  # any document encode would have failed it
+    assert job["tower"] == "query" and job["live"] is True, job
+    child = job["bundle_version"]
+    for name in ("index.faiss", "ids.json", "docs.sqlite"):
+        assert os.stat(bundles / first / name).st_ino == os.stat(bundles / child / name).st_ino, name
+    wait_until(lambda: _served(client) == child, 60, "the app to serve the query-side version")
+
+    # roll back to the parent, then forward again: each activation validates every checksum
+    for version in (first, child):
+        r = client.post(f"/bundles/{version}/activate", headers=KEY)
+        assert r.status_code == 200, r.text
+        wait_until(lambda v=version: _served(client) == v, 60, f"the app to serve {version}")
+    listing = client.get("/bundles").json()
+    assert listing["live"] == child

@@ -1,0 +1,89 @@
+"""QueryRetrainConfig: every knob of the query-side retrain (training/distill/query_retrain.py).
+
+Each field is a `pipeline` option generated from it (training/cli/config_options.py), so the names carry a
+`query_` prefix where TrainConfig has the same word (`--query-lr` beside `--lr`). The retrain job reads
+`tower` from its options and takes the rest from here (seed, max_steps, splits and the validation carve
+from its TrainConfig)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from contract.config import TrainConfig
+
+Tower = Literal["auto", "full", "query"]
+QueryTowerKind = Literal["lora", "full", "truncated"]
+
+
+def _as_in_training(field: str) -> str:
+    """The description of a TrainConfig field that means the same here (contract/config.py)."""
+    return str(TrainConfig.model_fields[field].description)
+
+
+class QueryRetrainConfig(BaseModel):
+    """How a query-side retrain trains its query tower; recorded in the bundle it publishes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tower: Tower = Field(
+        "full",
+        description="What a retrain trains: full (both towers, the corpus encoded again), query (only a query "
+        "tower against the live bundle's fixed document vectors and index: no corpus encode), or auto (query "
+        "when a live FAISS bundle of a cosine model holds this dataset's documents unchanged, else full).",
+    )
+    query_tower: QueryTowerKind = Field(
+        "lora",
+        description="The query tower: lora (LoRA adapters on the live query encoder, merged when saved), full "
+        "(all its weights) or truncated (its first query_layers layers, all their weights).",
+    )
+    query_lora_rank: int = Field(32, ge=1, le=256, description="LoRA rank r (query_tower lora).")
+    query_lora_alpha: int = Field(
+        64, gt=0, description="LoRA alpha: the adapters' update is scaled by alpha / r."
+    )
+    query_layers: int = Field(4, ge=1, le=12, description="Transformer layers a truncated query tower keeps.")
+    # 1e-3: the demo corpus' validation nDCG@10 0.7177 vs 0.7132 at 2e-4 (bench/query_retrain_search.py)
+    query_lr: float = Field(1e-3, gt=0, description="Peak learning rate of the query tower (AdamW).")
+    query_epochs: int = Field(4, ge=1, description="Most passes over the query-side training pairs.")
+    query_batch_size: int = Field(
+        32, ge=2, description="Pairs per step; the batch's other positives are in-batch negatives."
+    )
+    query_symmetric: bool = Field(
+        False,
+        description="Also the document→query cross-entropy (CLIP-style symmetric InfoNCE); the documents stay fixed, "
+        "the gradient still reaches only the query tower.",
+    )
+    query_hard_negatives: int = Field(
+        3,
+        ge=0,
+        description="Negatives per pair mined from the live index (a search, no corpus encode); 0 disables.",
+    )
+    query_hard_negative_rank_min: int = Field(3, ge=0, description=_as_in_training("hard_negative_rank_min"))
+    query_hard_negative_rank_max: int = Field(50, ge=1, description=_as_in_training("hard_negative_rank_max"))
+    query_hard_negative_margin: float = Field(0.05, ge=0, description=_as_in_training("hard_negative_margin"))
+    query_title_queries: int = Field(
+        0, ge=0, description="Documents whose title becomes a pseudo-query (distill's pseudo-queries)."
+    )
+    query_sentence_queries: int = Field(
+        0, ge=0, description="Documents whose sentences become pseudo-queries (distill's pseudo-queries)."
+    )
+    query_sentences_per_doc: int = Field(1, ge=1, description="Sentences drawn from each of those documents.")
+    query_max_seq_length: int = Field(
+        64, ge=8, le=512, description="Token limit of queries while training the query tower."
+    )
+    query_eval_every: int = Field(
+        0,
+        ge=0,
+        description="Steps between validation checks for early stopping (0 = at each epoch's end).",
+    )
+    query_patience: int = Field(
+        2,
+        ge=1,
+        description="Stop after this many validation checks without a better nDCG@10; the best is kept.",
+    )
+    query_report_pool: int = Field(
+        50_000,
+        ge=100,
+        description="Most corpus documents the gap report draws negatives from (the positives always).",
+    )

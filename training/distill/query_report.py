@@ -1,0 +1,105 @@
+"""The gap report of a query-side version: the tuned query tower against the parent's fixed document
+vectors, labelled so (`report.towers`, contract/bundles/report_schema.py).
+
+The report's pool is the indexed corpus, read back from the shared index (no document is encoded); past
+`query_report_pool` documents it is every judged document plus a seeded sample of the rest (a note says
+so), because the report scores one (anchors × pool) matrix per split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+
+from contract.bundles.bundle import MODEL_DIR, Bundle
+from contract.config import TrainConfig
+from contract.encoding.encoder import Encoder
+from training.bundle.portable_paths import relocate_report
+from training.data.retrieval_data import RetrievalData
+from training.distill.query_config import QueryRetrainConfig
+from training.distill.query_loop import LoopResult
+from training.distill.query_tower import fixed_vectors
+
+TOWERS_NOTE = (
+    "risks of the tuned query tower against the fixed document embeddings of the parent bundle (the "
+    "documents were not encoded again: a query-side retrain)"
+)
+
+
+def report_pool(
+    live: Bundle, fit: RetrievalData, test: RetrievalData, cap: int, seed: int
+) -> tuple[list[str], np.ndarray]:
+    """The gap report's pool: every judged document of both splits plus a seeded sample of the rest, at most
+    `cap` documents (the whole corpus when it is smaller), with their fixed vectors from the index."""
+    position = {d: i for i, d in enumerate(live.doc_ids)}
+    judged = {d for q in (*fit.qrels.values(), *test.qrels.values()) for d in q if d in position}
+    if len(position) <= cap:
+        ids = list(live.doc_ids)
+    else:
+        rest = np.array([i for i, d in enumerate(live.doc_ids) if d not in judged])
+        rng = np.random.default_rng(seed)
+        extra: list[int] = []
+        if len(rest):
+            extra = [
+                int(i)
+                for i in rng.choice(rest, size=min(len(rest), max(0, cap - len(judged))), replace=False)
+            ]
+        keep = sorted({position[d] for d in judged} | set(extra))
+        ids = [live.doc_ids[i] for i in keep]
+    return ids, fixed_vectors(live.index, [position[d] for d in ids])
+
+
+def write_query_report(
+    encoder: Encoder,
+    live: Bundle,
+    fit: RetrievalData,
+    test: RetrievalData,
+    loop: LoopResult,
+    config: QueryRetrainConfig,
+    train_config: TrainConfig,
+    staging: Path,
+    parent: str,
+) -> None:
+    """report/: the gap report of the tuned query tower against the fixed document vectors."""
+    if not train_config.report:
+        return
+    from contract.bundles.report_schema import Towers
+    from training.gap.report import compute_report, write_report
+
+    ids, vectors = report_pool(live, fit, test, config.query_report_pool, train_config.seed)
+    keep = set(ids)
+    pool_fit = dataclasses.replace(fit, corpus={d: fit.corpus[d] for d in ids if d in fit.corpus})
+    pool_test = dataclasses.replace(test, corpus={d: test.corpus[d] for d in ids if d in test.corpus})
+    pool_fit = _judged_in(pool_fit, keep)
+    pool_test = _judged_in(pool_test, keep)
+    k = max(1, round(float(np.mean([r["n_negatives"] for r in loop.log])))) if loop.log else 1
+    report = compute_report(
+        encoder, pool_fit, pool_test, k=k, seed=train_config.seed, doc_ids=ids, doc_embeddings=vectors,
+        max_test_queries=train_config.eval_max_queries, max_train_queries=train_config.eval_max_queries or 300,
+        k_rule=f"mean negatives per query-tower training row over {len(loop.log)} steps (in-batch + mined "
+        "from the live index), rounded",
+    )  # fmt: skip
+    report.towers = Towers(
+        query=f"tuned query tower ({config.query_tower}), trained against bundle {parent}'s fixed documents",
+        documents=f"the fixed document embeddings of bundle {parent} (model/document/, not re-encoded)",
+        note=TOWERS_NOTE,
+    )
+    report.notes.append(TOWERS_NOTE)
+    if len(ids) < len(live.doc_ids):
+        report.notes.append(
+            f"pool: {len(ids)} of the {len(live.doc_ids)} indexed documents (every judged one plus a seeded "
+            f"sample; query_report_pool {config.query_report_pool})"
+        )
+    write_report(report, staging / "report")
+    relocate_report(staging / "report" / "report.json", MODEL_DIR)  # no build-machine path in a bundle
+
+
+def _judged_in(data: RetrievalData, keep: set[str]) -> RetrievalData:
+    """`data` without the judgements (and queries left without any) whose documents are not in the pool."""
+    qrels = {q: {d: r for d, r in rel.items() if d in keep} for q, rel in data.qrels.items()}
+    qrels = {q: rel for q, rel in qrels.items() if rel}
+    return dataclasses.replace(
+        data, qrels=qrels, queries={q: t for q, t in data.queries.items() if q in qrels}
+    )

@@ -1,0 +1,308 @@
+"""Query-side retrain: a new version whose cost does not grow with the corpus.
+
+The live bundle's document vectors and index stay as they are; only a query tower is fine-tuned
+(training/distill/query_tower.py: LoRA adapters, all weights, or a truncated copy of the live query
+encoder) with the project's InfoNCE against those fixed vectors (training/distill/query_loop.py):
+in-batch negatives plus negatives mined *from the live index* (search results with the live query
+encoder, their vectors read back from the index: no document is encoded). Training text: the train
+split's queries (the validation carve held out, training/data/validation_carve.py) and, when asked, the
+title / sentence pseudo-queries `distill` makes (training/distill/pairs.py).
+
+The new version (training/distill/query_bundle.py) shares `index.faiss`, `ids.json`, `docs.sqlite`,
+`lexical/` and the parent's document tower with its parent through hard links; its `model/` is a
+two-tower folder (the tuned query tower, `model/document/` the parent's document encoder), so upserts
+through the API keep encoding documents the way the index was built. It gets its own metrics (test
+queries through the shared index, every search mode, fusion tuned again on validation), its own gap
+report (the tuned query tower against the fixed document vectors, labelled so in `report.towers`), ONNX
+export and, by default, a static query tower; then the same quality gate as every publish.
+
+What grows with the corpus here: one index search per training and test query, reading back the vectors
+of the documents that training touches, hashing the shared files for the manifest, and the gap report's
+pool (capped at `query_report_pool` documents).
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from contract.atomic import write_text_atomic
+from contract.bundles.bundle import (
+    MODEL_DIR,
+    Bundle,
+    load_bundle,
+)
+from contract.config import TrainConfig
+from contract.encoding.encoder import Encoder
+from contract.encoding.similarity import SIMILARITY_FILE
+from contract.errors import ConfigError
+from training.bundle.store import BundleStore, PublishResult, evaluation_fingerprint
+from training.data.retrieval_data import RetrievalData
+from training.data.split import load_split
+from training.data.validation_carve import carve_validation
+from training.distill.config import DistillConfig
+from training.distill.pairs import DistillPairs, distill_pairs
+from training.distill.query_bundle import dense_runs, link_shared, retune_modes, write_manifest, write_run
+from training.distill.query_config import QueryRetrainConfig
+from training.distill.query_eligibility import query_side_blocker
+from training.distill.query_loop import FixedDocs, LoopResult, fit_query_tower
+from training.distill.query_report import write_query_report
+from training.distill.query_tower import fixed_vectors, merged, query_tower
+from training.eval.search_metrics import search_metrics
+from training.train.phase_timer import PhaseTimer, phase
+from training.train.step import ProgressFn
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class QueryRetrainResult:
+    publish: PublishResult | None  # None: not published (`train --tower query`)
+    parent: str
+    base_metrics: dict[str, float]  # the live query encoder on the test split, through the shared index
+    tuned_metrics: dict[str, float]  # the tuned query tower, the same way
+    loop: LoopResult
+    shared: dict[str, str]  # child path -> linked | copied
+    run_dir: Path
+    seconds: float
+
+
+def query_side_retrain(
+    data_dir: str | Path,
+    bundles_dir: str | Path,
+    *,
+    train_config: TrainConfig,
+    config: QueryRetrainConfig,
+    run_dir: str | Path,
+    onnx: bool = True,
+    distill: DistillConfig | None = None,
+    force: bool = False,
+    keep: int = 5,
+    gate_metric: str = "ndcg@10",
+    tolerance: float = 0.005,
+    on_progress: ProgressFn | None = None,
+    checkpoint: Callable[[], None] | None = None,
+    timer: PhaseTimer | None = None,
+    publish: bool = True,
+) -> QueryRetrainResult:
+    """Train a query tower against the live bundle of `bundles_dir` and publish it as a new version
+    sharing the live index (see the module docstring). `train_config` gives the splits, the validation
+    carve, the seed, `max_steps` and `eval_max_queries` (the report's queries). `publish=False` (`train
+    --tower query`): the two-tower model and its report go into `run_dir` instead; nothing is published."""
+    started = time.perf_counter()
+    stop = checkpoint or (lambda: None)
+    store = BundleStore(bundles_dir, keep=keep)
+    with phase(timer, "load data + live bundle"):
+        fit, val, test = _splits(data_dir, train_config)
+        blocker = query_side_blocker(store, data_dir, train_config.eval_split, data=test)
+        if blocker is not None:
+            raise ConfigError(f"--tower query: {blocker}")
+        parent = str(store.current_version())
+        parent_dir = store.version_path(parent)
+        live = load_bundle(parent_dir, verify=False, mmap=True)  # publishing verifies every checksum
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with store.build_dir() as staging:
+            with phase(timer, "query pairs + mine negatives (live index)"):
+                pairs, negatives, docs = _training_inputs(live, fit, config, train_config.seed)
+            stop()
+            tower = query_tower(parent_dir / MODEL_DIR, config)
+            validate = _validator(live, tower.model, val)
+            loop = fit_query_tower(
+                tower.model, tower.params, pairs, docs, negatives,
+                temperature=live.encoder.similarity.logit_divisor(), config=config, seed=train_config.seed,
+                max_steps=train_config.max_steps, validate=validate, on_progress=on_progress, timer=timer,
+            )  # fmt: skip
+            stop()
+            with phase(timer, "stage version (shared files, metrics, report)"):
+                shared = link_shared(parent_dir, staging, live.manifest.files)
+                encoder = _save_tower(merged(tower), parent_dir, staging)
+                base, tuned, record, by_mode = _score(live, encoder, val, test)
+                write_query_report(encoder, live, fit, test, loop, config, train_config, staging, parent)
+                write_manifest(
+                    staging, live, parent, config, train_config, loop, shared, record, by_mode,
+                    evaluation_fingerprint(test),
+                )  # fmt: skip
+                write_run(run_dir, train_config, config, data_dir, pairs, base, tuned, loop, parent)
+            if not publish:
+                shutil.copytree(staging / MODEL_DIR, run_dir / MODEL_DIR, dirs_exist_ok=True)
+                if (staging / "report").is_dir():
+                    shutil.copytree(staging / "report", run_dir / "report", dirs_exist_ok=True)
+                return QueryRetrainResult(
+                    None, parent, base, tuned, loop, shared, run_dir, time.perf_counter() - started
+                )
+            _attach(staging, data_dir, test, train_config, onnx, distill, timer, stop)
+            stop()  # the last moment a cancel is honoured
+            with phase(timer, "publish"):
+                published = store.publish(staging, gate_metric=gate_metric, tolerance=tolerance, force=force)
+    finally:
+        live.docstore.close()
+    return QueryRetrainResult(
+        published, parent, base, tuned, loop, shared, run_dir, time.perf_counter() - started
+    )
+
+
+def _splits(data_dir: str | Path, config: TrainConfig) -> tuple[RetrievalData, RetrievalData, RetrievalData]:
+    """(pairs to fit, the validation carve, the whole evaluation split)."""
+    train = load_split(data_dir, config.train_split, seed=config.seed)
+    fit, val = carve_validation(train, config.validation_fraction, config.seed)
+    return fit, val, load_split(data_dir, config.eval_split, seed=config.seed)
+
+
+def _training_inputs(
+    live: Bundle, fit: RetrievalData, config: QueryRetrainConfig, seed: int
+) -> tuple[DistillPairs, list[list[int]], FixedDocs]:
+    """The pairs, their negatives mined from the live index, and the fixed vectors both need."""
+    rng = np.random.default_rng(seed)
+    pseudo = DistillConfig(
+        title_queries=config.query_title_queries,
+        sentence_queries=config.query_sentence_queries,
+        sentences_per_doc=config.query_sentences_per_doc,
+        seed=seed,
+    )
+    pairs = distill_pairs(fit, live.doc_ids, pseudo, rng)
+    if len(pairs.texts) < 2:
+        raise ConfigError("a query-side retrain needs at least 2 training pairs whose documents are indexed")
+    positive_vecs = fixed_vectors(live.index, pairs.positives)  # (P, D)
+    negatives = mine_from_index(live, pairs, positive_vecs, config, rng)
+    needed = sorted(set(pairs.positives) | {j for row in negatives for j in row})
+    vectors = fixed_vectors(live.index, needed)  # (m, D)
+    return pairs, negatives, FixedDocs(torch.from_numpy(vectors), {p: i for i, p in enumerate(needed)})
+
+
+def mine_from_index(
+    live: Bundle,
+    pairs: DistillPairs,
+    positive_vecs: np.ndarray,
+    config: QueryRetrainConfig,
+    rng: np.random.Generator,
+) -> list[list[int]]:
+    """Per pair, up to `query_hard_negatives` documents from the live index's ranking of its query by the
+    live query encoder: ranks [rank_min, rank_max), never a known positive, never scoring above the
+    positive's score − margin (the rule of training.train.negatives.mine_hard_negatives, through the index)."""
+    n = config.query_hard_negatives
+    if n == 0:
+        return [[] for _ in pairs.texts]
+    q = live.encoder.encode(pairs.texts, kind="query", batch_size=64)  # (P, D), the live query tower
+    rank_min, rank_max = config.query_hard_negative_rank_min, config.query_hard_negative_rank_max
+    rows = live.index.search(live.encoder.to_index_space(q), min(rank_max, live.index.ntotal))
+    pos_scores = (q * positive_vecs).sum(1)  # (P,) cosine: the index's inner product
+    mined: list[list[int]] = []
+    for i, (positions, scores) in enumerate(rows):
+        known = pairs.known[pairs.keys[i]]
+        keep = [
+            int(p)
+            for p, s in zip(positions[rank_min:rank_max], scores[rank_min:rank_max], strict=True)
+            if int(p) not in known and s < pos_scores[i] - config.query_hard_negative_margin
+        ]
+        take = min(n, len(keep))
+        mined.append([keep[j] for j in rng.choice(len(keep), size=take, replace=False)] if take else [])
+    logger.info("mined %d negatives for %d pairs from the live index", sum(map(len, mined)), len(mined))
+    return mined
+
+
+def _validator(live: Bundle, tower: Any, val: RetrievalData) -> Callable[[], float] | None:
+    """nDCG@10 of the validation carve through the live index, queries encoded by the tower as it is."""
+    qids = [q for q in val.queries if val.qrels.get(q)]
+    if not qids:
+        return None
+    texts = [val.queries[q] for q in qids]
+
+    def score() -> float:
+        q = _encode(tower, texts)
+        return search_metrics(live.encoder.similarity, q, qids, val.qrels, live.doc_ids, index=live.index)[
+            "ndcg@10"
+        ]
+
+    return score
+
+
+def _encode(model: Any, texts: Sequence[str]) -> np.ndarray:
+    emb = model.encode(list(texts), batch_size=64, convert_to_numpy=True, normalize_embeddings=True)
+    return np.ascontiguousarray(emb, dtype=np.float32)  # (n, D)
+
+
+def _save_tower(tower: Any, parent_dir: Path, staging: Path) -> Encoder:
+    """model/: the tuned query tower, the parent's similarity.json, model/document/ already linked."""
+    folder = staging / MODEL_DIR
+    tower.save(str(folder), safe_serialization=True)
+    write_text_atomic(folder / SIMILARITY_FILE, (parent_dir / MODEL_DIR / SIMILARITY_FILE).read_text())
+    encoder = Encoder.load(folder)
+    if not encoder.two_towers:
+        raise ConfigError(f"{folder}: the parent's document tower did not arrive (model/document/)")
+    return encoder
+
+
+def _score(
+    live: Bundle, encoder: Encoder, val: RetrievalData, test: RetrievalData
+) -> tuple[dict[str, float], dict[str, float], dict[str, Any], dict[str, dict[str, float]]]:
+    """Live vs tuned dense metrics on the test split (through the shared index), and every mode of the tuned
+    tower with fusion tuned again on validation: (base, tuned, extras["retrieval"], metrics by mode)."""
+    from training.hybrid.fusion_tuning import metrics_of
+
+    depth = 100
+    sim = live.encoder.similarity
+    t_ids = [q for q in test.queries if test.qrels.get(q)]
+    t_texts = [test.queries[q] for q in t_ids]
+    before = dense_runs(live.index, sim, t_ids, live.encoder.encode(t_texts, kind="query"), depth)
+    after = dense_runs(live.index, sim, t_ids, encoder.encode(t_texts, kind="query"), depth)
+    base = metrics_of(before, test.qrels, live.doc_ids)
+    validation = None
+    v_ids = [q for q in val.queries if val.qrels.get(q)]
+    if v_ids:
+        v_emb = encoder.encode([val.queries[q] for q in v_ids], kind="query")
+        validation = (dense_runs(live.index, sim, v_ids, v_emb, depth), {q: val.queries[q] for q in v_ids},
+                      val.qrels)  # fmt: skip
+    record, by_mode = retune_modes(
+        live.lexical, live.doc_ids, validation, (after, {q: test.queries[q] for q in t_ids}, test.qrels),
+        inherited=live.manifest.extras.get("retrieval"),
+    )  # fmt: skip
+    logger.info(
+        "query-side retrain, test nDCG@10 (dense): live %.4f -> tuned %.4f; served mode %s %.4f",
+        base["ndcg@10"], by_mode["dense"]["ndcg@10"], record["default_mode"],
+        by_mode[record["default_mode"]]["ndcg@10"],
+    )  # fmt: skip
+    return base, by_mode["dense"], record, by_mode
+
+
+def _attach(
+    staging: Path,
+    data_dir: str | Path,
+    test: RetrievalData,
+    train_config: TrainConfig,
+    onnx: bool,
+    distill: DistillConfig | None,
+    timer: PhaseTimer | None,
+    stop: Callable[[], None],
+) -> None:
+    """The tuned tower's ONNX export and quality check, and the distilled query encoders (the static
+    table by default), both scored through the shared index."""
+    if onnx:
+        stop()
+        from training.export.onnx_export import attach_onnx
+
+        with phase(timer, "ONNX export + check"):
+            attach_onnx(staging, test.queries, test.qrels, quantize=True)
+    if distill is not None:
+        stop()
+        from training.distill.bundle_step import attach_query_encoders
+
+        train = load_split(data_dir, train_config.train_split, seed=train_config.seed)
+        with phase(timer, "distill query encoders"):
+            bundle = load_bundle(staging, verify=False, mmap=True)
+            try:
+                doc_emb = fixed_vectors(bundle.index, range(bundle.index.ntotal))  # the shared index's rows
+            finally:
+                bundle.docstore.close()
+            attach_query_encoders(
+                staging, train, test.queries, test.qrels, config=distill, doc_embeddings=doc_emb
+            )
