@@ -349,7 +349,13 @@ class CollectionRegistry:
                 continue
             live = loaded.hot_swap.live
             if live is None:
-                out[name] = {"status": "not_ready", "reason": loaded.hot_swap.not_live_reason()}
+                nothing = (
+                    loaded.hot_swap.last_failure is None
+                )  # no CURRENT, nothing failed: not published yet
+                out[name] = {
+                    "status": "empty" if nothing else "not_ready",
+                    "reason": loaded.hot_swap.not_live_reason(),
+                }
                 continue
             problems = live.consistency_problems()
             out[name] = {

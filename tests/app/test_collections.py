@@ -30,7 +30,7 @@ QUERY = "vitamin d and bone density"
 
 @pytest.fixture(scope="module")
 def other_encoder(_base_encoder, slice_data):
-    """The base model after 8 AdamW steps of InfoNCE on unrelated (query, document) pairs."""
+    """The base model (48 tokens) after 4 AdamW steps of InfoNCE on unrelated (query, document) pairs."""
     import copy
 
     import torch
@@ -39,12 +39,13 @@ def other_encoder(_base_encoder, slice_data):
 
     encoder = copy.deepcopy(_base_encoder)
     model = encoder.model
+    model.max_seq_length = 48  # kept by its bundle: every encode with this encoder stays cheap
     queries = list(slice_data.queries.values())
     docs = [d.text for d in slice_data.corpus.values()]
     rng = np.random.default_rng(0)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-4)
     model.train()
-    for _ in range(8):
+    for _ in range(4):
         q = list(rng.choice(queries, 8, replace=False))
         d = list(rng.choice(docs, 8, replace=False))  # unrelated "positives": the rankings must move
         feats_q = model.tokenize(q)
@@ -372,7 +373,7 @@ def test_readyz_of_a_collection_checks_it(tmp_path, staged):
         assert r.status_code == 200 and r.json()["status"] == "ready"
         assert client.get("/collections/empty/readyz").status_code == 503
         statuses = {n: c["status"] for n, c in client.get("/readyz").json()["collections"].items()}
-        assert statuses == {"default": "ready", "c1": "ready", "empty": "not_ready"}
+        assert statuses == {"default": "ready", "c1": "ready", "empty": "empty"}
     shutil.rmtree(root / "empty")
 
 

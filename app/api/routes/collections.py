@@ -163,6 +163,7 @@ async def delete_collection(
 
     await registry.evict(name, reason="deleted")  # stop serving it first: nothing reloads a retired folder
     versions = await asyncio.to_thread(retire)
+    await registry.evict(name, reason="deleted")  # in case a request loaded it again in between
     logger.info("collection %s deleted with %d version(s)", name, len(versions))
     return CollectionDeleted(deleted=name, versions=versions)
 
