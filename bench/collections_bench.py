@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import filecmp
 import json
 import os
 import shutil
@@ -66,15 +65,6 @@ def free_port() -> int:
 
 
 # -- building ------------------------------------------------------------------------------------------
-def _link_same(folder: Path, reference: Path) -> None:
-    """Hard-link files of folder/model identical to reference/model (saves disk; same bytes, same sums)."""
-    for path in (folder / "model").rglob("*"):
-        twin = reference / "model" / path.relative_to(folder / "model")
-        if path.is_file() and twin.is_file() and filecmp.cmp(path, twin, shallow=False):
-            path.unlink()
-            os.link(twin, path)
-
-
 def prepare(work: Path, n: int, k: int, n_docs: int) -> None:
     from contract.bundles.collections import Collections
     from contract.encoding.encoder import Encoder, document_text
@@ -98,7 +88,7 @@ def prepare(work: Path, n: int, k: int, n_docs: int) -> None:
     if not (work / "data" / "mini").exists():
         scifact_slice(SCIFACT, work / "data" / "mini", n_train=40, n_test=20, n_distractors=200)
 
-    def build(root: Path, name: str, seed: int, enc: Any, reference: Path | None) -> Path:
+    def build(root: Path, name: str, seed: int, enc: Any) -> Path:
         collections = Collections(None, root)
         if collections.exists(name) and (collections.folder(name) / "CURRENT").exists():
             return collections.folder(name)
@@ -115,18 +105,13 @@ def prepare(work: Path, n: int, k: int, n_docs: int) -> None:
             metrics={"test": {"ndcg@10": 0.5}},
             show_progress=False,
         )
-        if reference is not None:
-            _link_same(staged, reference)
         BundleStore(folder).publish(staged, force=True)
         return folder
 
     shared_root = work / "shared" / "bundles"
     shared_root.mkdir(parents=True, exist_ok=True)
-    first: Path | None = None
     for i in range(1, n + 1):
-        folder = build(shared_root, f"c{i:02d}", i, encoder, None if first is None else first)
-        live = (folder / "CURRENT").read_text().strip()
-        first = first or folder / live
+        build(shared_root, f"c{i:02d}", i, encoder)
     distinct_root = work / "distinct" / "bundles"
     distinct_root.mkdir(parents=True, exist_ok=True)
     import copy
@@ -139,7 +124,7 @@ def prepare(work: Path, n: int, k: int, n_docs: int) -> None:
         with torch.no_grad():
             for p in other.model.parameters():
                 p.add_(torch.randn(p.shape, generator=gen) * 1e-3)
-        build(distinct_root, f"d{i:02d}", i, other, None)
+        build(distinct_root, f"d{i:02d}", i, other)
     shutil.rmtree(work / "staging", ignore_errors=True)
     print(f"prepared {n} shared-encoder and {k} distinct-encoder collections under {work}", flush=True)
 

@@ -319,7 +319,7 @@ def test_the_collection_selector_switches_the_page_and_the_form_creates_one(watc
     other = publish(ui_staged["B"], bundles / "collections" / "other")  # a second collection, B live there
     page.goto(base + "/")
     page.wait_for_selector(f"#live-badge:has-text('{live}')")
-    page.wait_for_selector("#collection option[value=other]")
+    page.wait_for_selector("#collection option[value=other]", state="attached")
     page.select_option("#collection", "other")
     page.wait_for_selector(f"#live-badge:has-text('{other}')")
     page.fill("#q", "vitamin d and bone density")
