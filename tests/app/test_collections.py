@@ -425,3 +425,18 @@ def test_the_client_collection_view_calls_the_collection_routes(tmp_path, staged
     finally:
         srv.should_exit = True
         thread.join(timeout=30)
+
+
+def test_an_idle_collection_is_unloaded_and_loads_again_on_its_next_request(tmp_path, staged):
+    from tests.app.conftest import wait_until
+
+    bundles, _ = _root(tmp_path)
+    publish(staged["A"], bundles)
+    _new_collection(tmp_path, "c1", staged["A"])
+    app = _app(tmp_path, collection_idle_seconds=1.0)
+    with TestClient(app) as client:
+        assert client.post("/collections/c1/search", json={"query": QUERY}).status_code == 200
+        wait_until(lambda: "c1" not in app.state.collections.loaded, 30, "the idle sweep to unload c1")
+        assert "default" in app.state.collections.loaded  # never unloaded
+        again = client.post("/collections/c1/search", json={"query": QUERY})
+        assert again.status_code == 200 and "x-collection-load-ms" in again.headers
