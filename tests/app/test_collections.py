@@ -440,3 +440,22 @@ def test_an_idle_collection_is_unloaded_and_loads_again_on_its_next_request(tmp_
         assert "default" in app.state.collections.loaded  # never unloaded
         again = client.post("/collections/c1/search", json={"query": QUERY})
         assert again.status_code == 200 and "x-collection-load-ms" in again.headers
+
+
+def test_bundles_with_the_same_files_share_one_loaded_encoder_and_query_tower(
+    tmp_path, staged, staged_distilled
+):
+    """contract/encoding/shared_models.py: the torch module, the ONNX session and the static table are
+    loaded once for every bundle whose files have the same checksums; another model is its own copy."""
+    from app.engine.encoder_choice import load_encoder_backend
+    from contract.bundles.bundle import load_bundle
+
+    one, two = tmp_path / "one", tmp_path / "two"
+    a1, a2 = load_bundle(one / publish(staged["A"], one)), load_bundle(two / publish(staged["A"], two))
+    assert a1.encoder.model is a2.encoder.model and a1.encoder.source != a2.encoder.source
+    assert load_encoder_backend(a1, "onnx-int8") is load_encoder_backend(a2, "onnx-int8")
+    assert load_encoder_backend(a1, "onnx") is not load_encoder_backend(a1, "onnx-int8")
+    d1 = load_bundle(one / publish(staged_distilled, one))
+    d2 = load_bundle(two / publish(staged_distilled, two))
+    assert load_encoder_backend(d1, "static") is load_encoder_backend(d2, "static")
+    assert load_encoder_backend(d1, "distilled") is load_encoder_backend(d2, "distilled")
