@@ -125,6 +125,9 @@ DOMAIN_STATUS: dict[type[domain.InfonceSearchError], int] = {
     domain.InvalidQuery: 422,  # a search the index cannot answer as asked: the client's input
     domain.DataError: 422,
     domain.ConfigError: 422,
+    domain.CollectionRefused: 400,  # confined like dataset names (docs/security.md)
+    domain.CollectionNotFound: 404,
+    domain.CollectionConflict: 409,
     domain.JobError: 409,
     domain.JobNotFound: 404,
     domain.JobConflict: 409,

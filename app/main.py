@@ -11,19 +11,34 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from functools import partial
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from fastapi import FastAPI
 
+from app.api import collection_scope
 from app.api.middleware import BodyLimitMiddleware
 from app.api.openapi import install_openapi
-from app.api.routes import bundles, docs, documents, embed, gap, health, jobs, metrics, search, ui
+from app.api.routes import (
+    bundles,
+    collections,
+    docs,
+    documents,
+    embed,
+    gap,
+    health,
+    jobs,
+    metrics,
+    search,
+    ui,
+)
 from app.engine.batching import DirectRunner, Inference, MicroBatcher
 from app.errors import install_error_handlers
 from app.live.bundle_listing import read_gate_log
+from app.live.collections import CollectionRegistry
 from app.live.hot_swap import HotSwap
 from app.metrics import AppMetrics, MetricsMiddleware
 from app.settings import Settings
+from contract.bundles.collections import DEFAULT_COLLECTION
 from contract.jobs.queue import JobQueue
 from contract.log_setup import configure_logging
 
@@ -35,11 +50,13 @@ documents + generalization-gap report). Errors always have the body
 
 
 class State(TypedDict):
-    settings: Settings
-    hot_swap: HotSwap
-    runner: MicroBatcher | DirectRunner
+    settings: Settings  # a /collections/{c}/ request sees its collection's (app/api/collection_scope.py)
+    hot_swap: HotSwap  # the default collection's; a /collections/{c}/ request sees its collection's
+    runner: MicroBatcher | DirectRunner  # one inference thread for every collection
     metrics: AppMetrics
     job_queue: JobQueue
+    collections: CollectionRegistry
+    collection: str | None  # set on /collections/{c}/ requests only
 
 
 def _runner(settings: Settings, inference: Inference, metrics: AppMetrics) -> MicroBatcher | DirectRunner:
@@ -61,35 +78,37 @@ def _runner(settings: Settings, inference: Inference, metrics: AppMetrics) -> Mi
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_format)  # root WARNING, ours at log_level
-    app_metrics = AppMetrics()
+    app_metrics = AppMetrics.for_app()  # each collection's own series are labelled into it
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[State]:
         inference = Inference()
-        hot_swap = HotSwap(settings, app_metrics)
+        registry = CollectionRegistry(settings, app_metrics)
         runner = _runner(settings, inference, app_metrics)
         # the job store the worker reads (the same SEARCH_QUEUE_URL; contract.jobs.queue's defaults)
         assert settings.queue_url is not None  # Settings fills in the default
         job_queue = JobQueue(settings.queue_url, heartbeat_timeout_s=settings.job_heartbeat_timeout_s)
         await runner.start()
-        await hot_swap.start()
+        hot_swap = (await registry.start()).hot_swap  # `default`, loaded as before collections
         # series read at scrape time: gate decisions from the bundles folder, jobs from the job store
         app_metrics.records.gate_log = partial(read_gate_log, hot_swap.folder.root)
         app_metrics.records.job_counts = partial(jobs.job_counts, job_queue)
         # also on app.state, for operators' scripts and tests that need to look inside
         app.state.hot_swap, app.state.runner, app.state.inference = hot_swap, runner, inference
-        app.state.job_queue = job_queue
+        app.state.job_queue, app.state.collections = job_queue, registry
         state: State = {
             "settings": settings,
             "hot_swap": hot_swap,
             "runner": runner,
             "metrics": app_metrics,
             "job_queue": job_queue,
+            "collections": registry,
+            "collection": None,
         }
         try:
             yield state
         finally:
-            await hot_swap.stop()
+            await registry.stop()
             await runner.stop()
             inference.shutdown()
             job_queue.close()
@@ -105,11 +124,37 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     install_openapi(app, settings)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(MetricsMiddleware, metrics=app_metrics)
     for module in (search, documents, gap, health, bundles, metrics):
         app.include_router(module.router)
     app.include_router(embed.router)  # POST /embed, POST /v1/embeddings: vectors in the index's space
     app.include_router(jobs.router)  # POST /jobs …: records and enqueues; a worker process runs them
     app.include_router(ui.router)  # the web page at / and the report's plots
     app.include_router(docs.router)  # GET /docs, GET /redoc and their files
+    app.include_router(collections.router)  # /collections, /aliases
+    # everything above that serves one collection, again under /collections/{collection}/
+    scoped = collection_scope.mount(
+        app,
+        (
+            search.router,
+            embed.router,
+            documents.router,
+            gap.router,
+            bundles.router,
+            jobs.router,
+            health.router,
+            ui.router,
+        ),
+        skip=("/healthz", "/", "/ui/assets/{name}"),
+    )
+    app.add_middleware(MetricsMiddleware, metrics=app_metrics, label_of=partial(_collection_label, scoped))
     return app
+
+
+def _collection_label(scoped: set[str], scope: Any, template: str) -> str:
+    """The `collection` label of one request: the collection it named (bounded, app/live/collections.py),
+    `default` on the routes of old that serve it, empty on routes about no collection."""
+    state = scope.get("state") or {}
+    name, registry = state.get("collection"), state.get("collections")
+    if name is None:
+        return DEFAULT_COLLECTION if template in scoped else ""
+    return registry.label(name) if registry is not None else name

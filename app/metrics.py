@@ -32,25 +32,53 @@ ENCODE_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5,
 # here; process-wide, so every registry of this process drops them
 disable_created_metrics()
 
+DEFAULT_LABEL = "default"  # contract.bundles.collections.DEFAULT_COLLECTION (metrics is a base module)
 JobCounts = Callable[[], Iterable[tuple[str, str, int]]]  # (type, state, jobs)
 GateLog = Callable[[], list[dict[str, Any]]]
 
 
 class AppMetrics:
-    """Prometheus naming: `_total` counters, `_seconds` durations, `_ratio` for recall, one `_info`."""
+    """Prometheus naming: `_total` counters, `_seconds` durations, `_ratio` for recall, one `_info`.
 
-    def __init__(self) -> None:
+    `AppMetrics()` holds every series in one registry (one bundles folder served alone, as in tests).
+    With collections (app/live/collections.py) the app's instance is `AppMetrics.for_app()` (process,
+    HTTP, inference and record series, requests by collection, plus every loaded collection's own series)
+    and each collection has an `AppMetrics.for_collection()` of its own: the series of one served bundles
+    folder (live bundle, loads, query cache, document mutations), in a registry of its own, which the
+    app's registry re-exports with a `collection` label while that collection is loaded; so that label
+    takes at most as many values as collections are loaded at once (SEARCH_MAX_LOADED_COLLECTIONS).
+    """
+
+    def __init__(self, *, app: bool = True, bundle: bool = True) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
-        # resident memory, CPU, open files (an index server's memory is what runs out first); Python's GC
-        ProcessCollector(registry=r)
-        PlatformCollector(registry=r)
-        GCCollector(registry=r)
-        self._request_metrics(r)
-        self._work_metrics(r)
-        self._bundle_metrics(r)
-        self.records = _RecordsCollector()
-        r.register(self.records)
+        self.collections: CollectionSeries | None = None
+        self.collection_requests: Counter | None = None
+        if app:
+            # resident memory, CPU, open files (an index server's memory is what runs out first); Python's GC
+            ProcessCollector(registry=r)
+            PlatformCollector(registry=r)
+            GCCollector(registry=r)
+            self._request_metrics(r)
+            self._work_metrics(r)
+            self.records = _RecordsCollector()
+            r.register(self.records)
+        if bundle:
+            self._bundle_metrics(r)
+        else:
+            self.collections = CollectionSeries()
+            r.register(self.collections)
+            self._collection_request_metrics(r)
+
+    @classmethod
+    def for_app(cls) -> AppMetrics:
+        """The app's series; the collections' own come through `collections` (app/live/collections.py)."""
+        return cls(app=True, bundle=False)
+
+    @classmethod
+    def for_collection(cls) -> AppMetrics:
+        """One collection's series, in a registry of its own (labelled when the app re-exports them)."""
+        return cls(app=False, bundle=True)
 
     def _request_metrics(self, r: CollectorRegistry) -> None:
         """HTTP traffic: requests and latency by route template."""
@@ -64,6 +92,24 @@ class AppMetrics:
             "search_http_request_duration_seconds",
             "Request latency by route.",
             ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+
+    def _collection_request_metrics(self, r: CollectorRegistry) -> None:
+        """The requests about one collection (its /collections/{c}/ routes, and the routes of old for
+        `default`), by collection: its name, or `_other` past SEARCH_METRICS_MAX_COLLECTIONS names."""
+        self.collection_requests = Counter(
+            "search_collection_requests",
+            "Requests about one collection by collection, route template and status (`_other`: names past "
+            "SEARCH_METRICS_MAX_COLLECTIONS).",
+            ["collection", "route", "status"],
+            registry=r,
+        )
+        self.collection_latency = Histogram(
+            "search_collection_request_duration_seconds",
+            "Latency of the requests about one collection, by collection.",
+            ["collection"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
@@ -173,12 +219,38 @@ class _RecordsCollector(Collector):
             yield jobs
 
 
-class MetricsMiddleware:
-    """Counts requests by *route template* (not raw path, so /bundles/{version} stays one series)."""
+class CollectionSeries(Collector):
+    """Every loaded collection's own series (AppMetrics.for_collection), re-exported with a `collection`
+    label; `sources` is set by the collection registry and lists only what is loaded now. The default
+    collection's keep the labels they had before collections (none added: `collection=""` in PromQL), so
+    dashboards of a one-collection deployment read on unchanged."""
 
-    def __init__(self, app: ASGIApp, metrics: AppMetrics):
+    def __init__(self) -> None:
+        self.sources: Callable[[], Iterable[tuple[str, CollectorRegistry]]] = lambda: ()
+
+    def collect(self) -> Iterator[Metric]:
+        families: dict[str, Metric] = {}
+        for name, registry in self.sources():
+            for family in registry.collect():
+                merged = families.get(family.name)
+                if merged is None:
+                    merged = families[family.name] = Metric(family.name, family.documentation, family.type)
+                labels = {} if name == DEFAULT_LABEL else {"collection": name}
+                for sample in family.samples:
+                    merged.add_sample(sample.name, {**labels, **sample.labels}, sample.value)
+        yield from families.values()
+
+
+class MetricsMiddleware:
+    """Counts requests by *route template* (not raw path, so /bundles/{version} stays one series), and
+    with collections by the collection the request was about (`label_of`, app/live/collections.py)."""
+
+    def __init__(
+        self, app: ASGIApp, metrics: AppMetrics, label_of: Callable[[Scope, str], str] | None = None
+    ):
         self.app = app
         self.metrics = metrics
+        self.label_of = label_of
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -198,5 +270,12 @@ class MetricsMiddleware:
         finally:
             route = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
+            seconds = time.perf_counter() - started
             self.metrics.requests.labels(route=template, method=scope["method"], status=str(status)).inc()
-            self.metrics.latency.labels(route=template).observe(time.perf_counter() - started)
+            self.metrics.latency.labels(route=template).observe(seconds)
+            name = self.label_of(scope, template) if self.label_of is not None else ""
+            if name and self.metrics.collection_requests is not None:
+                self.metrics.collection_requests.labels(
+                    collection=name, route=template, status=str(status)
+                ).inc()
+                self.metrics.collection_latency.labels(collection=name).observe(seconds)

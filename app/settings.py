@@ -139,6 +139,32 @@ class Settings(JobSettings):
     )
     milvus_timeout_s: float = Field(10.0, gt=0, description="Timeout of each Milvus call, in seconds.")
     log_level: str = Field("INFO", description="Logging level of the API process (DEBUG, INFO, WARNING…).")
+    max_loaded_collections: int = Field(
+        8,
+        ge=0,
+        description="Most named collections loaded at once besides `default` (always loaded); loading one "
+        "more evicts the least recently used idle one. Each loaded collection holds its index, BM25 arrays "
+        "and, unless another loaded collection has the same model files, its encoder.",
+    )
+    max_loaded_bytes: int | None = Field(
+        None,
+        ge=0,
+        description="Most bytes the loaded collections may hold (index, BM25 and encoder files; an encoder "
+        "shared by several collections counts once); past it the least recently used idle ones are "
+        "evicted. Unset: only max_loaded_collections bounds them.",
+    )
+    collection_idle_seconds: float = Field(
+        0.0,
+        ge=0.0,
+        description="A named collection with no request for this long is unloaded (its next request loads "
+        "it again). 0 = only the budgets unload collections.",
+    )
+    metrics_max_collections: int = Field(
+        64,
+        ge=1,
+        description="Most collection names the HTTP request series of /metrics label on their own; requests "
+        "to further collections are counted under `_other`, so the series stay bounded.",
+    )
 
     @model_validator(mode="after")
     def _old_loss_name(self) -> Settings:

@@ -11,6 +11,10 @@ InfonceSearchError            base: a user-facing message, never a library stack
 │   ├── BundleNotFound        no bundle with that version
 │   ├── BundleDamaged         a part of the live bundle failed while serving (the replica falls back)
 │   └── NoLiveBundle          nothing is published yet (CURRENT missing)
+├── CollectionError           collections and aliases (contract/bundles/collections.py)
+│   ├── CollectionRefused     a name that is not a collection name, or a folder that leads out of the root
+│   ├── CollectionNotFound    no collection (or alias) with that name
+│   └── CollectionConflict    the name is taken, the default cannot go, jobs or aliases still use it
 └── JobError                  job queue problems
     ├── JobNotFound           unknown job id
     ├── JobConflict           the job's state forbids the request (e.g. cancelling a finished job)
@@ -94,6 +98,28 @@ class BundleDamaged(BundleError):
 
 class NoLiveBundle(BundleError):
     code = "no_live_bundle"
+
+
+class CollectionError(InfonceSearchError):
+    code = "collection_error"
+
+
+class CollectionRefused(CollectionError):
+    """A collection or alias name that is not `^[a-z0-9][a-z0-9_-]{0,62}$`, or whose folder leads out of
+    the collections root (a symbolic link)."""
+
+    code = "collection_refused"
+
+
+class CollectionNotFound(CollectionError):
+    code = "collection_not_found"
+
+
+class CollectionConflict(CollectionError):
+    """The request contradicts the collections' state: a name already taken (by a collection or an
+    alias), deleting `default`, a collection that jobs or aliases still use, an alias naming an alias."""
+
+    code = "collection_conflict"
 
 
 class JobError(InfonceSearchError):

@@ -47,6 +47,13 @@ def document_path(doc_id: str) -> str:
     return "/documents/" + (segment.replace(".", "%2E") if segment in (".", "..") else segment)
 
 
+def collection_prefix(name: str) -> str:
+    """/collections/{name} with the name as one escaped segment (the server refuses anything that is not a
+    collection name with 400, rather than this client resolving '..' or '/' into another route)."""
+    segment = quote(name, safe="")
+    return "/collections/" + (segment.replace(".", "%2E") if segment in (".", "..") else segment)
+
+
 class Requests:
     """The API's routes as requests (no I/O here)."""
 

@@ -21,6 +21,7 @@ from infonce_search.api_requests import (
     Request,
     Requests,
     answer,
+    collection_prefix,
     document_path,
     headers,
 )
@@ -40,10 +41,17 @@ class Client(Requests):
         api_key: str | None = None,
         timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
         http: httpx.Client | None = None,
+        _prefix: str = "",
     ):
         self._owned = http is None
+        self._prefix = _prefix  # "/collections/<name>" for a collection's view
         self.http = http or httpx.Client(base_url=base_url, timeout=timeout)
         self.http.headers.update(headers(api_key))
+
+    def collection(self, name: str) -> Client:
+        """The same methods for collection (or alias) `name`: each calls /collections/{name}/… on this
+        client's connection (closing the view closes nothing). `client.collection("docs").search("q")`."""
+        return Client(http=self.http, _prefix=collection_prefix(name))
 
     def __enter__(self) -> Client:
         return self
@@ -56,8 +64,9 @@ class Client(Requests):
             self.http.close()
 
     def _call(self, request: Request) -> Any:
+        path = self._prefix + request.path
         return answer(
-            self.http.request(request.method, request.path, json=request.json, params=request.params or None)
+            self.http.request(request.method, path, json=request.json, params=request.params or None)
         )
 
     # -- search and vectors -------------------------------------------------------------------------------
@@ -160,10 +169,16 @@ class AsyncClient(Requests):
         api_key: str | None = None,
         timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
         http: httpx.AsyncClient | None = None,
+        _prefix: str = "",
     ):
         self._owned = http is None
+        self._prefix = _prefix  # "/collections/<name>" for a collection's view
         self.http = http or httpx.AsyncClient(base_url=base_url, timeout=timeout)
         self.http.headers.update(headers(api_key))
+
+    def collection(self, name: str) -> AsyncClient:
+        """As Client.collection: the same methods, awaited, for collection (or alias) `name`."""
+        return AsyncClient(http=self.http, _prefix=collection_prefix(name))
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -177,7 +192,7 @@ class AsyncClient(Requests):
 
     async def _call(self, request: Request) -> Any:
         response = await self.http.request(
-            request.method, request.path, json=request.json, params=request.params or None
+            request.method, self._prefix + request.path, json=request.json, params=request.params or None
         )
         return answer(response)
 

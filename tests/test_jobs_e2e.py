@@ -238,3 +238,36 @@ def test_kill_9_mid_run_keeps_the_old_bundle_and_fails_the_job(env):
     job = _wait("the resubmitted job", lambda: _finished(client, again), worker)
     assert job["state"] == "succeeded", (job, worker.tail())
     assert _current(bundles) == job["bundle_version"]
+
+
+def test_a_retrain_of_one_collection_goes_live_only_there(env):
+    """A job submitted under /collections/other/ trains and publishes into that collection's folder; the
+    default collection keeps its CURRENT and goes on serving it, and the app swaps `other` alone."""
+    from contract.bundles.collections import Collections
+    from training.publish.index_model import index_model
+
+    client, worker, bundles, settings = env["client"], env["worker"], env["bundles"], env["settings"]
+    folder = Collections(settings.collections_root, bundles).create("other")
+    first = index_model(settings.models_root / env["base"], settings.data_root / "scifact-mini", folder,
+                        index_kind="flat", onnx=False, show_progress=False)  # fmt: skip
+    default_current = _current(bundles)
+    other = client.post("/collections/other/search", json={"query": "vitamin d", "top_k": 3})
+    assert other.status_code == 200 and other.json()["version"] == first.version
+    body = {"type": "retrain", "dataset": "scifact-mini", "options": {"base_model": env["base"]} | QUICK}
+    r = client.post("/collections/other/jobs", json=body, headers=KEY)
+    assert r.status_code == 202 and r.json()["collection"] == "other", r.text
+    job = _wait("the collection's retrain", lambda: _finished(client, r.json()["id"]), worker)
+    assert job["state"] == "succeeded" and job["live"] is True, (job, worker.tail())
+    assert _current(folder) == job["bundle_version"] != first.version
+    assert _current(bundles) == default_current  # the default collection was not touched
+    assert job["bundle_version"] not in _versions(bundles)
+    _wait(
+        "the app to swap collection other",
+        lambda: (
+            client.post("/collections/other/search", json={"query": "x"}).json()["version"]
+            == job["bundle_version"]
+        ),
+        worker,
+        60,
+    )
+    assert _served_version(client) == default_current

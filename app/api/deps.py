@@ -9,6 +9,7 @@ from fastapi import Depends, Request
 
 from app.engine.batching import DirectRunner, MicroBatcher
 from app.errors import MissingApiKeyError, WrongApiKeyError
+from app.live.collections import CollectionRegistry
 from app.live.hot_swap import HotSwap
 from app.live.mutation_applier import MutationApplier
 from app.metrics import AppMetrics
@@ -29,6 +30,17 @@ def get_mutations(request: Request) -> MutationApplier:
     return hot_swap.mutations
 
 
+def get_collections(request: Request) -> CollectionRegistry:
+    """The collections this process serves (app/live/collections.py)."""
+    return request.state.collections
+
+
+def get_collection_name(request: Request) -> str | None:
+    """The collection a request under /collections/{collection}/ is about (resolved from an alias);
+    None on the routes of old, which serve `default` (app/api/collection_scope.py sets it)."""
+    return request.state.collection
+
+
 def get_runner(request: Request) -> MicroBatcher | DirectRunner:
     return request.state.runner
 
@@ -42,6 +54,8 @@ HotSwapDep = Annotated[HotSwap, Depends(get_hot_swap)]
 RunnerDep = Annotated[MicroBatcher | DirectRunner, Depends(get_runner)]
 MutationsDep = Annotated[MutationApplier, Depends(get_mutations)]
 MetricsDep = Annotated[AppMetrics, Depends(get_metrics)]
+CollectionsDep = Annotated[CollectionRegistry, Depends(get_collections)]
+CollectionScope = Annotated[str | None, Depends(get_collection_name)]
 
 
 def given_keys(request: Request) -> list[str]:

@@ -25,6 +25,7 @@ from contract.encoding.onnx_encoder import EXTRAS_KEY as ONNX_KEY
 from contract.encoding.onnx_encoder import FILES, ONNX_SUBDIR, OnnxQueryEncoder, Variant
 from contract.encoding.query_encoders import EXTRAS_KEY as QE_KEY
 from contract.encoding.query_encoders import load_variant, recorded_losses, timing_queries
+from contract.encoding.shared_models import files_key, shared
 from contract.encoding.similarity import temperature_or_default
 from contract.errors import ModelLoadError
 
@@ -44,12 +45,22 @@ def load_encoder_backend(bundle: Bundle, encoder_backend: str, *, threads: int =
 
             torch.set_num_threads(threads)
         return bundle.encoder
+    # one loaded copy per distinct file set in the process (contract/encoding/shared_models.py)
+    files = bundle.manifest.files
     if encoder_backend in ONNX_BACKENDS:
-        return OnnxQueryEncoder.load(
-            Path(bundle.path) / "model", variant=ONNX_BACKENDS[encoder_backend], threads=threads
+        key = files_key(files, "model/")
+        return shared(
+            key and f"{encoder_backend}:{threads}:{key}",
+            lambda: OnnxQueryEncoder.load(
+                Path(bundle.path) / "model", variant=ONNX_BACKENDS[encoder_backend], threads=threads
+            ),
         )
     if encoder_backend in DISTILLED_BACKENDS:
-        return load_variant(bundle.path, encoder_backend, threads=threads)
+        key = files_key(files, f"query_encoders/{encoder_backend}/")
+        return shared(
+            key and f"{encoder_backend}:{threads}:{key}",
+            lambda: load_variant(bundle.path, encoder_backend, threads=threads),
+        )
     raise ModelLoadError(f"unknown encoder backend {encoder_backend!r}")
 
 

@@ -8,9 +8,10 @@ import { runSearch } from "./search.js";
 import { loadBundles } from "./bundle.js";
 import { loadJobs, submitJob } from "./jobs.js";
 import { loadReport } from "./report.js";
+import { loadCollections, setUpCollections } from "./collections.js";
 
 // -- tabs ---------------------------------------------------------------------------------------------
-const loaders = { search: () => {}, bundle: loadBundles, jobs: loadJobs, report: loadReport };
+const loaders = { search: () => {}, bundle: loadBundles, jobs: loadJobs, report: loadReport, collections: loadCollections };
 
 function showTab() {
   const name = (location.hash || "#search").slice(1);
@@ -33,6 +34,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("search-form").addEventListener("submit", runSearch);
   $("job-form").addEventListener("submit", submitJob);
   window.addEventListener("hashchange", showTab);
+  setUpCollections(() => { loadOverview(); showTab(); }); // switching collection reloads what is shown
   loadOverview();
   setInterval(loadOverview, 15000); // the badge follows a swap (a job's publish, another operator's rollback)
   showTab();

@@ -1,7 +1,8 @@
 // Shared by the page's modules: state (the API key lives here, in memory only), DOM and number helpers,
 // and `api`, the one place that calls the server.
 
-const state = { key: "", overview: null, bundles: null, jobsTimer: null, reportVersion: null };
+// `collection`: the one the page works on; "default" is the routes without /collections/{name}/
+const state = { key: "", overview: null, bundles: null, jobsTimer: null, reportVersion: null, collection: "default" };
 const $ = (id) => document.getElementById(id);
 
 // -- helpers -------------------------------------------------------------------------------------------
@@ -54,13 +55,20 @@ class ApiError extends Error {
   }
 }
 
-// fetch a route of this server; errors become ApiError with the API's own code and message
-// (with a key typed in, every call sends it: reads then show the detail the key unlocks)
+// a route of the selected collection: /search stays /search for "default", else /collections/{name}/search;
+// the routes about collections themselves (/collections, /aliases) are the same for every collection
+function scoped(path) {
+  if (state.collection === "default" || path.startsWith("/collections") || path.startsWith("/aliases")) return path;
+  return `/collections/${encodeURIComponent(state.collection)}${path}`;
+}
+
+// fetch a route of this server (of the selected collection, see `scoped`); errors become ApiError with the
+// API's own code and message (with a key typed in, every call sends it: reads then show the detail the key unlocks)
 async function api(method, path, body) {
   const headers = { accept: "application/json" };
   if (body !== undefined) headers["content-type"] = "application/json";
   if (state.key) headers["x-api-key"] = state.key;
-  const response = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const response = await fetch(scoped(path), { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   let data = null;
   try {
     data = await response.json();
@@ -81,4 +89,4 @@ function needKey(statusId) {
   return true;
 }
 
-export { state, $, el, fmt, param, when, setStatus, ApiError, api, needKey };
+export { state, $, el, fmt, param, when, setStatus, ApiError, api, needKey, scoped };

@@ -1,7 +1,7 @@
 // The gap-report tab: GET /generalization-gap rendered for people, one sentence per number (the
 // sentences follow docs/gap-report.md), with the bundle's PNG plots.
 
-import { $, api, el, fmt, param, state, when } from "./common.js";
+import { $, api, el, fmt, param, scoped, state, when } from "./common.js";
 
 // -- report (sentences from docs/gap-report.md) ------------------------------------------------------
 function valueNode(x, unit = "nats") {
@@ -33,7 +33,7 @@ function table(...rows) {
 function plotFigure(version, report, name, caption) {
   if (!report.plots.includes(name)) return null;
   return el("figure", {},
-    el("img", { src: `/bundles/${encodeURIComponent(version)}/plots/${encodeURIComponent(name)}`, alt: caption, "data-plot": name, loading: "eager" }),
+    el("img", { src: scoped(`/bundles/${encodeURIComponent(version)}/plots/${encodeURIComponent(name)}`), alt: caption, "data-plot": name, loading: "eager" }),
     el("figcaption", {}, caption));
 }
 

@@ -35,6 +35,7 @@ from contract.bundles.parts import sha256_file
 from contract.bundles.report_schema import GapReport
 from contract.bundles.run_record import TrainingRecord
 from contract.encoding.encoder import Encoder
+from contract.encoding.shared_models import files_key, load_encoder
 from contract.encoding.similarity import Similarity
 from contract.errors import BundleInvalid, ModelLoadError
 from contract.index.backend import IndexOpener, is_milvus
@@ -233,8 +234,8 @@ def load_bundle(
         index = _open_external(folder, m, index_opener)
     else:
         index = parts.load_faiss(folder / INDEX_FILE, m.index, m.metric.index, mmap=mmap)
-    try:
-        encoder = Encoder.load(folder / MODEL_DIR)
+    try:  # one loaded copy per distinct model in the process (collections built from one encoder share it)
+        encoder = load_encoder(folder / MODEL_DIR, files_key(m.files, MODEL_DIR + "/", skip=("onnx",)))
     except ModelLoadError as exc:
         raise BundleInvalid(f"{folder / MODEL_DIR}: {exc}") from exc
     report = parts.read_report(folder / REPORT_DIR / "report.json")

@@ -24,6 +24,7 @@ from typing import Any, Literal, cast
 
 from huey import Huey, RedisHuey, SqliteHuey
 from huey.api import TaskWrapper
+from huey.exceptions import RetryTask
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from contract.config import TrainConfig
@@ -47,6 +48,7 @@ logger = logging.getLogger(__name__)
 QUEUE_NAME = "infonce-search"
 
 __all__ = [
+    "CollectionBusy",
     "DEFAULT_HEARTBEAT_TIMEOUT_S",
     "default_queue_url",
     "JobQueue",
@@ -114,6 +116,16 @@ def _submit_only(job_id: str, records: RecordStore) -> None:
     raise RuntimeError(f"job {job_id}: this process only submits jobs; the worker runs them")
 
 
+class CollectionBusy(Exception):
+    """Raised by a worker's `execute` when the job's collection has another job running: the job goes
+    back to the queue (still `queued`) for `retry_s` instead of holding a worker thread while it waits,
+    so one collection's queue never holds a thread another collection's job could run on."""
+
+    def __init__(self, message: str, retry_s: float = 2.0):
+        super().__init__(message)
+        self.retry_s = retry_s
+
+
 def open_huey(url: str, execute: Execute = _submit_only) -> tuple[Huey, TaskWrapper]:
     """The huey instance for a queue URL and its one task, `run_job(job_id)`.
 
@@ -131,7 +143,10 @@ def open_huey(url: str, execute: Execute = _submit_only) -> tuple[Huey, TaskWrap
         raise ValueError(f"queue URL {url!r}: expected sqlite:///path/jobs.db or redis://host:port/db")
 
     def run_job(job_id: str) -> None:
-        execute(job_id, open_records(url))
+        try:
+            execute(job_id, open_records(url))
+        except CollectionBusy as busy:  # huey re-queues it (same id, so a cancel still revokes it)
+            raise RetryTask(str(busy), delay=busy.retry_s) from None
 
     return huey, huey.task(name="run_job")(run_job)
 
@@ -154,8 +169,12 @@ class JobQueue:
         data_root: str | Path,
         bundles_dir: str | Path,
         models_root: str | Path | None = None,
+        collection: str = "default",
     ) -> JobRecord:
         """Validate, record as `queued`, then enqueue (a worker that sees the message finds its record).
+
+        `bundles_dir` is the folder of `collection` (the job publishes there; the worker serves every
+        collection, each job naming its own folder).
 
         Every file the job will read is confined first (contract.jobs.confine): the dataset's files
         under `data_root`, a base model under `models_root`; the worker checks again before reading.
@@ -172,12 +191,13 @@ class JobQueue:
             options=clean,
             data_dir=str(data_dir),
             bundles_dir=str(Path(bundles_dir).resolve()),
+            collection=collection,
             data_root=str(Path(data_root).resolve()),
             models_root=None if models_root is None else str(Path(models_root).resolve()),
         )
         self.records.create(record)
         self.huey.enqueue(self._run_job.s(record.id, id=record.id))
-        logger.info("job %s queued: %s %s", record.id, job_type, dataset)
+        logger.info("job %s queued: %s %s into collection %s", record.id, job_type, dataset, collection)
         return record
 
     def close(self) -> None:

@@ -56,7 +56,10 @@ class JobRecord(BaseModel):
     dataset: str  # the name under the data root, as submitted
     options: dict[str, Any] = Field(default_factory=dict)
     data_dir: str  # resolved dataset path the worker reads
-    bundles_dir: str  # bundle folder the job publishes into
+    bundles_dir: (
+        str  # bundle folder the job publishes into: its collection's (contract/bundles/collections.py)
+    )
+    collection: str = "default"  # the collection it publishes into (records from before collections: default)
     data_root: str | None = None  # the root data_dir was confined to; the worker re-checks under it
     models_root: str | None = None  # the root options.base_model names a folder under
     state: JobState = "queued"

@@ -13,6 +13,12 @@ from typing import Any, Literal, Self
 from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from contract.bundles.collections import (
+    DEFAULT_COLLECTION,
+    Collections,
+    collection_milvus_name,
+    default_root,
+)
 from contract.jobs.defaults import DEFAULT_HEARTBEAT_TIMEOUT_S, default_queue_url
 
 ENV_PREFIX = "SEARCH_"
@@ -28,6 +34,12 @@ class JobSettings(BaseSettings):
         description="Folder of versioned bundles; its CURRENT file names the live version. "
         "Several API processes may share it (they read it, and append document writes to its "
         "mutations.sqlite).",
+    )
+    collections_root: Path | None = Field(
+        None,
+        description="Folder of the named collections: each `<root>/<name>/` is a bundles folder of its own "
+        "(versions, CURRENT, gate and mutation logs, jobs), `<root>/aliases.json` maps aliases to them. The "
+        "`default` collection is bundles_dir itself. Default: `<bundles_dir>/collections`.",
     )
     milvus_uri: str | None = Field(
         None,
@@ -76,7 +88,24 @@ class JobSettings(BaseSettings):
     def _default_queue(self) -> Self:
         if self.queue_url is None:
             self.queue_url = default_queue_url(self.bundles_dir)  # beside the bundles the process uses
+        if self.collections_root is None:
+            self.collections_root = default_root(self.bundles_dir)
         return self
+
+    def collections(self) -> Collections:
+        """The collections these settings name: `default` = bundles_dir, the others under collections_root."""
+        return Collections(self.collections_root, self.bundles_dir)
+
+    def for_collection(self, name: str) -> Self:
+        """These settings as collection `name` sees them: its bundles folder, its Milvus names."""
+        if name == DEFAULT_COLLECTION:
+            return self
+        return self.model_copy(
+            update={
+                "bundles_dir": self.collections().folder(name),
+                "milvus_name": collection_milvus_name(self.milvus_name, name),
+            }
+        )
 
 
 def env_name(field: str) -> str:

@@ -109,23 +109,37 @@ class MilvusPointer:
         if not is_milvus(manifest.index):
             return
         extras = manifest.extras[MILVUS_EXTRAS]
-        collection, alias = check_name(extras["collection"]), check_name(extras["alias"])
-        client = connect(self.config)
-        try:
-            if alias in client.list_aliases(timeout=self.config.timeout_s).get("aliases", []):
-                client.alter_alias(collection, alias, timeout=self.config.timeout_s)
-            else:
-                client.create_alias(collection, alias, timeout=self.config.timeout_s)
-        except Exception as exc:
-            raise IndexUnavailable(
-                f"flipping Milvus alias {alias} to {collection} failed: {error_brief(exc)}"
-            ) from exc
-        logger.info("Milvus alias %s -> %s", alias, collection)
+        point_alias(self.config, check_name(extras["alias"]), check_name(extras["collection"]))
 
     def on_delete(self, manifest: Manifest) -> None:
         if not is_milvus(manifest.index):
             return
         drop_collection(self.config, str(manifest.extras[MILVUS_EXTRAS]["collection"]))
+
+
+def point_alias(config: BackendConfig, alias: str, collection: str) -> None:
+    """Create Milvus alias `alias` on `collection`, or move it there (idempotent)."""
+    client = connect(config)
+    try:
+        if alias in client.list_aliases(timeout=config.timeout_s).get("aliases", []):
+            client.alter_alias(collection, alias, timeout=config.timeout_s)
+        else:
+            client.create_alias(collection, alias, timeout=config.timeout_s)
+    except Exception as exc:
+        raise IndexUnavailable(
+            f"flipping Milvus alias {alias} to {collection} failed: {error_brief(exc)}"
+        ) from exc
+    logger.info("Milvus alias %s -> %s", alias, collection)
+
+
+def drop_alias(config: BackendConfig, alias: str) -> None:
+    """Drop Milvus alias `alias` if it exists (a deleted collection's or alias's)."""
+    client = connect(config)
+    try:
+        if alias in client.list_aliases(timeout=config.timeout_s).get("aliases", []):
+            client.drop_alias(alias, timeout=config.timeout_s)
+    except Exception as exc:
+        logger.warning("could not drop Milvus alias %s: %s", alias, error_brief(exc))
 
 
 def drop_collection(config: BackendConfig, collection: str) -> None:

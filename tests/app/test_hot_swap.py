@@ -80,8 +80,14 @@ def test_polls_during_an_activation_never_swap_the_old_version_back(tmp_path, st
 
 def test_activation_loads_the_model_once_and_publishing_never(tmp_path, staged, monkeypatch):
     """validate() is the only check publish and BundleFolder.activate run: the one model load of an
-    activation through the API is the load of the bundle it then serves."""
+    activation through the API is the load of the bundle it then serves — none at all when that bundle's
+    model files are those of a model already loaded (contract/encoding/shared_models.py)."""
+    import weakref
+
+    from contract.encoding import shared_models
     from contract.encoding.encoder import Encoder
+
+    monkeypatch.setattr(shared_models, "_objects", weakref.WeakValueDictionary())  # nothing loaded yet
 
     loads: list[str] = []
     real_load = Encoder.load.__func__  # type: ignore[attr-defined]
@@ -103,11 +109,15 @@ def test_activation_loads_the_model_once_and_publishing_never(tmp_path, staged, 
     async def scenario() -> None:
         await hot_swap.sync()  # serves a: one load
         assert len(loads) == 1
+        served_a = hot_swap.live
         await hot_swap.activate(b)  # load b to serve it, then point CURRENT at it
         assert hot_swap.live is not None and hot_swap.live.version == b
+        # b was built with a's encoder: same model files, so the loaded model is shared, not loaded again
+        assert served_a is not None and hot_swap.live.encoder.model is served_a.encoder.model
+        assert hot_swap.live.encoder.source.endswith(f"{b}/model")
 
     asyncio.run(scenario())
-    assert len(loads) == 2 and loads[1].endswith(f"{b}/model")
+    assert len(loads) == 1
     assert BundleStore(bundles).current_version() == b
 
 

@@ -77,3 +77,34 @@ def test_errors_are_one_line(two_versions, tmp_path):
     assert len(unknown.stderr.strip().splitlines()) == 1
     missing = _cli("list", "--bundles", str(tmp_path / "nope"))
     assert missing.returncode == 2 and "no such folder" in missing.stderr and not (tmp_path / "nope").exists()
+
+
+def test_the_commands_take_a_collection(two_versions, tmp_path, _base_encoder):
+    """`--collection NAME` works on <SEARCH_COLLECTIONS_ROOT>/<NAME> (default root: <bundles>/collections);
+    `default` is the bundles folder itself; names outside the rules are refused in one line."""
+    import shutil
+
+    from contract.bundles.collections import Collections
+    from training.bundle.build import build_bundle
+    from training.bundle.store import BundleStore
+
+    bundles, _ = two_versions
+    home = tmp_path / "bundles"
+    shutil.copytree(bundles, home)
+    docs = Collections(None, home).create("docs")
+    corpus = {"x": Document("x", "a title", "a text about cells", {})}
+    staged = build_bundle(
+        _base_encoder, corpus, staging_dir=tmp_path / "stage", doc_embeddings=_base_encoder.encode(["a text"]),
+        index_kind="flat", metrics={"test": {"ndcg@10": 0.5}}, show_progress=False,
+    )  # fmt: skip
+    only = BundleStore(docs).publish(staged, force=True).version
+    listed = json.loads(_cli("list", "--bundles", str(home), "--collection", "docs", "--json").stdout)
+    assert [v["version"] for v in listed["versions"]] == [only]
+    default = json.loads(_cli("list", "--bundles", str(home), "--collection", "default", "--json").stdout)
+    plain = json.loads(_cli("list", "--bundles", str(home), "--json").stdout)
+    assert default == plain and default["versions"]
+    assert only not in [v["version"] for v in default["versions"]]
+    assert _cli("verify", "--bundles", str(home), "--collection", "docs").returncode == 0
+    for bad, says in (("..", "collection name"), ("Docs", "collection name"), ("nope", "no collection")):
+        refused = _cli("list", "--bundles", str(home), "--collection", bad)
+        assert refused.returncode == 2 and says in refused.stderr and len(refused.stderr.splitlines()) == 1

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from contract.errors import InfonceSearchError
-from training.cli.settings_options import job_settings, setting_option
+from training.cli.settings_options import collection_folder, collection_option, job_settings, setting_option
 
 bundles_app = typer.Typer(
     help="List, activate, prune and verify published bundle versions.", no_args_is_help=True
@@ -32,10 +32,15 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(code=2)
 
 
-def _store(given: Path | None) -> Any:
+CollectionOpt = Annotated[str | None, collection_option()]
+
+
+def _store(given: Path | None, collection: str | None = None) -> Any:
     from training.bundle.store import BundleStore
 
     bundles = job_settings(bundles_dir=given).bundles_dir  # SEARCH_BUNDLES_DIR or its default, as the API
+    if collection is not None:
+        bundles = collection_folder(bundles, collection)
     if not bundles.is_dir():
         raise _fail(f"--bundles {bundles}: no such folder")
     return BundleStore(bundles)
@@ -62,9 +67,9 @@ def verify_checksums(folder: Path) -> list[str]:
 
 
 @bundles_app.command("list")
-def list_cmd(bundles: BundlesOpt = None, as_json: JsonOpt = False) -> None:
+def list_cmd(bundles: BundlesOpt = None, collection: CollectionOpt = None, as_json: JsonOpt = False) -> None:
     """Published versions, oldest first: live flag, test nDCG@10, the gate's decision."""
-    store = _store(bundles)
+    store = _store(bundles, collection)
     problems: list[tuple[str, str]] = []
     versions = store.list_versions(problems)
     if as_json:
@@ -84,10 +89,11 @@ def list_cmd(bundles: BundlesOpt = None, as_json: JsonOpt = False) -> None:
 def activate_cmd(
     version: Annotated[str, typer.Argument(help="A published version id.")],
     bundles: BundlesOpt = None,
+    collection: CollectionOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Make a published version live (roll back or forward); it is validated first."""
-    store = _store(bundles)
+    store = _store(bundles, collection)
     try:
         previous = store.current_version()
     except InfonceSearchError:
@@ -108,11 +114,12 @@ def prune_cmd(
         int, typer.Option("--keep", min=0, help="Newest versions kept (the live one always is).")
     ],
     bundles: BundlesOpt = None,
+    collection: CollectionOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Delete all but the newest --keep versions."""
     try:
-        deleted = _store(bundles).prune(keep)
+        deleted = _store(bundles, collection).prune(keep)
     except InfonceSearchError as exc:
         raise _fail(str(exc)) from None
     typer.echo(
@@ -124,11 +131,12 @@ def prune_cmd(
 def verify_cmd(
     version: Annotated[str | None, typer.Argument(help="One version; every version when omitted.")] = None,
     bundles: BundlesOpt = None,
+    collection: CollectionOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Check every file of a version (or of all) against the sha256 checksums in its manifest; exit 1 on any
     problem."""
-    store = _store(bundles)
+    store = _store(bundles, collection)
     try:
         versions = [version] if version else [v.version for v in store.list_versions()]
         results = {v: verify_checksums(store.version_path(v)) for v in versions}

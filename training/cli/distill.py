@@ -12,16 +12,20 @@ import typer
 from contract.errors import InfonceSearchError
 from training.cli.choices import LogLevelOpt
 from training.cli.config_options import given_config, with_config_options
+from training.cli.settings_options import collection_folder, collection_option
 from training.cli.support import configure_logging, fail
 from training.distill.config import DistillConfig
 
 
 @with_config_options(DistillConfig)
 def distill_cmd(
-    bundles: Annotated[Path, typer.Option("--bundles", help="Bundles folder; its live bundle is used.")],
     data: Annotated[
         Path, typer.Option("--data", help="BEIR folder (or pairs file) of that bundle's corpus.")
     ],
+    bundles: Annotated[
+        Path | None, typer.Option("--bundles", help="Bundles folder; its live bundle is used.")
+    ] = None,
+    collection: Annotated[str | None, collection_option()] = None,
     train_split: Annotated[str, typer.Option("--train-split", help="qrels split to train on.")] = "train",
     eval_split: Annotated[str, typer.Option("--eval-split", help="qrels split to score on.")] = "test",
     force: Annotated[
@@ -37,7 +41,11 @@ def distill_cmd(
 
     try:
         result = distill_live_bundle(
-            bundles, load_split(data, train_split), load_split(data, eval_split), config=config, force=force
+            collection_folder(bundles, collection),
+            load_split(data, train_split),
+            load_split(data, eval_split),
+            config=config,
+            force=force,
         )
     except InfonceSearchError as exc:
         fail(str(exc))

@@ -12,6 +12,7 @@ from contract.errors import InfonceSearchError
 from training.cli.choices import LogLevelOpt
 from training.cli.config_options import given_config, with_config_options
 from training.cli.publish_options import PublishOptions
+from training.cli.settings_options import collection_backend, collection_folder, collection_option
 from training.cli.support import JsonOpt, QuietOpt, configure_logging, echo_json, fail
 
 
@@ -19,7 +20,11 @@ from training.cli.support import JsonOpt, QuietOpt, configure_logging, echo_json
 def index_cmd(
     model: Annotated[Path, typer.Option("--model", help="Training run folder (or its model/).")],
     data: Annotated[Path, typer.Option("--data", help="BEIR folder (or pairs file) with the corpus.")],
-    bundles: Annotated[Path, typer.Option("--bundles", help="Bundles folder (versions + CURRENT).")],
+    bundles: Annotated[
+        Path | None,
+        typer.Option("--bundles", help="Bundles folder (versions + CURRENT); or give --collection."),
+    ] = None,
+    collection: Annotated[str | None, collection_option()] = None,
     split: Annotated[str, typer.Option("--split", help="qrels split for the gate metrics.")] = "test",
     log_level: LogLevelOpt = "INFO",
     quiet: QuietOpt = False,
@@ -28,12 +33,12 @@ def index_cmd(
 ) -> None:
     configure_logging(log_level, quiet=quiet)
     publish = given_config(PublishOptions, overrides)
+    folder = collection_folder(bundles, collection, create=True)
     from training.publish.index_model import index_model  # heavy imports only when the command runs
 
     try:
-        result = index_model(
-            model, data, bundles, split=split, show_progress=not quiet, **publish.publish_kwargs()
-        )
+        kwargs = collection_backend(publish.publish_kwargs(), collection)
+        result = index_model(model, data, folder, split=split, show_progress=not quiet, **kwargs)
     except InfonceSearchError as exc:
         fail(str(exc))
     if as_json:

@@ -8,18 +8,20 @@ They talk to the queue and the records directly (no HTTP), with the same setting
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from contract.bundles.collections import DEFAULT_COLLECTION
 from contract.errors import InfonceSearchError
 from contract.jobs.queue import JobQueue
 from contract.jobs.records import JobRecord
 from contract.jobs.settings import JobSettings
 from contract.log_setup import LogFormat, configure_logging
 from training.cli.choices import Device, JobType, LogLevel, log_level_option
-from training.cli.settings_options import job_settings, setting_option
+from training.cli.settings_options import COLLECTION_HELP, collection_option, job_settings, setting_option
 
 jobs_app = typer.Typer(help="Submit, follow and cancel retrain/reindex jobs.", no_args_is_help=True)
 
@@ -64,7 +66,9 @@ def _line(r: JobRecord) -> str:
     p = r.progress
     step = f"{p.step}/{p.total_steps or '?'}" if r.state == "running" else ""
     tail = r.error or (f"bundle {r.bundle_version} live={r.live}" if r.bundle_version else "")
-    return f"{r.id}  {r.type:<8} {r.state:<10} {r.dataset:<20} {p.phase:<10} {step:<8} {tail}"
+    return (
+        f"{r.id}  {r.type:<8} {r.collection:<12} {r.state:<10} {r.dataset:<20} {p.phase:<10} {step:<8} {tail}"
+    )
 
 
 @jobs_app.command()
@@ -78,18 +82,23 @@ def submit(
     models_root: Annotated[
         Path | None, setting_option("models_root", "--models-root", help="base_model names a folder here")
     ] = None,
+    collection: Annotated[
+        str | None, collection_option(COLLECTION_HELP + " The job publishes into it; it must exist.")
+    ] = None,
 ) -> None:
     """Queue a job; prints its id."""
     options = dict(_parse_option(o) for o in option or [])
     s = job_settings(queue_url=queue, bundles_dir=bundles, data_root=data_root, models_root=models_root)
     try:
+        name = DEFAULT_COLLECTION if collection is None else s.collections().resolve(collection)[0]
         record = JobQueue(_url(s)).submit(
             type,
             dataset,
             options,
             data_root=s.data_root,
-            bundles_dir=s.bundles_dir,
+            bundles_dir=s.collections().folder(name),
             models_root=s.models_root,
+            collection=name,
         )
     except InfonceSearchError as e:
         _fail(e)
@@ -202,6 +211,16 @@ def worker(
     milvus_name: Annotated[
         str | None, setting_option("milvus_name", "--milvus-name", help="Collection/alias prefix.")
     ] = None,
+    nice: Annotated[
+        int,
+        typer.Option(
+            "--nice",
+            min=0,
+            max=19,
+            help="Lower this worker's CPU priority by this much (os.nice): on a machine shared with the API, 10 "
+            "keeps searches' latency while a job trains (bench/collections_bench.py measures it); 0 = unchanged.",
+        ),
+    ] = 0,
 ) -> None:
     """Run the job worker (huey consumer) until interrupted."""
     from contract.index.backend import BackendConfig
@@ -216,4 +235,6 @@ def worker(
 
     # huey's consumer lines (started, executing, finished) are the worker's own story: keep them at the level
     configure_logging(log_level, s.log_format, also=("huey",))
+    if nice:
+        os.nice(nice)  # training shares the cores with the API: serving goes first
     run_worker(_url(s), workers=workers, heartbeat_timeout_s=s.job_heartbeat_timeout_s, device=s.train_device)

@@ -45,14 +45,27 @@ def demo_data_cmd(
         typer.Option("--test-queries", min=1, help="Queries held out in qrels/test.tsv [default: 300]."),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the sample and the train/test split.")] = 0,
+    modules: Annotated[
+        str | None,
+        typer.Option(
+            "--modules",
+            help="Only these top-level standard-library packages, comma-separated (e.g. email,http,urllib): "
+            "one package family, for a collection of its own.",
+        ),
+    ] = None,
     log_level: LogLevelOpt = "INFO",
 ) -> None:
     configure_logging(log_level)
     from training.data.demo_data import DEFAULT_DOCS, DEFAULT_TEST_QUERIES, build_demo_dataset
 
+    families = [m.strip() for m in modules.split(",") if m.strip()] if modules else None
     try:
         path = build_demo_dataset(
-            out, n_docs=docs or DEFAULT_DOCS, n_test=test_queries or DEFAULT_TEST_QUERIES, seed=seed
+            out,
+            n_docs=docs or DEFAULT_DOCS,
+            n_test=test_queries or DEFAULT_TEST_QUERIES,
+            seed=seed,
+            modules=families,
         )
     except (ValueError, OSError) as exc:
         fail(f"demo-data: {exc}")

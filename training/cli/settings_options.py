@@ -7,10 +7,14 @@ option so `--help` names the variable; click reading it too only hands the same 
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import typer
 
+from contract.bundles.collections import DEFAULT_COLLECTION, collection_milvus_name
+from contract.errors import InfonceSearchError
 from contract.jobs.settings import JobSettings, env_name, field_default, load_job_settings
 
 
@@ -32,3 +36,45 @@ def job_settings(**given: Any) -> JobSettings:
     except ValueError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(code=2) from None
+
+
+COLLECTION_HELP = (
+    "A collection: its bundles folder is <SEARCH_COLLECTIONS_ROOT>/<NAME> (default root: "
+    "<bundles folder>/collections), `default` is the bundles folder itself; with --bundles, that folder is "
+    "the default collection's."
+)
+
+
+def collection_option(help: str = COLLECTION_HELP) -> Any:
+    return typer.Option("--collection", help=help, show_default=False)
+
+
+def collection_folder(bundles: Path | None, collection: str | None, *, create: bool = False) -> Path:
+    """The bundles folder a command works on: `--bundles` alone, or collection `--collection` (made when
+    `create` and missing: publishing into a new collection creates it). One-line error, exit 2, otherwise."""
+    if collection is None:
+        if bundles is None:
+            typer.echo("error: give --bundles DIR or --collection NAME", err=True)
+            raise typer.Exit(code=2)
+        return bundles
+    collections = job_settings(bundles_dir=bundles).collections()
+    try:
+        if create and not collections.exists(collection) and collection != DEFAULT_COLLECTION:
+            if collection in collections.aliases():
+                collection = collections.resolve(collection)[0]
+            else:
+                return collections.create(collection)
+        return collections.folder(collections.resolve(collection)[0])
+    except InfonceSearchError as exc:
+        typer.echo(f"error: --collection {collection}: {exc}", err=True)
+        raise typer.Exit(code=2) from None
+
+
+def collection_backend(kwargs: dict[str, Any], collection: str | None) -> dict[str, Any]:
+    """Publishing kwargs with the Milvus names of `collection` (`<name>_<collection>`), as jobs use."""
+    backend = kwargs.get("backend")
+    if collection is None or backend is None or backend.backend != "milvus":
+        return kwargs
+    return kwargs | {
+        "backend": replace(backend, milvus_name=collection_milvus_name(backend.milvus_name, collection))
+    }

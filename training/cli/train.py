@@ -13,6 +13,7 @@ from training.cards.metrics_table import text_table
 from training.cli.choices import LogLevelOpt
 from training.cli.config_options import ConfigFileOpt, given_config, load_config, with_config_options
 from training.cli.publish_options import PublishOptions
+from training.cli.settings_options import collection_backend, collection_folder, collection_option
 from training.cli.support import JsonOpt, QuietOpt, configure_logging, echo_json, fail, one_line_errors
 from training.distill.query_config import QueryRetrainConfig
 
@@ -122,7 +123,11 @@ def _train_query_tower(
 @with_config_options(PublishOptions, TrainConfig, QueryRetrainConfig)
 def pipeline_cmd(
     data: DataOpt,
-    bundles: Annotated[Path, typer.Option("--bundles", help="Bundles folder (versions + CURRENT).")],
+    bundles: Annotated[
+        Path | None,
+        typer.Option("--bundles", help="Bundles folder (versions + CURRENT); or give --collection."),
+    ] = None,
+    collection: Annotated[str | None, collection_option()] = None,
     work_dir: Annotated[
         Path, typer.Option("--work-dir", help="Where training run folders are written.")
     ] = Path("runs"),
@@ -135,17 +140,18 @@ def pipeline_cmd(
     config = _prepare_run(data, config_file, log_level, overrides, quiet=quiet)
     publish = given_config(PublishOptions, overrides)
     query = given_config(QueryRetrainConfig, overrides)
+    folder = collection_folder(bundles, collection, create=True)
     from training.publish.pipeline import run_pipeline  # torch and friends load only when a run starts
 
     with one_line_errors():
         result = run_pipeline(
             data,
-            bundles,
+            folder,
             config=config,
             work_dir=work_dir,
             show_progress=not quiet,
             query=query,
-            **publish.publish_kwargs(),
+            **collection_backend(publish.publish_kwargs(), collection),
         )
     _print_pipeline(result, as_json)
 

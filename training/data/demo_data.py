@@ -26,7 +26,7 @@ import random
 import re
 import sys
 import sysconfig
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,13 +143,21 @@ def build_demo_dataset(
     n_test: int = DEFAULT_TEST_QUERIES,
     seed: int = DEFAULT_SEED,
     root: Path | None = None,
+    modules: Sequence[str] | None = None,
 ) -> Path:
     """Write a BEIR folder (corpus.jsonl, queries.jsonl, qrels/{train,test}.tsv, README.md) to out_dir.
 
-    Files are written to a sibling temp folder and renamed into place, so a crash leaves no half dataset.
+    `modules`: only the docstrings of these top-level packages (`email`, `http` …): one package family,
+    for a collection of its own (the demo's second collection). Files are written to a sibling temp folder
+    and renamed into place, so a crash leaves no half dataset.
     """
     out = Path(out_dir)
     pairs = harvest(root)
+    if modules:
+        wanted = set(modules)
+        pairs = [p for p in pairs if p.name.split(".")[0] in wanted]
+        if len(pairs) < 2:
+            raise ValueError(f"modules {', '.join(sorted(wanted))}: fewer than 2 usable docstrings")
     if len(pairs) < n_docs:
         logger.warning("only %d usable docstrings (asked for %d): using all of them", len(pairs), n_docs)
     rng = random.Random(seed)
@@ -179,6 +187,10 @@ def build_demo_dataset(
         text = "query-id\tcorpus-id\tscore\n" + "".join(r + "\n" for r in rows)
         (partial / QRELS_DIR / f"{split}.tsv").write_text(text, encoding="utf-8")
     readme = _readme(len(pairs), len(chosen), len(qrels["train"]), len(qrels["test"]), seed)
+    if modules:
+        readme += (
+            f"\nOnly the docstrings of these standard-library packages: {', '.join(sorted(set(modules)))}.\n"
+        )
     (partial / "README.md").write_text(readme, encoding="utf-8")
     if out.exists():
         _remove_tree(out)

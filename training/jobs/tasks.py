@@ -10,9 +10,11 @@ too. The job ends `cancelled` and
 publishes nothing. A cancel that arrives after publishing has started is too late: the job ends
 `succeeded` with a log line saying so.
 
-Only one job at a time per bundles folder: an fcntl lock on `<bundles>/.jobs.lock`, held while the job
-runs. A second job waits in state `queued` (phase "waiting for the bundle lock") and can be cancelled
-while it waits. The kernel drops the lock when the holder dies, even on kill -9.
+Only one job at a time per bundles folder (per collection: contract/bundles/collections.py): an fcntl
+lock on `<bundles>/.jobs.lock`, held while the job runs. A job whose collection is busy does not wait on
+a worker thread: it goes back to the queue (`CollectionBusy` → huey retries it a moment later) and stays
+`queued` (phase "waiting: another job of collection … is running"), cancellable, so a job of another
+collection can take that thread. The kernel drops the lock when the holder dies, even on kill -9.
 """
 
 from __future__ import annotations
@@ -25,12 +27,15 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from contract.bundles.collections import DEFAULT_COLLECTION, collection_milvus_name
 from contract.errors import InfonceSearchError, JobCancelled, JobOptionsInvalid, NoLiveBundle
 from contract.index.backend import BackendConfig
 from contract.jobs.confined_reader import ConfinedReader, confined_reads
+from contract.jobs.queue import CollectionBusy
 from contract.jobs.records import JobRecord, Progress, RecordStore, update
 from training.jobs.heartbeat import JobHeartbeat
 
@@ -77,30 +82,82 @@ def bundle_lock(bundles_dir: Path, heartbeat: JobHeartbeat) -> Iterator[None]:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
+@contextmanager
+def bundle_lock_or_none(bundles_dir: Path) -> Iterator[bool]:
+    """Hold `<bundles>/.jobs.lock` if it is free (yields True), else yield False at once."""
+    with open(bundles_dir / LOCK_FILE, "a+") as fh:
+        try:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
 def execute(job_id: str, records: RecordStore) -> None:
-    """Run one job to a final state. Never raises: every outcome is written to the record."""
+    """Run one job to a final state; every outcome is written to the record. Raises only CollectionBusy:
+    another job of the same collection (bundles folder) is running, so this one goes back to the queue,
+    still `queued`, rather than hold this worker thread (another collection's job may run on it)."""
+    record = records.get(job_id)
+    if record.state != "queued":
+        logger.info("job %s is no longer queued (%s); skipping", job_id, record.state)
+        return
+    folder = Path(record.bundles_dir)
+    if record.collection != DEFAULT_COLLECTION and not folder.is_dir():
+        update(
+            records,
+            job_id,
+            expect={"queued"},
+            state="failed",
+            error=f"collection {record.collection!r} was deleted before the job started",
+            finished_at=time.time(),
+        )
+        return
+    folder.mkdir(parents=True, exist_ok=True)  # `default`'s folder is made by its first job, as ever
+    with bundle_lock_or_none(folder) as held:
+        if not held:
+            update(
+                records,
+                job_id,
+                expect={"queued"},
+                progress=Progress(phase=f"waiting: another job of collection {record.collection} is running"),
+            )
+            raise CollectionBusy(f"job {job_id}: collection {record.collection} is busy; re-queued")
+        _run_locked(job_id, records)
+
+
+def _run_locked(job_id: str, records: RecordStore) -> None:
+    """Under the collection's job lock: claim the job, run it, record the outcome."""
     claimed = update(
         records,
         job_id,
         expect={"queued"},
         worker=worker_id(),
         heartbeat_at=time.time(),
-        progress=Progress(phase="waiting for the bundle lock"),
+        progress=Progress(phase="starting"),
     )
     if claimed is None:
         logger.info("job %s is no longer queued (%s); skipping", job_id, records.get(job_id).state)
         return
     with JobHeartbeat(records, job_id) as heartbeat:
         try:
-            with bundle_lock(Path(claimed.bundles_dir), heartbeat):
-                started = update(records, job_id, expect={"queued"}, state="running", started_at=time.time())
-                if started is None:
-                    raise JobCancelled(f"job {job_id} cancelled while waiting for the bundle lock")
-                logger.info("job %s started: %s on %s", job_id, claimed.type, claimed.dataset)
-                # the end state is written before the lock is released, so the records of jobs on one
-                # bundles folder never overlap: the next job starts after this one has finished
-                heartbeat.finish(_attempt(claimed, heartbeat))
-        except Exception as e:  # cancelled while waiting for the lock, or the lock file is unusable
+            started = update(records, job_id, expect={"queued"}, state="running", started_at=time.time())
+            if started is None:
+                raise JobCancelled(f"job {job_id} cancelled before it started")
+            logger.info(
+                "job %s started: %s on %s into collection %s",
+                job_id,
+                claimed.type,
+                claimed.dataset,
+                claimed.collection,
+            )
+            # the end state is written before the lock is released, so the records of jobs on one
+            # bundles folder never overlap: the next job starts after this one has finished
+            heartbeat.finish(_attempt(claimed, heartbeat))
+        except Exception as e:  # cancelled just before it started
             heartbeat.finish(_failure(job_id, e))
 
 
@@ -192,7 +249,7 @@ def _retrain(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
             show_progress=False,  # progress goes to the job record, not to tqdm bars in the worker log
             checkpoint=heartbeat.check_cancel,
             cache_dir=embedding_cache_dir(record.bundles_dir),
-            backend=job_backend(options.index_backend),
+            backend=job_backend(options.index_backend, record.collection),
             query=QueryRetrainConfig(tower=options.tower),
         )
     logger.info("job %s retrained the %s tower (%s)", record.id, result.tower, result.tower_reason)
@@ -227,13 +284,14 @@ def _reindex(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
         show_progress=False,
         checkpoint=heartbeat.check_cancel,
         cache=EmbeddingCache(embedding_cache_dir(record.bundles_dir)),
-        backend=job_backend(options.index_backend),
+        backend=job_backend(options.index_backend, record.collection),
     )
     return _publish_outcome(result)
 
 
-def job_backend(name: str) -> BackendConfig | None:
-    """The index backend a job asked for, configured by this worker."""
+def job_backend(name: str, collection: str = DEFAULT_COLLECTION) -> BackendConfig | None:
+    """The index backend a job asked for, configured by this worker, with the Milvus names of the job's
+    collection (`<name>_<collection>_v<version>`, contract/bundles/collections.py)."""
     if name == "faiss":
         return None
     if MILVUS is None:
@@ -241,4 +299,4 @@ def job_backend(name: str) -> BackendConfig | None:
             "index_backend",
             "milvus, but this worker has no Milvus (start it with --milvus-uri or SEARCH_MILVUS_URI)",
         )
-    return MILVUS
+    return replace(MILVUS, milvus_name=collection_milvus_name(MILVUS.milvus_name, collection))

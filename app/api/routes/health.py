@@ -8,10 +8,10 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from app.api.deps import HotSwapDep, RunnerDep, SettingsDep
+from app.api.deps import CollectionScope, CollectionsDep, HotSwapDep, RunnerDep, SettingsDep
 from app.engine.search_spec import SearchSpec
 from app.errors import NotReadyError, QueueFullError
-from app.schemas.search import ReadyResponse
+from app.schemas.collections import ReadyWithCollections
 from contract.errors import BundleDamaged, NoLiveBundle
 from contract.index.backend import readiness_problems
 from contract.index.docstore import INCLUDE_FIELDS
@@ -26,11 +26,19 @@ async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz", response_model=ReadyResponse, responses=NOT_READY, summary="Readiness")
-async def readyz(hot_swap: HotSwapDep, runner: RunnerDep, settings: SettingsDep) -> ReadyResponse:
+@router.get("/readyz", response_model=ReadyWithCollections, responses=NOT_READY, summary="Readiness")
+async def readyz(
+    hot_swap: HotSwapDep,
+    runner: RunnerDep,
+    settings: SettingsDep,
+    registry: CollectionsDep,
+    collection: CollectionScope,
+) -> ReadyWithCollections:
     """Ready when a bundle is live, its encoder and index come from the same version and agree in
     dimension, the canary query returns at least one hit through the normal search path, and, with a
-    Milvus index, the live alias names the live version's collection and answers a search."""
+    Milvus index, the live alias names the live version's collection and answers a search. /readyz
+    checks `default` so and lists every collection's state without loading any (`collections`);
+    /collections/{c}/readyz checks c (loading it)."""
     live = hot_swap.live
     if live is None:
         reason = hot_swap.not_live_reason()
@@ -51,4 +59,13 @@ async def readyz(hot_swap: HotSwapDep, runner: RunnerDep, settings: SettingsDep)
     n_hits = len(answer.hits[0])
     if n_hits == 0:
         raise NotReadyError(f"not ready: the canary query returned no results from bundle {live.version}")
-    return ReadyResponse(status="ready", version=live.version, n_vectors=live.n_vectors, canary_hits=n_hits)
+    others = {} if collection is not None else await asyncio.to_thread(registry.readiness)
+    return ReadyWithCollections.model_validate(
+        {
+            "status": "ready",
+            "version": live.version,
+            "n_vectors": live.n_vectors,
+            "canary_hits": n_hits,
+            "collections": others,
+        }
+    )

@@ -14,8 +14,9 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.api.deps import ApiKeyDep, SettingsDep, has_api_key
+from app.api.deps import ApiKeyDep, CollectionScope, SettingsDep, has_api_key
 from app.settings import Settings
+from contract.errors import JobNotFound
 from contract.jobs.queue import (
     JobQueue,
     JobRecord,
@@ -76,6 +77,7 @@ class JobSummary(BaseModel):
 
     id: str
     type: JobType
+    collection: str = Field("default", description="The collection it publishes into.")
     state: JobState
     progress: Progress
     cancel_requested: bool
@@ -183,15 +185,19 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     summary="Queue a retrain or reindex job",
     openapi_extra={REQUEST_SCHEMA_KEY: "JobSubmissionSpec"},
 )
-def submit_job(body: JobSubmission, queue: QueueDep, settings: SettingsDep) -> JobDetail:
-    """Validate and queue the job; a worker picks it up. Poll GET /jobs/{id} for its progress."""
+def submit_job(
+    body: JobSubmission, queue: QueueDep, settings: SettingsDep, collection: CollectionScope
+) -> JobDetail:
+    """Validate and queue the job; a worker picks it up. Poll GET /jobs/{id} for its progress. It
+    publishes into the collection of the route (/jobs: `default`)."""
     record = queue.submit(
         body.type,
         body.dataset,
         body.options,
         data_root=settings.data_root,
-        bundles_dir=settings.bundles_dir,
+        bundles_dir=settings.bundles_dir,  # the collection's folder (app/api/collection_scope.py)
         models_root=settings.models_root,
+        collection=collection or "default",
     )
     return job_view(record, settings, detailed=True)  # type: ignore[return-value]
 
@@ -202,10 +208,18 @@ _READ_ERRORS: dict[int | str, dict[str, Any]] = {403: {"description": "A wrong A
 
 @router.get("/jobs", response_model=JobList, responses=_READ_ERRORS, summary="Recent jobs, newest first")
 def list_jobs(
-    queue: QueueDep, settings: SettingsDep, keyed: KeyGiven, limit: Annotated[int, Query(ge=1, le=1000)] = 100
+    queue: QueueDep,
+    settings: SettingsDep,
+    keyed: KeyGiven,
+    collection: CollectionScope,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> JobList:
-    """Without the API key: state and progress only. With it: the whole records and the workers."""
-    jobs = [job_view(r, settings, detailed=keyed) for r in queue.recent(limit)]
+    """Without the API key: state and progress only. With it: the whole records and the workers.
+    /jobs lists the jobs of every collection (each names its own); /collections/{c}/jobs only c's."""
+    records = queue.recent(limit if collection is None else 10_000)
+    if collection is not None:
+        records = [r for r in records if r.collection == collection][:limit]
+    jobs = [job_view(r, settings, detailed=keyed) for r in records]
     return JobList(jobs=jobs, workers=queue.workers() if keyed else [])
 
 
@@ -215,11 +229,20 @@ def list_jobs(
     responses={**_READ_ERRORS, 404: {"description": "No such job."}},
     summary="One job",
 )
-def get_job(job_id: str, queue: QueueDep, settings: SettingsDep, keyed: KeyGiven) -> JobView:
+def get_job(
+    job_id: str, queue: QueueDep, settings: SettingsDep, keyed: KeyGiven, collection: CollectionScope
+) -> JobView:
     """State and progress (step/total, epoch, loss, ETA); with the API key also the dataset, options,
     log tail, error, bundle version and gate decision. A running job whose worker stopped sending
     heartbeats reads as failed."""
-    return job_view(queue.get(job_id), settings, detailed=keyed)
+    return job_view(_in_scope(queue.get(job_id), collection), settings, detailed=keyed)
+
+
+def _in_scope(record: JobRecord, collection: str | None) -> JobRecord:
+    """Under /collections/{c}/, a job of another collection is not found there."""
+    if collection is not None and record.collection != collection:
+        raise JobNotFound(f"no job {record.id} in collection {collection!r}")
+    return record
 
 
 @router.post(
@@ -233,7 +256,8 @@ def get_job(job_id: str, queue: QueueDep, settings: SettingsDep, keyed: KeyGiven
     },
     summary="Cancel a job",
 )
-def cancel_job(job_id: str, queue: QueueDep, settings: SettingsDep) -> JobDetail:
+def cancel_job(job_id: str, queue: QueueDep, settings: SettingsDep, collection: CollectionScope) -> JobDetail:
     """Queued: cancelled at once. Running: cancelled at its next training step (state stays `running`
     with `cancel_requested` until then); it publishes nothing."""
+    _in_scope(queue.get(job_id), collection)
     return job_view(queue.cancel(job_id), settings, detailed=True)  # type: ignore[return-value]

@@ -327,3 +327,38 @@ def test_the_api_docs_render_offline_under_the_page_csp(watched, path):
     page.wait_for_selector(".opblock")
     assert page.locator(".opblock").count() > 5  # every operation rendered
     watched.shot(f"api-docs{path.replace('/', '-')}")
+
+
+def test_the_collection_selector_switches_the_page_and_the_form_creates_one(watched, versions, ui_staged):
+    page, base = watched.page, watched.base
+    bundles, live, _ = versions
+    other = publish(ui_staged["B"], bundles / "collections" / "other")  # a second collection, B live there
+    page.goto(base + "/")
+    page.wait_for_selector(f"#live-badge:has-text('{live}')")
+    page.wait_for_selector("#collection option[value=other]", state="attached")
+    page.select_option("#collection", "other")
+    page.wait_for_selector(f"#live-badge:has-text('{other}')")
+    page.fill("#q", "vitamin d and bone density")
+    page.click("#search-form button[type=submit]")
+    page.wait_for_selector("#results[data-answered='1']")
+    assert f"from bundle {other}" in page.inner_text("#search-status")
+    watched.shot("9-collection-other")
+
+    page.click("nav a[data-tab=collections]")
+    page.wait_for_selector("#collections-table tr[data-collection=other]")
+    assert "loaded" in page.inner_text("#collections-table tr[data-collection=other]")
+    page.fill("#api-key", KEY)
+    page.fill("#collection-name", "made-here")
+    page.click("#collection-form button[type=submit]")
+    page.wait_for_selector("#collections-status.ok")
+    assert "Created collection made-here" in page.inner_text("#collections-status")
+    page.wait_for_selector("#collections-table tr[data-collection=made-here]")
+    assert httpx.get(f"{base}/collections/made-here").json()["current"] is None
+    watched.shot("10-collections")
+    page.select_option("#collection", "default")
+    page.wait_for_selector(f"#live-badge:has-text('{live}')")
+    page.click("nav a[data-tab=search]")
+    page.fill("#q", "vitamin d and bone density")
+    page.click("#search-form button[type=submit]")
+    page.wait_for_selector("#results[data-answered='2']")
+    assert f"from bundle {live}" in page.inner_text("#search-status")

@@ -53,6 +53,7 @@ def test_page_and_assets_are_served_offline_and_small(client):
         "bundle.js",
         "jobs.js",
         "report.js",
+        "collections.js",
     }
     assert set(ASSETS) == names
     for name in names:
