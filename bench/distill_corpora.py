@@ -269,10 +269,13 @@ def main() -> None:
         return
     if len(args) < 3 or len(args) % 2 == 0:
         raise SystemExit("run NAME CONFIG [NAME CONFIG ...]")
+    setups: dict[str, dict[str, Any] | None] = {}  # one setup per corpus for every configuration
     for name, text in zip(args[1::2], args[2::2], strict=True):
         overrides = json.loads(text)
         for corpus in corpora:
-            setup = prepare_corpus(corpus, model_dir)
+            if corpus.name not in setups:
+                setups[corpus.name] = prepare_corpus(corpus, model_dir)
+            setup = setups[corpus.name]
             if setup is None:
                 continue
             row = run_one(overrides, corpus, setup)

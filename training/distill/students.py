@@ -80,6 +80,8 @@ def token_table(
 def token_counts(tokenizer: Any, texts: Sequence[str]) -> np.ndarray:
     """(vocab,) occurrences of each token id in `texts`, special tokens left out."""
     counts = np.zeros(tokenizer.vocab_size, dtype=np.float64)
+    if not texts:  # the tokenizer refuses an empty batch
+        return counts
     for enc in tokenizer(list(texts), add_special_tokens=False)["input_ids"]:
         np.add.at(counts, enc, 1)
     return counts
