@@ -15,7 +15,7 @@ validation carve, ONNX fp32 + int8) plus the distillation step with DistillConfi
   in one process (SEARCH_WORKERS=1), to show what the second process buys.
 
 It prints one table per corpus (req/s with p50 / p99, ×naive at 32 clients) and the issue's targets
-against it, and writes everything to var/bench/corpora/load_bench.json. Client and server share the
+against it, and writes everything to bench/results/load_bench_corpora.json. Client and server share the
 machine's cores; ratios against the naive app in the same run are the result.
 """
 
@@ -310,6 +310,6 @@ def main(args: Any, lb: Any) -> None:
         if res is not None:
             results.append(res)
     print_tables(results)
-    out = ROOT / "load_bench.json"
+    out = Path(__file__).resolve().parent / "results" / "load_bench_corpora.json"
     out.write_text(json.dumps({"results": results, "load_end": os.getloadavg()}, indent=1, default=str))
     print(f"\nload average after: {os.getloadavg()}; raw results: {out}")
