@@ -38,7 +38,7 @@ demo: install
 
 serve: install
 	SEARCH_BUNDLES_DIR=$(RUN_DIR)/bundles SEARCH_QUEUE_URL=sqlite:///$(RUN_DIR)/jobs.db \
-		$(BIN)/python -m uvicorn --factory app.main:create_app --host $(HOST) --port $(PORT)
+		$(BIN)/python -m app.serve --host $(HOST) --port $(PORT)
 
 worker: install
 	SEARCH_BUNDLES_DIR=$(RUN_DIR)/bundles SEARCH_QUEUE_URL=sqlite:///$(RUN_DIR)/jobs.db \

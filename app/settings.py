@@ -12,7 +12,9 @@ from pydantic import Field, model_validator
 
 from contract.jobs.settings import JobSettings
 
-EncoderBackend = Literal["auto", "torch", "onnx", "onnx-int8", "distilled", "static"]
+EncoderBackend = Literal[
+    "auto", "torch", "onnx", "onnx-int8", "distilled", "static", "static-routed", "distilled-routed"
+]
 
 
 class Settings(JobSettings):
@@ -75,9 +77,10 @@ class Settings(JobSettings):
     encoder_backend: EncoderBackend = Field(
         "auto",
         description="Query encoder: torch, onnx (fp32), onnx-int8, distilled (truncated transformer, ONNX), "
-        "static (token table), or auto = of those the bundle carries whose nDCG@10 loss vs the full model "
-        "(recorded in the manifest) is <= max_ndcg_loss, the fastest as timed when the bundle loads "
-        "(GET /bundles shows the timings).",
+        "static (token table), static-routed / distilled-routed (that encoder, with the queries it is least "
+        "sure of sent to the full model: see routing), or auto = of those the bundle carries whose nDCG@10 "
+        "loss vs the full model (recorded in the manifest) is <= max_ndcg_loss, the fastest as timed when "
+        "the bundle loads (GET /bundles shows the timings).",
     )
     max_ndcg_loss: float = Field(
         0.005,
@@ -89,11 +92,41 @@ class Settings(JobSettings):
         ge=0.0,
         description="Deprecated name of max_ndcg_loss, still honoured when max_ndcg_loss is not set.",
     )
+    routing: bool = Field(
+        True,
+        description="Let auto serve a routed encoder: a distilled one (static, distilled) for queries whose "
+        "top-1 minus top-2 score margin in the index is large, the fastest full-model backend within "
+        "max_ndcg_loss for the rest, at the smallest routed share whose recorded nDCG@10 loss is within "
+        "max_ndcg_loss. GET /bundles shows the share recorded and the queries routed since load.",
+    )
+    route_margin: float | None = Field(
+        None,
+        ge=0.0,
+        le=2.0,
+        description="Margin below which a routed encoder sends a query to the full model. Unset: the one "
+        "the bundle's routing curve gives for max_ndcg_loss.",
+    )
     query_cache_size: int = Field(
         4096, ge=0, description="Query embeddings kept in the LRU cache (0 = no cache); hits in /metrics."
     )
     encoder_threads: int = Field(
-        0, ge=0, description="Intra-op threads for the query encoder (0 = the library default)."
+        0,
+        ge=0,
+        description="Intra-op threads for the query encoder (0 = the library default; `python -m app.serve` "
+        "sets it with the worker count: the cores divided among the workers).",
+    )
+    workers: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="API worker processes started by `python -m app.serve` (0 = chosen from the cores and "
+        "the live bundle's query encoders: one per core for a static-table encoder, whose requests are "
+        "mostly Python; one process using every core for a transformer encoder; see GET /bundles `serving`).",
+    )
+    serving_plan: str | None = Field(
+        None,
+        description="Written by `python -m app.serve` for its workers (JSON: workers, threads, cores, why); "
+        "shown in GET /bundles. Not a knob.",
     )
     encode_batch_size: int | None = Field(
         None,

@@ -54,7 +54,7 @@ from training.distill.bundle_step import bundle_doc_embeddings
 from training.distill.config import DistillConfig
 from training.distill.loop import fit_student
 from training.distill.pairs import distill_pairs
-from training.distill.students import sif_weighted, static_init, token_counts
+from training.distill.students import static_init, token_counts
 from training.distill.students_fit import _distilled_student, _Student, pair_negatives, static_student_of
 from training.eval.evaluate import trec_metrics
 
@@ -100,7 +100,7 @@ def static_student(
     model_dir: Path, raw_table: np.ndarray, counts: np.ndarray, config: DistillConfig
 ) -> _Student:
     """training.distill.students_fit._static_student with the token table read from the cache."""
-    return static_student_of(model_dir, sif_weighted(raw_table, counts, config.sif_a), config)
+    return static_student_of(model_dir, raw_table, counts, config)
 
 
 def raw_token_table(model_dir: Path, corpus_texts: list[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -1,6 +1,11 @@
 """Load benchmark of POST /search against a real uvicorn server on 127.0.0.1, with its peers in the same run.
 
-    flock "$HEAVY_LOCK" .venv/bin/python bench/load_bench.py [--bundles DIR] [--seconds 4]   # the shared heavy-job lock
+    flock "$HEAVY_LOCK" .venv/bin/python bench/load_bench.py [--corpora scifact,pydocs,manpages] [--seconds 4]
+    flock "$HEAVY_LOCK" .venv/bin/python bench/load_bench.py --bundles DIR [...]   # one bundle, every encoder
+
+Default: the table for each of three corpora in one run (bench/corpora_load.py: the naive app vs this
+service as `python -m app.serve` starts it, default mode and dense, 1/8/32 clients). With --bundles (or
+--distractors) the single-bundle run below.
 
 Without --bundles it builds (once, cached under var/bench/, git-ignored) a bundle of the whole scifact
 corpus (../shared/data/scifact) with the base all-MiniLM-L6-v2 and an exact (flat) index, plus its ONNX
@@ -43,6 +48,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ siblings (corpora, corpora_load)
 REPO = Path(__file__).resolve().parents[1]
 SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 CACHE = REPO / "var" / "bench"
@@ -321,7 +327,22 @@ def main() -> None:
         help="load generator: wrk when installed (apt-get install wrk), else httpx (costs the server CPU)",
     )
     parser.add_argument("--out", type=Path, default=CACHE / "load_bench.json")
+    parser.add_argument(
+        "--corpora",
+        default="scifact,pydocs,manpages",
+        help="the corpora of the default run (bench/corpora.py); ignored with --bundles or --distractors",
+    )
+    parser.add_argument(
+        "--variants", default="static", help="distilled query encoders the default run's bundles carry"
+    )
     args = parser.parse_args()
+    if args.bundles is None and not args.distractors:
+        import corpora_load
+
+        if args.max_ndcg_loss == "0.01":  # the single-bundle run's default; the corpora use the service's
+            args.max_ndcg_loss = None
+        corpora_load.main(args, sys.modules[__name__])
+        return
 
     from training.data.beir import load_beir, load_queries
 

@@ -47,4 +47,4 @@ worker=$!
 trap 'kill $worker 2>/dev/null || true' EXIT INT TERM
 
 echo "== 3/3 API on http://$host:$port  (open http://$host:$port/ in a browser and pick a collection at the top, or: curl -s $host:$port/collections/net/generalization-gap; Ctrl-C stops)"
-"$py" -m uvicorn --factory app.main:create_app --host "$host" --port "$port"
+"$py" -m app.serve --host "$host" --port "$port"   # workers and threads chosen for this machine

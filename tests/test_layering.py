@@ -167,7 +167,7 @@ BASE = {
     "contract": {"errors", "atomic", "config", "log_setup"},
     "app": {"errors", "metrics", "settings"},
 }
-ENTRY = {"training": {"__main__"}, "contract": set(), "app": {"main", "healthcheck"}}
+ENTRY = {"training": {"__main__"}, "contract": set(), "app": {"main", "healthcheck", "serve"}}
 MAX_MODULES_PER_FOLDER = 15
 
 

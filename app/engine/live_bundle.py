@@ -20,7 +20,12 @@ from typing import Any, Protocol, overload
 import numpy as np
 
 from app.engine import query_vectors, retrieval_modes
-from app.engine.encoder_choice import choose_encoder_backend, load_encoder_backend
+from app.engine.encoder_choice import (
+    ROUTED_BACKENDS,
+    choose_encoder_backend,
+    load_encoder_backend,
+    routed_encoder,
+)
 from app.engine.query_cache import QueryCache
 from app.engine.query_tokens import QueryTokenizer, TokenIds, encode_token_ids
 from app.engine.search_spec import Answer, EmbedAnswer, EmbedSpec, SearchAnswer, SearchSpec, Spec
@@ -39,6 +44,9 @@ logger = logging.getLogger(__name__)
 # about the same either way (int8 2.1 vs 1.9 ms), so for it batching texts only adds padding.
 # A distilled transformer is the ONNX case again; the static table costs microseconds either way.
 DEFAULT_ENCODE_BATCH_SIZE = {"torch": 8, "onnx": 1, "onnx-int8": 1, "distilled": 1, "static": 64}
+# routed encoders (app/engine/query_routing.py) batch each side by its own entry above; this is the batch
+# a micro-batch waits for
+DEFAULT_ENCODE_BATCH_SIZE |= {"static-routed": 64, "distilled-routed": 1}
 # Documents per encoder call in encode_documents, the one document encoder of the API (upserts, /embed of
 # documents, log rows re-encoded for a new model). scifact passages (239 tokens on average) cost 131, 99
 # and 85 ms each in batches of 8, 16 and 32, and 171, 126, 126 ms with the order reversed
@@ -57,7 +65,7 @@ class QueryEncoder(Protocol):
 class LiveBundle:
     bundle: Bundle
     query_encoder: QueryEncoder
-    encoder_backend: str  # torch | onnx | onnx-int8 | distilled | static
+    encoder_backend: str  # torch | onnx | onnx-int8 | distilled | static | static-routed | distilled-routed
     # texts per encoder call inside one request or micro-batch (both encoders sort by length first);
     # also how many queries a micro-batch waits for (app/engine/batching.py)
     encode_batch_size: int = 8
@@ -195,7 +203,8 @@ class LiveBundle:
         return answer
 
     def answer_batch(self, specs: Sequence[Spec]) -> list[Answer | Exception]:
-        """A micro-batch: one encode call for every query text, one FAISS call for every unfiltered query.
+        """A micro-batch: one encode call for every query text, one FAISS call for every unfiltered dense or
+        hybrid query (and one BM25 call for the hybrid ones).
 
         Unfiltered queries are searched together with k = the largest requested top-k and cut per request;
         for an exact (flat) index the top k of a larger k are exactly the top k. Filtered queries need
@@ -229,8 +238,9 @@ class LiveBundle:
 
     @staticmethod
     def _plain(s: Spec) -> bool:
-        """Searched with every other plain spec of the batch in one call: dense, no filter."""
-        return isinstance(s, SearchSpec) and not s.filter and s.mode == "dense"
+        """Searched with every other plain spec of the batch in one FAISS call: dense or hybrid, no filter
+        (a hybrid one's BM25 lists are also taken for the batch at once: retrieval_modes.fused_batch)."""
+        return isinstance(s, SearchSpec) and not s.filter and s.mode in ("dense", "hybrid")
 
     def _queries(self, specs: Sequence[Spec]) -> tuple[np.ndarray, list[slice]]:
         """One (n, dim) matrix of the batch's index-space queries, and each spec's rows in it (empty: none,
@@ -273,13 +283,34 @@ class LiveBundle:
     def _search(
         self, specs: Sequence[Spec], queries: np.ndarray, spans: list[slice]
     ) -> list[Rankings | Exception]:
-        """(positions, scores) per query of each search spec: plain dense ones in one call, the rest alone."""
+        """(positions, scores) per query of each search spec: the plain ones (dense or hybrid, unfiltered) in
+        one FAISS call (k = the largest top-k, or the fusion depth for hybrid) and one BM25 call, the rest
+        alone. Before, every hybrid request searched FAISS and BM25 on its own: 448 CPU µs a query against
+        about 140 for its share of the batched FAISS, BM25 and fusion (bench/hybrid_profile.py, scifact,
+        batches of 32)."""
         rows: list[Rankings | Exception] = [[] for _ in specs]
-        plain = {i: s.top_k for i, s in enumerate(specs) if isinstance(s, SearchSpec) and self._plain(s)}
+        plain = {i: s for i, s in enumerate(specs) if isinstance(s, SearchSpec) and self._plain(s)}
         if plain:  # the leading block of `queries` (see _queries)
-            found = self.overlay.search(queries[: spans[max(plain)].stop], max(plain.values()))
-            for i, top_k in plain.items():
-                rows[i] = [(p[:top_k], sc[:top_k]) for p, sc in found[spans[i]]]
+            k = {
+                i: s.top_k if s.mode == "dense" else retrieval_modes.depth(self.bundle, s.top_k)
+                for i, s in plain.items()
+            }
+            scope = self.overlay.scope(None)  # one snapshot of the deletions for the dense and BM25 lists
+            found = self.overlay.search(queries[: spans[max(plain)].stop], max(k.values()), scope=scope)
+            for i, spec in plain.items():
+                if spec.mode == "dense":
+                    rows[i] = [(p[: spec.top_k], sc[: spec.top_k]) for p, sc in found[spans[i]]]
+            hybrid = [i for i, s in plain.items() if s.mode == "hybrid"]
+            if hybrid:
+                fused = retrieval_modes.fused_batch(
+                    self.bundle,
+                    [plain[i].texts or [] for i in hybrid],
+                    [found[spans[i]] for i in hybrid],
+                    [plain[i].top_k for i in hybrid],
+                    lexical=partial(self.overlay.lexical_search, scope=scope),
+                )
+                for i, request in zip(hybrid, fused, strict=True):
+                    rows[i] = request
         for i, s in enumerate(specs):
             if isinstance(s, SearchSpec) and not self._plain(s):
                 try:
@@ -337,13 +368,34 @@ def open_live_bundle(
     encode_batch_size: int | None = None,
     cache: QueryCache | None = None,
     canary_query: str = "a query",
+    routing: bool = True,
+    route_margin: float | None = None,
 ) -> LiveBundle:
-    """Pick and load the query encoder for `bundle` (blocking); `encode_batch_size` None = per backend."""
+    """Pick and load the query encoder for `bundle` (blocking); `encode_batch_size` None = per backend.
+
+    `routing`: `auto` may pick a routed encoder; `route_margin`: a routed encoder's threshold by hand."""
     choice = None
     if encoder_backend == "auto":
         encoder_backend, encoder, choice = choose_encoder_backend(
-            bundle, max_ndcg_loss=max_ndcg_loss, threads=threads, fallback_query=canary_query
+            bundle,
+            max_ndcg_loss=max_ndcg_loss,
+            threads=threads,
+            fallback_query=canary_query,
+            routing=routing,
         )
+        if route_margin is not None and encoder_backend in ROUTED_BACKENDS:
+            encoder, choice["routing"] = routed_encoder(
+                bundle,
+                encoder_backend,
+                max_ndcg_loss=max_ndcg_loss,
+                route_margin=route_margin,
+                threads=threads,
+            )
+    elif encoder_backend in ROUTED_BACKENDS:
+        encoder, record = routed_encoder(
+            bundle, encoder_backend, max_ndcg_loss=max_ndcg_loss, route_margin=route_margin, threads=threads
+        )
+        choice = {"chosen": encoder_backend, "max_ndcg_loss": max_ndcg_loss, "routing": record}
     else:
         encoder = load_encoder_backend(bundle, encoder_backend, threads=threads)
     batch = encode_batch_size or DEFAULT_ENCODE_BATCH_SIZE[encoder_backend]

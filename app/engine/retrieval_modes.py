@@ -87,3 +87,39 @@ def rows(
     return [
         fuse(d, lx, params, top_k) for d, lx in zip(dense(vectors, depth), lexical(texts, depth), strict=True)
     ]
+
+
+def depth(bundle: Bundle, top_k: int) -> int:
+    """Candidates a hybrid request takes from each list: its top_k or the fusion's depth, the larger."""
+    return max(top_k, fusion_params(bundle).depth)
+
+
+def fused_batch(
+    bundle: Bundle,
+    texts: list[list[str]],
+    dense: list[list[Ranking]],
+    top_ks: list[int],
+    *,
+    lexical: Callable[[list[str], int], list[Ranking]],
+) -> list[list[Ranking]]:
+    """Hybrid rankings of several unfiltered requests of one micro-batch (per request, per text).
+
+    `dense` holds each text's dense list, searched for the whole batch in one FAISS call with at least
+    `depth(top_k)` candidates (cut here); the BM25 lists of every text come from one sparse product
+    (contract/index/lexical_index.py) through `lexical`, the overlay's BM25 search bound to the batch's one
+    scope (its deletions), so the delta documents are in them as in `rows`. Each request gets
+    what `rows` would give it alone: the top `depth` of a longer exact list is that list's top `depth`.
+    """
+    assert bundle.lexical is not None
+    params = fusion_params(bundle)
+    deepest = max(max(top_k, params.depth) for top_k in top_ks)
+    found = lexical([t for request in texts for t in request], deepest)
+    out: list[list[Ranking]] = []
+    at = 0
+    for request_dense, top_k in zip(dense, top_ks, strict=True):
+        d = max(top_k, params.depth)
+        mine = found[at : at + len(request_dense)]
+        at += len(request_dense)
+        pairs = zip(request_dense, mine, strict=True)
+        out.append([fuse((p[:d], s[:d]), (lp[:d], ls[:d]), params, top_k) for (p, s), (lp, ls) in pairs])
+    return out

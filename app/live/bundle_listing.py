@@ -11,6 +11,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from app.engine import serving_plan
 from app.live.hot_swap import HotSwap
 from app.schemas.bundles import BundleEntry, BundlesResponse, Unreadable
 from contract.bundles.folder import GATE_LOG
@@ -45,6 +46,7 @@ def _describe(hot_swap: HotSwap, gate_limit: int = 50, gate_offset: int = 0) -> 
         current=current,
         encoder_backend=live.encoder_backend if live else None,
         encoder_choice=live.choice if live else None,
+        serving=serving_plan.describe(hot_swap.settings),
         versions=entries,
         gate_decisions=decisions[gate_offset : gate_offset + gate_limit],
         gate_total=len(decisions),

@@ -128,7 +128,10 @@ class HotSwap:
     def _open(self, version: str) -> LiveBundle:
         """Blocking: load + validate + pick the query encoder + canary. Raises on any problem."""
         started = time.perf_counter()
-        bundle = load_bundle(self.folder.version_path(version), index_opener=self.folder.index_opener())
+        # memory-mapped FAISS: worker processes of one host share the index's pages (python -m app.serve)
+        bundle = load_bundle(
+            self.folder.version_path(version), mmap=True, index_opener=self.folder.index_opener()
+        )
         if bundle.version != version:
             raise BundleInvalid(f"{bundle.path}: manifest says version {bundle.version}, folder is {version}")
         live = open_live_bundle(
@@ -139,6 +142,8 @@ class HotSwap:
             encode_batch_size=self.settings.encode_batch_size,
             cache=self.cache,
             canary_query=self.settings.canary_query,
+            routing=self.settings.routing,
+            route_margin=self.settings.route_margin,
         )
         self.mutations.replay(live)  # documents upserted / deleted after the bundle was built
         problems = live.consistency_problems()

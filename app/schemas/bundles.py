@@ -40,12 +40,20 @@ class BundlesResponse(BaseModel):
     live: str | None
     current: str | None
     encoder_backend: str | None = Field(
-        description="Query encoder of the live bundle (torch, onnx, onnx-int8, distilled, static)."
+        description="Query encoder of the live bundle (torch, onnx, onnx-int8, distilled, static, "
+        "static-routed, distilled-routed)."
     )
     encoder_choice: dict[str, Any] | None = Field(
         None,
         description="With SEARCH_ENCODER_BACKEND=auto: each candidate's recorded nDCG@10 loss, whether it "
-        "was eligible, its ms per query as timed at load, and the one chosen.",
+        "was eligible, its ms per query as timed at load, and the one chosen; with a routed encoder (auto's "
+        "or named) `routing`: its margin, recorded share and loss, fallback and the queries routed since load.",
+    )
+    serving: dict[str, Any] | None = Field(
+        None,
+        description="How this API's processes were chosen (python -m app.serve, app/engine/serving_plan.py): "
+        "`workers`, `encoder_threads`, `cores`, the `expected_encoder` read from the live bundle at start, "
+        "and the `reason`; the FAISS index is memory-mapped so workers share it.",
     )
     versions: list[BundleEntry]
     gate_decisions: list[dict[str, Any]] = Field(

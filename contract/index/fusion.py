@@ -51,10 +51,18 @@ class FusionParams:
 
 
 def _ordered(positions: np.ndarray, scores: np.ndarray, top_k: int) -> Ranking:
-    """Sum the float32 contributions per position; best first, ties by position, at most `top_k`."""
-    pos, inverse = np.unique(positions, return_inverse=True)  # (n_unique,) sorted, (n,) into it
-    fused = np.zeros(len(pos), dtype=np.float32)
-    np.add.at(fused, inverse, scores)  # float32 sums: a position gets at most one term per list
+    """Sum the float32 contributions per position; best first, ties by position, at most `top_k`.
+
+    One sort and a segmented sum (a position has at most one term per list, so at most two terms, whose
+    float32 sum does not depend on their order): about a third of np.unique + np.add.at's cost at the
+    ~200 candidates of a hybrid query, which runs once per query (bench/hybrid_latency.py)."""
+    if len(positions) == 0:
+        return positions.astype(np.int64), np.zeros(0, dtype=np.float32)
+    by_pos = np.argsort(positions, kind="stable")
+    sorted_pos = positions[by_pos]
+    starts = np.flatnonzero(np.concatenate(([True], sorted_pos[1:] != sorted_pos[:-1])))
+    pos = sorted_pos[starts]  # (n_unique,) ascending
+    fused = np.add.reduceat(scores[by_pos].astype(np.float32, copy=False), starts)  # (n_unique,) float32
     order = np.lexsort((pos, -fused))[:top_k]  # best first, ties by position
     return pos[order], fused[order]
 

@@ -20,7 +20,7 @@ import logging
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +88,35 @@ class LexicalIndex:
             return np.zeros(self.n_docs, dtype=np.float32)
         return np.asarray(self.retriever.get_scores_from_ids(ids), dtype=np.float32)
 
+    @cached_property
+    def _term_matrix(self) -> Any:
+        """bm25s's precomputed term scores as a (terms, n_docs) CSR matrix: row t holds idf(t)·tf-part of
+        every document containing t (the arrays `get_scores_from_ids` reads, not copied)."""
+        from scipy.sparse import csr_matrix
+
+        s = self.retriever.scores
+        indptr = s["indptr"]
+        return csr_matrix((s["data"], s["indices"], indptr), shape=(len(indptr) - 1, self.n_docs), copy=False)
+
+    def _batch_scores(self, texts: Sequence[str]) -> Any:
+        """(len(texts), n_docs) CSR of BM25 scores, one sparse product for the batch (hybrid and lexical
+        mode search every text of a micro-batch at once). Each row sums its query's distinct terms in
+        query order, as `get_scores_from_ids` does, so the float32 scores are the same."""
+        from scipy.sparse import csr_matrix
+
+        vocab = self.retriever.vocab_dict
+        columns: list[int] = []
+        indptr = [0]
+        for text in texts:
+            columns += dict.fromkeys(vocab[t] for t in analyze(text) if t in vocab)  # distinct, in order
+            indptr.append(len(columns))
+        matrix = self._term_matrix
+        queries = csr_matrix(
+            (np.ones(len(columns), dtype=matrix.dtype), np.asarray(columns, dtype=np.int32), indptr),
+            shape=(len(texts), matrix.shape[0]),
+        )  # (nq, terms)
+        return queries @ matrix  # (nq, n_docs), only the documents sharing a term
+
     def search(
         self,
         texts: Sequence[str],
@@ -99,7 +128,10 @@ class LexicalIndex:
         """Per text: (positions int64, scores float32), best first, at most k, only documents sharing a
         term with the query (score > 0); `allowed` restricts to those positions (a metadata filter),
         `excluded` keeps those out (deleted documents): the two keywords of VectorIndex.search, which
-        contract.mutations.overlay.Scope.restriction() fills once for both indexes."""
+        contract.mutations.overlay.Scope.restriction() fills once for both indexes.
+
+        Every text is scored in one sparse product, so each query costs its matching documents, not a
+        dense pass over the corpus (bench/hybrid_latency.py)."""
         mask = None
         if allowed is not None:
             mask = np.zeros(self.n_docs, dtype=bool)
@@ -108,15 +140,25 @@ class LexicalIndex:
             if mask is None:
                 mask = np.ones(self.n_docs, dtype=bool)
             mask[excluded] = False
+        # BM25L / BM25+ indexes give every document a score: those are scored one dense row at a time
+        batch = None if self.retriever.nonoccurrence_array is not None else self._batch_scores(texts)
         out = []
-        for text in texts:
-            s = self.scores(text)
-            hit = s > 0
+        for i, text in enumerate(texts):
+            if batch is None:
+                s = self.scores(text)
+                cand = np.flatnonzero(s > 0)
+                sc = s[cand]
+            else:
+                start, end = batch.indptr[i], batch.indptr[i + 1]
+                cand, sc = batch.indices[start:end].astype(np.int64), batch.data[start:end]
+                keep = sc > 0
+                cand, sc = cand[keep], sc[keep]
             if mask is not None:
-                hit &= mask
-            cand = np.flatnonzero(hit)
+                keep = mask[cand]
+                cand, sc = cand[keep], sc[keep]
             if len(cand) > k:
-                cand = cand[np.argpartition(-s[cand], k - 1)[:k]]
-            order = np.lexsort((cand, -s[cand]))  # best first; ties by position, as a stable rule
-            out.append((cand[order].astype(np.int64), s[cand[order]]))
+                top = np.argpartition(-sc, k - 1)[:k]
+                cand, sc = cand[top], sc[top]
+            order = np.lexsort((cand, -sc))  # best first; ties by position, as a stable rule
+            out.append((cand[order].astype(np.int64), sc[order].astype(np.float32)))
         return out

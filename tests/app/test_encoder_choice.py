@@ -129,3 +129,105 @@ def test_the_gap_report_covers_the_served_query_encoder(distilled_bundles, stage
         )
     else:  # the full model is what the report is about
         assert served["risk_test"] == report["risk_test"]
+
+
+def test_the_bundle_records_a_routing_curve_per_variant(staged_distilled):
+    record = json.loads((staged_distilled / "manifest.json").read_text())["extras"][EXTRAS_KEY]
+    for v in record["variants"].values():
+        curve = v["routing"]["curve"]
+        assert v["routing"]["n_queries"] == record["n_queries"]
+        assert curve[0]["share"] == 0 and curve[-1]["share"] == 1
+        assert curve[0]["ndcg@10"] == pytest.approx(v["ndcg@10"], abs=1e-5)  # nothing routed: the variant
+        assert curve[-1]["ndcg@10"] == pytest.approx(
+            record["full"]["ndcg@10"], abs=1e-5
+        )  # all: the full model
+        assert [p["share"] for p in curve] == sorted(p["share"] for p in curve)
+
+
+@pytest.mark.parametrize(("margin", "like"), [(0.0, "static"), (2.0, "full")])
+def test_a_routed_encoder_serves_the_cheap_or_the_full_vectors_by_its_margin(
+    distilled_bundles, staged_distilled, slice_data, margin, like
+):
+    """Margin 0 routes nothing (the static table's answer); margin 2 routes every query (the full model's)."""
+    from contract.bundles.bundle import load_bundle
+
+    bundles, _ = distilled_bundles
+    queries = list(slice_data.queries.values())[:4]
+    bundle = load_bundle(staged_distilled)
+    if like == "static":
+        vectors = StaticQueryEncoder.load(staged_distilled / "query_encoders" / "static").encode(queries)
+    else:
+        vectors = bundle.encoder.encode(queries, kind="query")
+    settings = make_settings(
+        bundles,
+        encoder_backend="static-routed",
+        route_margin=margin,
+        max_ndcg_loss=1.0,
+        reload_poll_seconds=0,
+    )
+    with TestClient(create_app(settings)) as client:
+        backend, choice = _choice(client)
+        answer = client.post("/search", json={"queries": queries, "top_k": 5, "mode": "dense"}).json()
+        counts = client.get("/bundles").json()["encoder_choice"]["routing"]["counts"]
+    assert backend == "static-routed" and choice["routing"]["margin"] == margin
+    assert choice["routing"]["fallback"] in ("torch", "onnx", "onnx-int8")
+    routed = 0 if like == "static" else len(queries)
+    assert counts["routed"] >= routed and counts["queries"] >= len(queries)  # + the canary
+    for vec, result in zip(vectors, answer["results"], strict=True):
+        pos, scores = bundle.index.search(vec[None, :], 5)[0]
+        assert [h["id"] for h in result["hits"]][:2] == [bundle.doc_ids[p] for p in pos][:2]
+        np.testing.assert_allclose([h["score"] for h in result["hits"]], scores, atol=0.02)  # int8 fallback
+
+
+def test_auto_offers_a_routed_static_encoder_when_the_table_alone_is_over_the_budget(
+    distilled_bundles, staged_distilled
+):
+    record = json.loads((staged_distilled / "manifest.json").read_text())["extras"][EXTRAS_KEY]
+    static = record["variants"]["static"]
+    budget = static["ndcg_loss"] / 2  # the table alone is over it; routing some queries is within it
+    if budget <= 0:
+        pytest.skip("the tiny static table is not worse than the full model on this slice")
+    bundles, _ = distilled_bundles
+    settings = make_settings(bundles, encoder_backend="auto", max_ndcg_loss=budget, reload_poll_seconds=0)
+    with TestClient(create_app(settings)) as client:
+        _, choice = _choice(client)
+    rows = {c["backend"]: c for c in choice["candidates"]}
+    assert not rows["static"]["eligible"]
+    routed = rows["static-routed"]
+    point = next(p for p in static["routing"]["curve"] if p["ndcg_loss"] <= budget)
+    assert routed["eligible"] and routed["route_share"] == point["share"] > 0
+    assert routed["ndcg_loss"] <= budget and routed["ms_per_query"] > 0
+    with TestClient(create_app(settings.model_copy(update={"routing": False}))) as client:
+        _, choice = _choice(client)
+    assert "static-routed" not in {c["backend"] for c in choice["candidates"]}
+
+
+def test_the_serving_plan_follows_the_cores_the_encoder_and_writes(distilled_bundles, staged_distilled):
+    from app.engine.serving_plan import choose
+
+    bundles, _ = distilled_bundles
+    loss = json.loads((staged_distilled / "manifest.json").read_text())["extras"][EXTRAS_KEY]["variants"][
+        "static"
+    ]["ndcg_loss"]
+    light = make_settings(bundles, encoder_backend="auto", max_ndcg_loss=max(loss, 0) + 0.01, api_key=None)
+    plan = choose(light, cores=4)
+    assert (plan.workers, plan.encoder_threads, plan.expected_encoder) == (4, 1, "static")
+    heavy = make_settings(bundles, encoder_backend="onnx-int8", api_key=None)
+    assert (choose(heavy, cores=4).workers, choose(heavy, cores=4).encoder_threads) == (1, 4)
+    writes = make_settings(bundles, encoder_backend="static")  # an API key: document writes are on
+    assert choose(writes, cores=4).workers == 1 and "writes" in choose(writes, cores=4).reason
+    assert choose(light.model_copy(update={"workers": 3}), cores=4).workers == 3
+    assert choose(light, cores=1).workers == 1
+
+
+def test_get_bundles_shows_the_serving_plan_it_was_started_with(distilled_bundles):
+    from app.engine.serving_plan import choose
+
+    bundles, _ = distilled_bundles
+    settings = make_settings(bundles, encoder_backend="static", api_key=None, reload_poll_seconds=0)
+    plan = choose(settings, cores=2)
+    with TestClient(create_app(settings.model_copy(update={"serving_plan": plan.to_json()}))) as client:
+        serving = client.get("/bundles").json()["serving"]
+    assert serving["workers"] == 2 and serving["encoder_threads"] == 1 and serving["reason"]
+    with TestClient(create_app(settings)) as client:  # plain uvicorn: says it does not know
+        assert "not python -m app.serve" in client.get("/bundles").json()["serving"]["launcher"]

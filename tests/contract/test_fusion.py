@@ -57,3 +57,37 @@ def test_manifest_record_keeps_rrfs_constant_under_k():
         "rrf", rrf_k=20.0, depth=50
     )
     assert FusionParams(rrf_k=5.0).record() == {"method": "rrf", "k": 5.0, "alpha": 0.5, "depth": 100}
+
+
+def test_fused_scores_are_the_per_position_sums_by_brute_force():
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        n_d, n_l = int(rng.integers(0, 30)), int(rng.integers(0, 30))
+        dense = (
+            rng.choice(60, n_d, replace=False).astype(np.int64),
+            np.sort(rng.random(n_d))[::-1].astype(np.float32),
+        )
+        lexical = (
+            rng.choice(60, n_l, replace=False).astype(np.int64),
+            np.sort(rng.random(n_l))[::-1].astype(np.float32),
+        )
+        for params in (FusionParams("rrf", rrf_k=5.0), FusionParams("convex", alpha=0.3)):
+            pos, sc = fuse(dense, lexical, params, 10)
+            want: dict[int, float] = {}
+            if params.method == "rrf":
+                terms = [
+                    (p, 1 / (5.0 + r)) for lst in (dense, lexical) for r, p in enumerate(lst[0].tolist(), 1)
+                ]
+            else:
+                terms = [
+                    (p, 0.3 * s) for p, s in zip(dense[0].tolist(), min_max(dense[1]).tolist(), strict=True)
+                ]
+                terms += [
+                    (p, 0.7 * s)
+                    for p, s in zip(lexical[0].tolist(), min_max(lexical[1]).tolist(), strict=True)
+                ]
+            for p, s in terms:
+                want[p] = want.get(p, 0.0) + s
+            best = sorted(want.items(), key=lambda kv: (-kv[1], kv[0]))[:10]
+            np.testing.assert_allclose(sc, [s for _, s in best], rtol=1e-5)
+            assert sc.dtype == np.float32 and len(set(pos.tolist())) == len(pos) == len(best)

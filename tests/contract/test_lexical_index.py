@@ -106,3 +106,16 @@ def test_a_mismatched_analyzer_is_refused(index, tmp_path):
     with pytest.raises(ValueError, match="analyzer"):
         LexicalIndex.load(folder)
     shutil.rmtree(folder)
+
+
+def test_a_batch_is_searched_as_each_text_alone_with_the_same_float32_scores(index):
+    lex, docs = index
+    excluded = np.array([0, 5, 9])
+    together = lex.search(QUERIES, 6, excluded=excluded)
+    for query, (pos, sc) in zip(QUERIES, together, strict=True):
+        dense = lex.scores(query)  # bm25s's own dense row
+        ((alone_pos, alone_sc),) = lex.search([query], 6, excluded=excluded)
+        assert pos.tolist() == alone_pos.tolist() and np.array_equal(sc, alone_sc)
+        assert np.array_equal(sc, dense[pos])  # bit for bit: the same sums in the same order
+        keep = [i for i in np.flatnonzero(dense > 0) if i not in set(excluded.tolist())]
+        assert len(pos) == min(6, len(keep)) and not set(pos.tolist()) & {0, 5, 9}

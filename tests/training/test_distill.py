@@ -147,3 +147,65 @@ def test_token_counts_and_sif_weights_match_hand_counts():
     weighted = sif_weighted(table, counts, sif_a=0.5)  # a / (a + p): p = 0.5 for both, 0 for the rest
     assert np.allclose(weighted[protein], 0.5) and np.allclose(weighted[binding], 0.5)
     assert np.allclose(np.delete(weighted, [protein, binding], axis=0), 1.0)
+
+
+def test_pca_reduce_at_full_rank_reconstructs_the_table_and_keeps_zero_rows_zero():
+    from training.distill.students import pca_reduce
+
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((50, 6)).astype(np.float32)
+    table[[3, 7]] = 0.0  # tokens never computed (static_init_vocab "seen")
+    reduced, components = pca_reduce(table, 6)
+    live = np.abs(table).sum(1) > 0
+    mean = table[live].mean(0)
+    np.testing.assert_allclose(reduced[live] @ components + mean, table[live], atol=1e-5)
+    assert np.all(reduced[[3, 7]] == 0)
+    small, axes = pca_reduce(table, 2)  # the top axes: the most variance of any 2-d projection
+    assert small.shape == (50, 2) and axes.shape == (2, 6)
+    np.testing.assert_allclose(axes @ axes.T, np.eye(2), atol=1e-5)
+    assert small[live].var(0).sum() >= (table[live] - mean)[:, :2].var(0).sum()
+
+
+def test_zipf_counts_fall_with_the_vocabulary_rank():
+    from training.distill.students import zipf_counts
+
+    counts = zipf_counts(5)
+    np.testing.assert_allclose(counts, 1 / np.arange(2, 7))
+    weighted = sif_weighted(np.ones((5, 1), dtype=np.float32), counts, sif_a=1e-3)
+    assert np.all(np.diff(weighted[:, 0]) > 0)  # frequent (low id) tokens weigh least
+
+
+def test_a_pca_student_is_served_folded_into_one_table_with_the_same_vectors(tmp_path):
+    from tokenizers import Tokenizer
+
+    from training.distill.students_fit import folded_static, static_model
+
+    tokenizer = Tokenizer.from_file(str(default_model_path() / "tokenizer.json"))
+    rng = np.random.default_rng(0)
+    table = rng.standard_normal((tokenizer.get_vocab_size(), 4)).astype(np.float32)
+    components = rng.standard_normal((4, 16)).astype(np.float32)
+    model = static_model(tokenizer, table, sparse=False, components=components)
+    with torch.no_grad():
+        model[1].linear.bias.copy_(torch.from_numpy(rng.standard_normal(16).astype(np.float32)))
+    texts = ["vitamin d and bone density", "statins", "a b c d e f g"]
+    folded_static(model, model[0].tokenizer).save(str(tmp_path / "static"))
+    served = StaticQueryEncoder.load(tmp_path / "static").encode(texts)
+    np.testing.assert_allclose(served, model.encode(texts, normalize_embeddings=True), atol=1e-5)
+
+
+def test_span_pseudo_queries_are_word_spans_of_their_document_as_long_as_training_queries():
+    corpus = _corpus()
+    train = RetrievalData(corpus, {"q1": "two words", "q2": "three word query"}, {"q1": {"d1": 1}}, "mem")
+    config = DistillConfig(title_queries=0, sentence_queries=0, span_queries=10, spans_per_doc=4)
+    pairs = distill_pairs(train, ["d1", "d2", "d3"], config, np.random.default_rng(0))
+    spans = [
+        (t, p)
+        for k, t, p in zip(pairs.keys, pairs.texts, pairs.positives, strict=True)
+        if k.startswith("span:")
+    ]
+    assert len(spans) == 12  # 4 spans from each of the 3 documents
+    ids = ["d1", "d2", "d3"]
+    for text, pos in spans:
+        assert text in " ".join(corpus[ids[pos]].text.split()) and len(text.split()) in (2, 3)
+    base = distill_pairs(train, ids, config.model_copy(update={"span_queries": 0}), np.random.default_rng(0))
+    assert pairs.texts[: len(base.texts)] == base.texts  # spans come after, the rest unchanged

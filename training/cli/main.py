@@ -72,6 +72,37 @@ def demo_data_cmd(
     typer.echo(f"demo dataset written to {path}")
 
 
+def man_data_cmd(
+    out: Annotated[Path, typer.Option("--out", help="Folder to write (replaced if it exists).")],
+    docs: Annotated[
+        int | None, typer.Option("--docs", min=2, help="Documents (= queries) in the corpus [default: 2500].")
+    ] = None,
+    test_queries: Annotated[
+        int | None,
+        typer.Option("--test-queries", min=1, help="Queries held out in qrels/test.tsv [default: 500]."),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the sample and the train/test split.")] = 0,
+    root: Annotated[
+        Path | None, typer.Option("--root", help="Manual page folder [default: /usr/share/man].")
+    ] = None,
+    log_level: LogLevelOpt = "INFO",
+) -> None:
+    configure_logging(log_level)
+    from training.data.man_pages import DEFAULT_DOCS, DEFAULT_TEST_QUERIES, build_man_dataset
+
+    try:
+        path = build_man_dataset(
+            out,
+            n_docs=docs or DEFAULT_DOCS,
+            n_test=test_queries or DEFAULT_TEST_QUERIES,
+            seed=seed,
+            root=root,
+        )
+    except (ValueError, OSError) as exc:
+        fail(f"man-data: {exc}")
+    typer.echo(f"manual-page dataset written to {path}")
+
+
 app.command("train", help="Fine-tune the encoder on a dataset and print base-vs-tuned metrics.")(train_cmd)
 app.command("index", help="Encode a corpus with a trained model, build a FAISS bundle and publish it.")(
     index_cmd
@@ -82,6 +113,10 @@ app.command("report", help="Regenerate the generalization-gap report (report.jso
 app.command(
     "demo-data", help="Build the demo dataset (BEIR folder) from this Python's standard-library docstrings."
 )(demo_data_cmd)
+app.command(
+    "man-data",
+    help="Build a dataset (BEIR folder) from the installed manual pages: NAME summary → DESCRIPTION.",
+)(man_data_cmd)
 app.command(
     "pipeline",
     help="Train, write the gap report, build the index and publish the bundle through the quality gate.",

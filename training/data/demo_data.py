@@ -26,7 +26,7 @@ import random
 import re
 import sys
 import sysconfig
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -151,15 +151,43 @@ def build_demo_dataset(
     for a collection of its own (the demo's second collection). Files are written to a sibling temp folder
     and renamed into place, so a crash leaves no half dataset.
     """
-    out = Path(out_dir)
     pairs = harvest(root)
     if modules:
         wanted = set(modules)
         pairs = [p for p in pairs if p.name.split(".")[0] in wanted]
         if len(pairs) < 2:
             raise ValueError(f"modules {', '.join(sorted(wanted))}: fewer than 2 usable docstrings")
+    listed = ", ".join(sorted(set(modules or ())))
+    suffix = f"\nOnly the docstrings of these standard-library packages: {listed}.\n" if modules else ""
+
+    def readme(*counts: int) -> str:
+        return _readme(*counts) + suffix
+
+    return sample_and_write(
+        out_dir, pairs, n_docs=n_docs, n_test=n_test, seed=seed, readme=readme, what="demo dataset"
+    )
+
+
+def sample_and_write(
+    out_dir: str | Path,
+    pairs: Sequence[DocPair],
+    *,
+    n_docs: int,
+    n_test: int,
+    seed: int,
+    readme: Callable[[int, int, int, int, int], str],
+    what: str,
+) -> Path:
+    """A seeded sample of `n_docs` pairs as a BEIR folder with disjoint, seeded train / test queries.
+
+    `readme(n_usable, n_docs, n_train, n_test, seed)` is the folder's README.md. Written to a sibling temp
+    folder and renamed into place, so a crash leaves no half dataset (training/data/man_pages.py shares it).
+    """
+    out = Path(out_dir)
     if len(pairs) < n_docs:
-        logger.warning("only %d usable docstrings (asked for %d): using all of them", len(pairs), n_docs)
+        logger.warning(
+            "only %d usable pairs for the %s (asked for %d): using all of them", len(pairs), what, n_docs
+        )
     rng = random.Random(seed)
     picked = sorted(rng.sample(range(len(pairs)), min(n_docs, len(pairs))))
     chosen = [pairs[i] for i in picked]
@@ -186,17 +214,14 @@ def build_demo_dataset(
     for split, rows in qrels.items():
         text = "query-id\tcorpus-id\tscore\n" + "".join(r + "\n" for r in rows)
         (partial / QRELS_DIR / f"{split}.tsv").write_text(text, encoding="utf-8")
-    readme = _readme(len(pairs), len(chosen), len(qrels["train"]), len(qrels["test"]), seed)
-    if modules:
-        readme += (
-            f"\nOnly the docstrings of these standard-library packages: {', '.join(sorted(set(modules)))}.\n"
-        )
-    (partial / "README.md").write_text(readme, encoding="utf-8")
+    text = readme(len(pairs), len(chosen), len(qrels["train"]), len(qrels["test"]), seed)
+    (partial / "README.md").write_text(text, encoding="utf-8")
     if out.exists():
         _remove_tree(out)
     partial.rename(out)
     logger.info(
-        "demo dataset: %d documents, %d train / %d test queries in %s",
+        "%s: %d documents, %d train / %d test queries in %s",
+        what,
         len(chosen),
         *map(len, qrels.values()),
         out,

@@ -3,7 +3,8 @@
 Between `build_bundle` and `BundleStore.publish` (like `attach_onnx`): trains the configured students
 (`training.distill.students_fit`) against the bundle's fixed document vectors, writes them under
 `<bundle>/query_encoders/<variant>/`, scores each on the evaluation queries through the bundle's own index
-(nDCG@10 and recall@10, against the full query encoder on the same index), records it all in the
+(nDCG@10 and recall@10, against the full query encoder on the same index) and the curve of routing its
+least confident queries to the full model (contract/encoding/routing.py), records it all in the
 manifest's `extras["query_encoders"]` and refreshes the checksums. The API reads that record to decide
 which query encoder may serve (`SEARCH_MAX_NDCG_LOSS`).
 """
@@ -30,12 +31,13 @@ from contract.bundles.bundle import (
     new_version_id,
 )
 from contract.encoding.query_encoders import EXTRAS_KEY, SUBDIR, load_variant
+from contract.encoding.routing import routing_curve, top2_margins
 from contract.errors import ConfigError
 from training.bundle.store import BundleStore, PublishResult
 from training.data.retrieval_data import RetrievalData
 from training.distill.config import DistillConfig
 from training.distill.students_fit import distill_query_encoders
-from training.eval.search_metrics import search_metrics
+from training.eval.search_metrics import per_query_metrics, search_metrics
 from training.gap.served_risk import served_risks
 
 logger = logging.getLogger(__name__)
@@ -53,6 +55,19 @@ def score_queries(
     return search_metrics(
         bundle.encoder.similarity, query_emb, qids, qrels, bundle.doc_ids, index=bundle.index
     )
+
+
+def per_query_ndcg(
+    bundle: Any,
+    query_emb: np.ndarray,
+    qids: Sequence[str],
+    qrels: Mapping[str, Mapping[str, int]],
+) -> dict[str, float]:
+    """{qid: nDCG@10} of normalised query vectors (n, D) searched in the bundle's index, as served."""
+    per_query = per_query_metrics(
+        bundle.encoder.similarity, query_emb, qids, qrels, bundle.doc_ids, index=bundle.index
+    )
+    return per_query["ndcg@10"]
 
 
 def bundle_doc_embeddings(bundle: Any) -> np.ndarray:
@@ -76,14 +91,19 @@ def _score_variant(
     qids: list[str],
     qrels: Mapping[str, Mapping[str, int]],
     full: dict[str, float],
+    full_per_query: Mapping[str, float],
 ) -> tuple[np.ndarray, dict[str, Any]]:
-    """One variant's query vectors (n, D) and its record: scores, loss against `full`, build-time speed."""
+    """One variant's query vectors (n, D) and its record: scores, loss against `full`, build-time speed,
+    and its routing curve (contract/encoding/routing.py) against the full encoder's per-query nDCG@10."""
     encoder = load_variant(folder, variant)
     encoder.encode(texts[:3])  # warm-up
     started = time.perf_counter()
     emb = encoder.encode(texts, batch_size=1)  # (n, D)
     per_query_ms = (time.perf_counter() - started) * 1000 / max(1, len(texts))
     scores = score_queries(bundle, emb, qids, qrels)
+    mine = per_query_ndcg(bundle, emb, qids, qrels)
+    margins = top2_margins(bundle.index, bundle.encoder.to_index_space(emb))  # (n,)
+    curve = routing_curve(margins, [mine[q] for q in qids], [full_per_query[q] for q in qids])
     return emb, {
         "path": f"{SUBDIR}/{variant}",
         **scores,
@@ -91,6 +111,7 @@ def _score_variant(
         "recall_loss": round(full["recall@10"] - scores["recall@10"], 6),
         "build_ms_per_query": round(per_query_ms, 4),  # on the building machine; the API re-times
         "training": info,
+        "routing": {"n_queries": len(qids), "curve": curve},
     }
 
 
@@ -122,6 +143,7 @@ def attach_query_encoders(
         texts = [queries[q] for q in qids]
         served_q = {"full": bundle.encoder.encode(texts, kind="query")}  # (n, D)
         full = score_queries(bundle, served_q["full"], qids, qrels)
+        full_per_query = per_query_ndcg(bundle, served_q["full"], qids, qrels)
         record: dict[str, Any] = {
             "full": full,
             "n_queries": len(qids),
@@ -131,7 +153,7 @@ def attach_query_encoders(
         }
         for variant, info in trained.items():
             served_q[variant], record["variants"][variant] = _score_variant(
-                bundle, folder, variant, info, texts, qids, qrels, full
+                bundle, folder, variant, info, texts, qids, qrels, full, full_per_query
             )
         record["served_risk"] = _served_risk(bundle, served_q, doc_emb, qids, qrels, seed=config.seed)
         logger.info(

@@ -60,6 +60,13 @@ class DistillConfig(BaseModel):
     title_queries: int = Field(5000, ge=0, description="Documents whose title becomes a pseudo-query.")
     sentence_queries: int = Field(5000, ge=0, description="Documents whose sentences become pseudo-queries.")
     sentences_per_doc: int = Field(3, ge=1, description="Sentences drawn from each of those documents.")
+    span_queries: int = Field(
+        0,
+        ge=0,
+        description="Documents from which word spans become pseudo-queries, each span as long as a training "
+        "query drawn at random (short queries get short spans).",
+    )
+    spans_per_doc: int = Field(2, ge=1, description="Spans drawn from each of those documents.")
     max_seq_length: int = Field(
         64,
         ge=8,
@@ -68,6 +75,18 @@ class DistillConfig(BaseModel):
     )
     sif_a: float = Field(
         1e-3, gt=0, description="SIF weight a/(a+p(token)) of the static table's initialisation."
+    )
+    static_weighting: Literal["corpus", "zipf"] = Field(
+        "corpus",
+        description="p(token) of the SIF weights: corpus = counted in the corpus and training texts; zipf = "
+        "Zipf's law over the tokenizer's vocabulary order (model2vec's, corpus-independent).",
+    )
+    static_pca_dims: int | None = Field(
+        None,
+        ge=8,
+        description="Static table as model2vec builds it: token vectors centred and reduced by PCA to this "
+        "many dimensions, with a trained linear map back to the model's space (folded into the served "
+        "table). Unset: the full-dimension table, no map.",
     )
     static_init_vocab: Literal["full", "seen"] = Field(
         "full",

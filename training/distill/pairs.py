@@ -1,6 +1,9 @@
-"""Distillation training text: the split's queries plus corpus pseudo-queries (titles, sentences).
+"""Distillation training text: the split's queries plus corpus pseudo-queries (titles, sentences, spans).
 
-Queries are few, so each document's title and some of its sentences are paired with their own document.
+Queries are few, so each document's title, some of its sentences and some word spans of it are paired with
+their own document. A span is as long (in words) as a training query drawn at random, so a corpus whose
+queries are a few words (package or man-page summaries) gets pseudo-queries of that length, not only the
+sentence-long ones that suit claims like scifact's.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ logger = logging.getLogger(__name__)
 class DistillPairs:
     texts: list[str]  # queries and pseudo-queries
     positives: list[int]  # corpus position of each text's positive
-    keys: list[str]  # query id (pseudo: "title:<doc>", "sentence:<doc>")
+    keys: list[str]  # query id (pseudo: "title:<doc>", "sentence:<doc>", "span:<doc>")
     known: dict[Hashable, set[Hashable]]  # every labelled positive (corpus position) of each key
 
 
@@ -55,11 +58,26 @@ def distill_pairs(
         # a prefix of one permutation: a larger sentences_per_doc keeps the smaller one's sentences
         for i in sorted(int(j) for j in rng.permutation(len(sentences))[: config.sentences_per_doc]):
             add(f"sentence:{doc.id}", sentences[i], doc.id)
+    if config.span_queries:
+        lengths = _query_lengths(train)
+        for doc in _pick(docs, config.span_queries, rng):
+            words = doc.text.split()
+            for _ in range(config.spans_per_doc):
+                n = min(len(words), int(rng.choice(lengths)))
+                if n >= 2:
+                    start = int(rng.integers(0, len(words) - n + 1))
+                    add(f"span:{doc.id}", " ".join(words[start : start + n]), doc.id)
     n_queries = sum(1 for k in pairs.keys if ":" not in k)
     logger.info(
         "distillation pairs: %d from queries, %d pseudo-queries", n_queries, len(pairs.texts) - n_queries
     )
     return pairs
+
+
+def _query_lengths(train: RetrievalData) -> np.ndarray:
+    """Word counts of the split's queries (at least 2 words each), or 3..10 when it has none."""
+    counts = [max(2, len(q.split())) for q in train.queries.values() if q.strip()]
+    return np.asarray(counts or list(range(3, 11)), dtype=np.int64)
 
 
 def _pick(docs: list[Any], n: int, rng: np.random.Generator) -> list[Any]:

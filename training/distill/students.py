@@ -2,7 +2,10 @@
 
 `static_init` follows the MinishLab model2vec library: every vocabulary token, alone between [CLS] and
 [SEP], goes through the full model; its mean-pooled, normalised output is the token's row, down-weighted
-by its corpus frequency (SIF weights a/(a+p), Arora et al. 2017, ICLR).
+by its corpus frequency (SIF weights a/(a+p), Arora et al. 2017, ICLR). model2vec's two other steps are
+options here: p(token) from Zipf's law over the vocabulary order instead of corpus counts
+(`zipf_counts`), and PCA of the token vectors (`pca_reduce`: centred, reduced), for which the student
+learns a linear map back to the model's space since its queries must land among the full model's documents.
 """
 
 from __future__ import annotations
@@ -42,6 +45,15 @@ def static_init(
 
     `only_seen`: only tokens that occur in `corpus_texts` are computed; the other rows stay zero.
     """
+    table, counts = token_table(model_dir, corpus_texts, only_seen=only_seen)
+    return sif_weighted(table, counts, sif_a)
+
+
+def token_table(
+    model_dir: str | Path, corpus_texts: Sequence[str], *, only_seen: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """(vocab, dim) unweighted token rows (each token through the full model alone) and the corpus
+    counts (vocab,); `only_seen`: rows of tokens absent from `corpus_texts` stay zero, uncomputed."""
     from sentence_transformers import SentenceTransformer
 
     st = SentenceTransformer(str(model_dir), device="cpu", local_files_only=True)
@@ -62,12 +74,14 @@ def static_init(
             hidden = auto(input_ids=input_ids, attention_mask=torch.ones_like(input_ids)).last_hidden_state
             # mean pooling over the 3 positions, normalised: the model's own sentence vector of the token
             table[chunk.numpy()] = F.normalize(hidden.mean(1), dim=-1).numpy()  # (c, D)
-    return sif_weighted(table, counts, sif_a)
+    return table, counts
 
 
 def token_counts(tokenizer: Any, texts: Sequence[str]) -> np.ndarray:
     """(vocab,) occurrences of each token id in `texts`, special tokens left out."""
     counts = np.zeros(tokenizer.vocab_size, dtype=np.float64)
+    if not texts:  # the tokenizer refuses an empty batch
+        return counts
     for enc in tokenizer(list(texts), add_special_tokens=False)["input_ids"]:
         np.add.at(counts, enc, 1)
     return counts
@@ -77,3 +91,26 @@ def sif_weighted(table: np.ndarray, counts: np.ndarray, sif_a: float) -> np.ndar
     """Rows of `table` (vocab, D) scaled by SIF's a / (a + p(token)), p from `counts` (vocab,)."""
     p = counts / max(counts.sum(), 1.0)
     return np.ascontiguousarray(table * (sif_a / (sif_a + p))[:, None], dtype=np.float32)
+
+
+def zipf_counts(vocab_size: int) -> np.ndarray:
+    """(vocab,) pseudo-counts p(token id i) ∝ 1/(i + 2): model2vec's corpus-free SIF probabilities, which
+    take the tokenizer's vocabulary order (WordPiece: roughly by frequency) as Zipf rank."""
+    return 1.0 / np.arange(2, vocab_size + 2, dtype=np.float64)
+
+
+def pca_reduce(table: np.ndarray, dims: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of `table` (vocab, D) centred and projected on their top `dims` principal axes.
+
+    Returns (reduced (vocab, dims), components (dims, D)); all-zero rows (tokens never computed) stay zero
+    and take no part in the fit. reduced @ components + mean approximates the table (exactly at dims = D).
+    """
+    live = np.abs(table).sum(1) > 0  # (vocab,)
+    rows = table[live].astype(np.float64)  # (n, D)
+    dims = min(dims, rows.shape[1], rows.shape[0])
+    mean = rows.mean(0)  # (D,)
+    _, _, vt = np.linalg.svd(rows - mean, full_matrices=False)  # vt: (D, D), axes by variance
+    components = vt[:dims]  # (dims, D)
+    reduced = np.zeros((len(table), dims), dtype=np.float32)
+    reduced[live] = ((rows - mean) @ components.T).astype(np.float32)  # (n, dims)
+    return reduced, components.astype(np.float32)

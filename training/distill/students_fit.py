@@ -37,7 +37,13 @@ from training.data.retrieval_data import RetrievalData
 from training.distill.config import DistillConfig, Variant
 from training.distill.loop import fit_student
 from training.distill.pairs import DistillPairs, distill_pairs
-from training.distill.students import static_init, truncated_student
+from training.distill.students import (
+    pca_reduce,
+    sif_weighted,
+    token_table,
+    truncated_student,
+    zipf_counts,
+)
 from training.train.negatives import mine_hard_negatives
 
 logger = logging.getLogger(__name__)
@@ -68,25 +74,38 @@ def _static_student(
     model_dir: Path, pairs: DistillPairs, corpus_texts: Sequence[str], config: DistillConfig
 ) -> _Student:
     started = time.perf_counter()
-    table = static_init(
-        model_dir,
-        [*corpus_texts, *pairs.texts],
-        sif_a=config.sif_a,
-        only_seen=config.static_init_vocab == "seen",
+    raw, counts = token_table(
+        model_dir, [*corpus_texts, *pairs.texts], only_seen=config.static_init_vocab == "seen"
     )
     info = {"init_seconds": round(time.perf_counter() - started, 1)}
-    return static_student_of(model_dir, table, config, info)
+    return static_student_of(model_dir, raw, counts, config, info)
 
 
 def static_student_of(
-    model_dir: Path, table: np.ndarray, config: DistillConfig, info: dict[str, Any] | None = None
+    model_dir: Path,
+    raw_table: np.ndarray,
+    counts: np.ndarray,
+    config: DistillConfig,
+    info: dict[str, Any] | None = None,
 ) -> _Student:
-    """A static student over the SIF-weighted token `table` (vocab, D), with its optimiser."""
+    """A static student over the unweighted token table `raw_table` (vocab, D), with its optimiser.
+
+    `counts` (vocab,) are the corpus counts of the SIF weights (config.static_weighting "corpus"); with
+    config.static_pca_dims the table is PCA-reduced first and a linear map (initialised with the
+    principal axes) takes the pooled vector back to the model's D dimensions.
+    """
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
     tokenizer.no_truncation()
-    model = static_model(tokenizer, table, sparse=config.static_sparse)
+    if config.static_weighting == "zipf":
+        counts = zipf_counts(len(raw_table))
+    components = None
+    table = raw_table
+    if config.static_pca_dims is not None:
+        table, components = pca_reduce(raw_table, config.static_pca_dims)  # (vocab, r), (r, D)
+    table = sif_weighted(table, counts, config.sif_a)
+    model = static_model(tokenizer, table, sparse=config.static_sparse, components=components)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = (torch.optim.SparseAdam if config.static_sparse else torch.optim.Adam)(
         params, lr=config.static_lr
@@ -94,8 +113,11 @@ def static_student_of(
     return _Student(model, params, optimizer, config.static_epochs, info or {})
 
 
-def static_model(tokenizer: Any, table: np.ndarray, *, sparse: bool) -> Any:
-    """StaticEmbedding + Normalize; `sparse`: its table gets sparse gradients (for `SparseAdam`).
+def static_model(
+    tokenizer: Any, table: np.ndarray, *, sparse: bool, components: np.ndarray | None = None
+) -> Any:
+    """StaticEmbedding (+ a linear map with `components` (r, D)) + Normalize; `sparse`: its table gets
+    sparse gradients (for `SparseAdam`).
 
     A batch touches about a thousand of the 30k rows: with sparse gradients (lazy Adam) a step costs
     those rows, not the whole table, 2.6x faster steps on this CPU (measured under load), but on
@@ -103,19 +125,47 @@ def static_model(tokenizer: Any, table: np.ndarray, *, sparse: bool) -> Any:
     (bench/distill_search.py; not re-run on the carve of whole query groups).
     """
     from sentence_transformers import SentenceTransformer
-    from sentence_transformers.sentence_transformer.modules import Normalize, StaticEmbedding
+    from sentence_transformers.sentence_transformer.modules import Dense, Normalize, StaticEmbedding
 
     static = StaticEmbedding(tokenizer, embedding_weights=table)
     static.embedding.sparse = sparse
-    return SentenceTransformer(modules=[static, Normalize()])
+    if components is None:
+        return SentenceTransformer(modules=[static, Normalize()])
+    r, dim = components.shape
+    linear = Dense(
+        r,
+        dim,
+        bias=True,
+        activation_function=torch.nn.Identity(),
+        init_weight=torch.from_numpy(np.ascontiguousarray(components.T)),  # (D, r): y = x @ components
+        init_bias=torch.zeros(dim),
+    )
+    return SentenceTransformer(modules=[static, linear, Normalize()])
+
+
+def folded_static(model: Any, tokenizer: Any) -> Any:
+    """A static student with a linear map, as one (vocab, D) StaticEmbedding + Normalize: the map is
+    affine, so the mean of mapped rows is the map of the mean, and the served numpy encoder (a table)
+    gives the same vectors (tests/training/test_distill.py checks it)."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Normalize, StaticEmbedding
+
+    table = model[0].embedding.weight.detach()  # (vocab, r)
+    linear = model[1].linear
+    full = (table @ linear.weight.detach().T + linear.bias.detach()).numpy()  # (vocab, D)
+    return SentenceTransformer(modules=[StaticEmbedding(tokenizer, embedding_weights=full), Normalize()])
 
 
 def _save_student(variant: Variant, student: _Student, out_dir: Path) -> None:
-    """A sentence-transformers folder (+ ONNX for `distilled`, at the model's own max_seq_length)."""
+    """A sentence-transformers folder (+ ONNX for `distilled`, at the model's own max_seq_length); a
+    static student with a linear map is saved folded into one table (what the API serves)."""
     if variant == "distilled":
         student.model.max_seq_length = student.saved_len
     out_dir.mkdir(parents=True, exist_ok=True)
-    student.model.save(str(out_dir), safe_serialization=True)
+    model = student.model
+    if variant == "static" and len(model) == 3:
+        model = folded_static(model, model[0].tokenizer)
+    model.save(str(out_dir), safe_serialization=True)
     if variant == "distilled":
         from training.export.onnx_export import export_onnx
 

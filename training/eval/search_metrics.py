@@ -35,10 +35,27 @@ def search_metrics(
     Give `index` (rows are positions into `doc_ids`; searched with `similarity.to_index_space` queries,
     exactly as the API does) or `doc_embeddings` (normalised rows, row i = doc_ids[i]; exact search by
     `similarity.scores`)."""
-    if (index is None) == (doc_embeddings is None):
-        raise ValueError("give exactly one of index and doc_embeddings")
     if not qids:
         return dict.fromkeys(SCORED, 0.0)
+    per_query = per_query_metrics(
+        similarity, query_emb, qids, qrels, doc_ids, index=index, doc_embeddings=doc_embeddings
+    )
+    return {m: round(float(np.mean(list(per_query[m].values()))), 6) for m in SCORED}
+
+
+def per_query_metrics(
+    similarity: Similarity,
+    query_emb: np.ndarray,
+    qids: Sequence[str],
+    qrels: Mapping[str, Mapping[str, int]],
+    doc_ids: Sequence[str],
+    *,
+    index: Any = None,
+    doc_embeddings: np.ndarray | None = None,
+) -> dict[str, dict[str, float]]:
+    """{metric: {qid: value}} for SCORED, searched as `search_metrics` does (its arguments)."""
+    if (index is None) == (doc_embeddings is None):
+        raise ValueError("give exactly one of index and doc_embeddings")
     if doc_embeddings is None:
         rows = index.search(similarity.to_index_space(query_emb), SEARCH_DEPTH)
     else:
@@ -48,4 +65,4 @@ def search_metrics(
         q: {doc_ids[int(j)]: float(s) for j, s in zip(*rows[r], strict=True)} for r, q in enumerate(qids)
     }
     per_query = trec_metrics({q: dict(qrels[q]) for q in qids}, trec_run, k_values=(10,))
-    return {m: round(float(np.mean(list(per_query[m].values()))), 6) for m in SCORED}
+    return {m: {q: float(per_query[m].get(q, 0.0)) for q in qids} for m in SCORED}

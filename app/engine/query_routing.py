@@ -1,0 +1,62 @@
+"""A routed query encoder: the cheap tower for confident queries, the full model for the rest.
+
+`RoutedEncoder.encode` encodes a batch with the cheap encoder (static table or truncated transformer),
+searches each vector's top two documents in the bundle's own index, and re-encodes with the full model
+(the fastest full-model backend the bundle serves within the nDCG budget) the queries whose top-1 −
+top-2 margin is below the threshold (contract/encoding/routing.py says why the margin, and how the
+bundle records the curve the threshold comes from). Its output replaces those rows, so everything after
+encoding (query cache, micro-batched search, hybrid fusion) is unchanged.
+
+The threshold is the smallest recorded share whose nDCG@10 loss is within `max_ndcg_loss`
+(`SEARCH_ROUTE_MARGIN` sets one by hand). Its cost per query is the cheap encode, one top-2 search of
+the batch, and the full encode of the routed share; `auto` times it like every other candidate.
+Counts since load (queries, routed) show in GET /bundles under `encoder_choice.routing`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from contract.encoding.routing import top2_margins
+
+
+class RoutedEncoder:
+    """`cheap` for every query, `fallback` for those whose top-2 margin in `index` is below `margin`."""
+
+    def __init__(
+        self,
+        cheap: Any,
+        fallback: Any,
+        *,
+        index: Any,
+        to_index_space: Callable[[np.ndarray], np.ndarray],
+        margin: float,
+        cheap_batch: int,
+        fallback_batch: int,
+    ):
+        self.cheap, self.fallback = cheap, fallback
+        self.index, self.to_index_space = index, to_index_space
+        self.margin = margin
+        self.cheap_batch, self.fallback_batch = cheap_batch, fallback_batch
+        # shown live in GET /bundles (encoder_choice.routing): updated in place under the lock
+        self.counts = {"queries": 0, "routed": 0}
+        self._lock = threading.Lock()
+
+    def encode(self, texts: Sequence[str], *, kind: str = "query", batch_size: int = 64) -> np.ndarray:
+        """float32 (n, D) normalised query vectors: the cheap encoder's, or the full model's when routed."""
+        del batch_size  # each side uses its own
+        texts = list(texts)
+        emb = np.array(self.cheap.encode(texts, kind=kind, batch_size=self.cheap_batch), dtype=np.float32)
+        routed = np.flatnonzero(top2_margins(self.index, self.to_index_space(emb)) < self.margin)
+        if len(routed):
+            emb[routed] = self.fallback.encode(
+                [texts[i] for i in routed], kind=kind, batch_size=self.fallback_batch
+            )
+        with self._lock:
+            self.counts["queries"] += len(texts)
+            self.counts["routed"] += len(routed)
+        return emb

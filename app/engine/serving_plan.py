@@ -1,0 +1,139 @@
+"""How many API processes, and how many intra-op threads each: chosen from the cores and the query encoder.
+
+A request's cost on this service is the query encoder plus Python (HTTP parsing, validation, the answer's
+JSON). One process runs Python on one core at a time, so:
+
+- with a static-table encoder (`static`, or `static-routed`, whose full-model share is small) a request
+  is mostly Python: one worker process per core, one intra-op thread each, serves more. Measured on 2
+  cores (bench/load_bench.py, scifact, static): 2 workers × 1 thread gave 1.38× one process's req/s at 8
+  clients and 1.70× at 32, with p99 53 ms vs 77 ms; it lost at 1 client (0.81×: each process has one core);
+- with a transformer encoder (torch, ONNX fp32/int8, the truncated `distilled` one) the encoder is most of
+  a request and its own threads use every core: one process with intra-op threads = cores beat 2 workers ×
+  1 thread at every concurrency (1.15×, 1.31×, 1.46× at 1, 8, 32 clients; README, bench/load_bench.py).
+
+Which encoder `auto` will pick is read from the live bundle's manifest at start (the recorded nDCG@10
+losses and routing curves against SEARCH_MAX_NDCG_LOSS), before any model loads; the workers then choose
+for themselves as usual (app/engine/encoder_choice.py). A bundle published later with another encoder
+keeps the process count until restart. Document writes (SEARCH_API_KEY set) keep one process: another
+worker process sees a write only on its next poll of the mutation log (SEARCH_RELOAD_POLL_SECONDS), and
+an acknowledged write must be found by the next search. SEARCH_WORKERS / SEARCH_ENCODER_THREADS override.
+
+The FAISS index is memory-mapped (app/live/hot_swap.py loads bundles with mmap=True), so the workers share
+its pages in the OS cache instead of holding one copy each.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from app.settings import Settings
+from contract.bundles.bundle import read_manifest
+from contract.bundles.folder import BundleFolder
+from contract.encoding.query_encoders import EXTRAS_KEY, variant_folder
+from contract.encoding.routing import operating_point, routing_record
+from contract.errors import InfonceSearchError
+
+LIGHT_BACKENDS = ("static", "static-routed")  # requests that are mostly Python: one process per core
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+
+
+@dataclass(frozen=True)
+class ServingPlan:
+    workers: int
+    encoder_threads: int
+    cores: int
+    expected_encoder: str | None  # what `auto` (or the setting) will serve, as the manifest says
+    reason: str
+    launcher: str = "python -m app.serve"
+    index: str = "FAISS memory-mapped: the workers share its pages"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+def available_cores(cpu_max: Path = CGROUP_CPU_MAX) -> int:
+    """Cores this process may use: its CPU affinity, capped by a cgroup v2 quota (a container's --cpus)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        quota, period = cpu_max.read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(1, cores)
+
+
+def expected_encoder(settings: Settings) -> str | None:
+    """The query encoder the live bundle will be served with, from its manifest (None: nothing live)."""
+    if settings.encoder_backend != "auto":
+        return str(settings.encoder_backend)
+    try:
+        folder = BundleFolder(settings.bundles_dir)
+        version = folder.current_version()
+        if version is None:
+            return None
+        path = folder.version_path(version)
+        extras = read_manifest(path).extras
+    except InfonceSearchError:
+        return None
+    variants = (extras.get(EXTRAS_KEY) or {}).get("variants") or {}
+    static = variants.get("static") or {}
+    if not variant_folder(path, "static").is_dir():
+        return "a transformer (no static table in the bundle)"
+    loss = static.get("ndcg_loss")
+    if loss is not None and float(loss) <= settings.max_ndcg_loss:
+        return "static"
+    routing = routing_record(extras, "static")
+    if settings.routing and routing is not None and operating_point(routing, settings.max_ndcg_loss):
+        return "static-routed"
+    return "a transformer (the static table is over the nDCG budget)"
+
+
+def choose(settings: Settings, cores: int | None = None) -> ServingPlan:
+    """The worker count and intra-op threads for `settings` on this machine (see the module docstring)."""
+    cores = cores or available_cores()
+    encoder = expected_encoder(settings)
+    if settings.workers:
+        workers, reason = settings.workers, "SEARCH_WORKERS"
+    elif cores < 2:
+        workers, reason = 1, "one core"
+    elif settings.api_key:
+        workers, reason = (
+            1,
+            "document writes are on (SEARCH_API_KEY): one process, so the next search after an "
+            "acknowledged write finds it (other processes would see it on their next poll)",
+        )
+    elif encoder in LIGHT_BACKENDS:
+        workers, reason = (
+            cores,
+            f"{encoder} query encoder: a request is mostly Python, so one process per core",
+        )
+    else:
+        workers, reason = (
+            1,
+            f"{encoder or 'no live bundle yet; assuming'} a transformer query encoder: one process whose "
+            "encoder threads use every core",
+        )
+    threads = settings.encoder_threads or max(1, cores // workers)
+    return ServingPlan(workers, threads, cores, encoder, reason)
+
+
+def describe(settings: Settings) -> dict[str, Any]:
+    """What GET /bundles shows as `serving`: the launcher's plan, or what this process knows without one."""
+    if settings.serving_plan:
+        try:
+            plan = json.loads(settings.serving_plan)
+            if isinstance(plan, dict):
+                return plan
+        except json.JSONDecodeError:
+            pass
+    return {
+        "launcher": "not python -m app.serve: the worker count is uvicorn's own (--workers / UVICORN_WORKERS)",
+        "encoder_threads": settings.encoder_threads or "library default",
+        "cores": available_cores(),
+    }
