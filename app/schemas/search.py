@@ -56,6 +56,19 @@ def _not_bool(value: Any) -> Any:
 
 
 Finite = Annotated[float, BeforeValidator(_not_bool), Field(allow_inf_nan=False)]
+
+
+def _json_integer(value: Any) -> Any:
+    # JSON Schema's "integer" is any number with a zero fraction (889.0 too) but never a string or a
+    # boolean; pydantic's strict int refuses 889.0 and its lax int takes "889" and true
+    if isinstance(value, (bool, str)):
+        raise ValueError("must be an integer")
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
 Scalar = Annotated[Text | Int64 | Finite | bool, BeforeValidator(_scalar)]
 QueryText = Annotated[Text, Field(min_length=1, max_length=MAX_QUERY_CHARS)]
 FilterField = Annotated[
@@ -137,11 +150,10 @@ class SearchRequest(BaseModel):
         "sqrt(Lambda) scaling is applied by the server. A zero vector, or one whose norm overflows, is 422.",
     )
     vectors: list[list[Finite]] | None = Field(None, min_length=1, description="Several query embeddings.")
-    top_k: int = Field(
+    top_k: JsonInt = Field(
         10,
         ge=1,
         le=1000,
-        strict=True,
         description="Hits per query (fewer if the corpus or filter has fewer).",
     )
     filter: dict[FilterField, FilterValue] | None = Field(
