@@ -19,6 +19,7 @@ import schemathesis
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
 from schemathesis.core.transport import Response
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
@@ -57,7 +58,8 @@ def filter_body(ctx, body):
     """TrainConfig's rules across fields, which JSON Schema cannot compare (the spec states them in words:
     app/api/openapi.py CROSS_FIELD_RULES): generated job options that break one are not sent."""
     options = body.get("options") if isinstance(body, dict) else None
-    if not isinstance(options, dict) or body.get("type") != "retrain":
+    # a retrain job's options, or a new collection's (POST /collections: no `type`, retrain options)
+    if not isinstance(options, dict) or body.get("type", "retrain") != "retrain":
         return True
     low, high = options.get("hard_negative_rank_min", 10), options.get("hard_negative_rank_max", 100)
     if all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high)) and high <= low:
@@ -91,6 +93,19 @@ def api(staged, tmp_path_factory):
         yield client
 
 
+def unready_answers(response: Response) -> list:
+    """The checks to leave out for this response: a 503 `no_live_bundle` is the documented answer of a
+    collection with nothing published yet (a generated POST /collections makes one), not a server fault;
+    every other 5xx still fails `not_a_server_error`."""
+    if response.status_code != 503:
+        return []
+    try:
+        code = response.json()["error"]["code"]
+    except (ValueError, KeyError, TypeError):
+        return []
+    return [not_a_server_error] if code == "no_live_bundle" else []
+
+
 def send(api: TestClient, case) -> Response:
     kwargs = case.as_transport_kwargs(base_url="http://testserver", headers=KEY)
     body = kwargs.pop("data", None)
@@ -109,7 +124,8 @@ def send(api: TestClient, case) -> Response:
     derandomize=True,  # the same cases on every run: a failure in CI reproduces locally
 )
 def test_every_operation_answers_within_its_spec(case, api):
-    case.validate_response(send(api, case))  # every check schemathesis has
+    response = send(api, case)
+    case.validate_response(response, excluded_checks=unready_answers(response))  # every other check
 
 
 @schema.parametrize()
@@ -121,7 +137,8 @@ def test_the_spec_examples_answer_within_the_spec(case, api):
     bodies do not pass through `filter_body`, so they may break a TrainConfig rule across fields, which
     no spec can state: positive data acceptance is the one check left out here (the generated cases
     above run it)."""
-    case.validate_response(send(api, case), excluded_checks=[positive_data_acceptance])
+    response = send(api, case)
+    case.validate_response(response, excluded_checks=[positive_data_acceptance, *unready_answers(response)])
 
 
 def test_stateful_sequences_answer_within_the_spec(api):
@@ -131,6 +148,9 @@ def test_stateful_sequences_answer_within_the_spec(api):
     class WithKey(schema.as_state_machine()):  # type: ignore[misc]
         def call(self, case, **kwargs):
             return send(api, case)
+
+        def validate_response(self, response, case, additional_checks=None, **kwargs):
+            case.validate_response(response, excluded_checks=unready_answers(response))
 
     WithKey.run(
         settings=settings(

@@ -31,6 +31,7 @@ from app.schemas.collections import (
 from contract.bundles.bundle import VERSION_RE
 from contract.bundles.collections import DEFAULT_COLLECTION, check_name
 from contract.errors import CollectionConflict, CollectionNotFound
+from contract.jobs.queue import validate_options
 
 logger = logging.getLogger(__name__)
 router = APIRouter(tags=["collections"])
@@ -95,6 +96,8 @@ async def create_collection(
     """An empty collection under the collections root; with `dataset`, a retrain job that fine-tunes an
     encoder of its own on it and publishes the collection's first bundle through the quality gate."""
     name = check_name(body.name)
+    if body.options:  # refused as POST /jobs would, with or without a dataset: nothing invalid is accepted
+        validate_options("retrain", body.options)
     collections = registry.collections
 
     def create() -> str | None:
