@@ -173,10 +173,15 @@ def test_a_routed_encoder_serves_the_cheap_or_the_full_vectors_by_its_margin(
     assert choice["routing"]["fallback"] in ("torch", "onnx", "onnx-int8")
     routed = 0 if like == "static" else len(queries)
     assert counts["routed"] >= routed and counts["queries"] >= len(queries)  # + the canary
+    # the fallback is the fastest full-model backend as timed at load: int8's quantisation moves cosines
+    # by a few hundredths (0.025 seen), fp32 ONNX and torch agree to float precision
+    # (and so may swap near-tied documents below the first)
+    int8 = like == "full" and choice["routing"]["fallback"] == "onnx-int8"
+    atol, same = (0.05, 1) if int8 else (0.005, 2)
     for vec, result in zip(vectors, answer["results"], strict=True):
         pos, scores = bundle.index.search(vec[None, :], 5)[0]
-        assert [h["id"] for h in result["hits"]][:2] == [bundle.doc_ids[p] for p in pos][:2]
-        np.testing.assert_allclose([h["score"] for h in result["hits"]], scores, atol=0.02)  # int8 fallback
+        assert [h["id"] for h in result["hits"]][:same] == [bundle.doc_ids[p] for p in pos][:same]
+        np.testing.assert_allclose([h["score"] for h in result["hits"]], scores, atol=atol)
 
 
 def test_auto_offers_a_routed_static_encoder_when_the_table_alone_is_over_the_budget(
