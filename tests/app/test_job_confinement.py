@@ -32,6 +32,7 @@ PUBLIC_FIELDS = {
     "created_at",
     "started_at",
     "finished_at",
+    "collection",  # a collection name, as public as GET /collections lists it
 }
 _OPENED: list[str] = []
 
