@@ -18,7 +18,7 @@ from app.engine.serving_plan import choose
 from app.settings import Settings
 from contract.log_setup import configure_logging
 
-logger = logging.getLogger(__name__)
+logger = logging.getLogger("app.serve")  # run as __main__: the name the log setup configures, not "__main__"
 
 
 def main(argv: list[str] | None = None) -> None:
