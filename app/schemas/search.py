@@ -25,6 +25,12 @@ MAX_FILTER_VALUES = 10_000
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # SQLite integers are 64-bit
 
 
+def _integral(value: Any) -> Any:
+    """JSON has one number type: `5.0` is the integer 5 (JSON Schema's `integer` says so too), while a
+    strict int field would refuse it. Anything else (a bool, a string, 5.5) goes on to be refused."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 def _unicode(text: str) -> str:
     """Refuse lone surrogates (valid JSON escapes, not valid Unicode): nothing downstream can encode them."""
     try:
@@ -137,7 +143,7 @@ class SearchRequest(BaseModel):
         "sqrt(Lambda) scaling is applied by the server. A zero vector, or one whose norm overflows, is 422.",
     )
     vectors: list[list[Finite]] | None = Field(None, min_length=1, description="Several query embeddings.")
-    top_k: int = Field(
+    top_k: Annotated[int, BeforeValidator(_integral)] = Field(
         10,
         ge=1,
         le=1000,
