@@ -132,3 +132,15 @@ def test_head_where_there_is_no_get_is_still_405(client):
     answer = client.head("/search")
     assert answer.status_code == 405
     assert "POST" in answer.headers["allow"]
+
+
+def test_an_integral_number_is_an_integer_as_the_spec_says(spec, client):
+    """JSON Schema's `integer` takes 5.0 (schemathesis sends such values): so does `top_k`; a fraction, a
+    boolean or a string is still refused, naming the field."""
+    assert spec["components"]["schemas"]["SearchRequest"]["properties"]["top_k"]["type"] == "integer"
+    fine = client.post("/search", json={"query": "queues", "top_k": 5.0})
+    assert fine.status_code == 503 and fine.json()["error"]["code"] == "no_live_bundle"  # past validation
+    for bad in (5.5, True, "5"):
+        refused = client.post("/search", json={"query": "queues", "top_k": bad})
+        assert refused.status_code == 422, bad
+        assert refused.json()["error"]["details"][0]["field"] == "body.top_k"
