@@ -17,7 +17,8 @@ from fastapi import FastAPI
 
 from app.api import collection_scope
 from app.api.middleware import BodyLimitMiddleware, HeadAsGetMiddleware
-from app.api.openapi import install_openapi, operation_id
+from app.api.openapi import install_openapi
+from app.api.openapi_ids import operation_id
 from app.api.routes import (
     bundles,
     collections,
@@ -120,7 +121,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         docs_url=None,  # app/api/routes/docs.py serves /docs and /redoc without a CDN, under the page's CSP
         redoc_url=None,
-        generate_unique_id_function=operation_id,  # `search`, `delete_document`: app/api/openapi.py
+        generate_unique_id_function=operation_id,  # `search`, `delete_document`: app/api/openapi_ids.py
     )
     install_error_handlers(app)
     install_openapi(app, settings)
