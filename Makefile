@@ -36,7 +36,10 @@ install: $(VENV)/.installed
 demo: install
 	scripts/demo.sh "$(DATA)" $(RUN_DIR) $(HOST) $(PORT)
 
+# the demo's API key (RUN_DIR/api-key, scripts/demo.sh) unless SEARCH_API_KEY is set
 serve: install
+	key=$${SEARCH_API_KEY:-$$(cat $(RUN_DIR)/api-key 2>/dev/null || true)}; \
+	if [ -n "$$key" ]; then export SEARCH_API_KEY="$$key"; fi; \
 	SEARCH_BUNDLES_DIR=$(RUN_DIR)/bundles SEARCH_QUEUE_URL=sqlite:///$(RUN_DIR)/jobs.db \
 		$(BIN)/python -m app.serve --host $(HOST) --port $(PORT)
 

@@ -16,8 +16,9 @@ from typing import Any, TypedDict
 from fastapi import FastAPI
 
 from app.api import collection_scope
-from app.api.middleware import BodyLimitMiddleware
+from app.api.middleware import BodyLimitMiddleware, HeadAsGetMiddleware
 from app.api.openapi import install_openapi
+from app.api.openapi_ids import operation_id
 from app.api.routes import (
     bundles,
     collections,
@@ -120,6 +121,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         docs_url=None,  # app/api/routes/docs.py serves /docs and /redoc without a CDN, under the page's CSP
         redoc_url=None,
+        generate_unique_id_function=operation_id,  # `search`, `delete_document`: app/api/openapi_ids.py
     )
     install_error_handlers(app)
     install_openapi(app, settings)
@@ -147,6 +149,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         skip=("/healthz", "/", "/ui/assets/{name}"),
     )
     app.add_middleware(MetricsMiddleware, metrics=app_metrics, label_of=partial(_collection_label, scoped))
+    app.add_middleware(HeadAsGetMiddleware)  # outermost: HEAD runs the GET route, body dropped
     return app
 
 

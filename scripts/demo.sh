@@ -4,6 +4,9 @@
 # DATA empty: build the demo datasets from this Python's standard-library docstrings (nothing to download)
 # and two collections, each with its own fine-tuned encoder: `default` (a sample of the whole standard
 # library) and `net` (the networking and e-mail packages only), side by side on one server.
+# The API key (SEARCH_API_KEY: activate, roll back, jobs, document writes) is generated on the first run,
+# printed once and kept in RUN_DIR/api-key (mode 0600); later runs reuse it. A SEARCH_API_KEY already in
+# the environment wins and is not written anywhere.
 set -euo pipefail
 data=${1:-}
 run_dir=${2:-var}
@@ -28,6 +31,24 @@ elif [ ! -f "$data/corpus.jsonl" ] && [ ! -f "$data" ]; then
     echo "demo: no dataset at $data (expected a BEIR folder: corpus.jsonl, queries.jsonl, qrels/; or a pairs JSONL file)" >&2
     exit 2
 fi
+key_file="$run_dir/api-key"
+key_note=""
+key_ref="\$(cat $key_file)"
+if [ -n "${SEARCH_API_KEY:-}" ]; then
+    key_note="API key: the SEARCH_API_KEY of your environment"
+    key_ref="\$SEARCH_API_KEY"
+elif [ -s "$key_file" ]; then
+    SEARCH_API_KEY=$(cat "$key_file")
+    key_note="API key: the one generated on the first run, in $key_file (cat it)"
+else
+    # 32 random bytes, URL-safe; written under umask 077 so the file is never readable by others
+    SEARCH_API_KEY=$("$py" -c 'import secrets; print(secrets.token_urlsafe(32))')
+    (umask 077 && printf '%s\n' "$SEARCH_API_KEY" >"$key_file.tmp" && mv "$key_file.tmp" "$key_file")
+    echo "== API key generated (shown this once; kept in $key_file, mode 0600, reused by the next make demo):"
+    echo "   $SEARCH_API_KEY"
+    key_note="API key: printed above, kept in $key_file"
+fi
+export SEARCH_API_KEY
 export SEARCH_BUNDLES_DIR="$run_dir/bundles"
 export SEARCH_QUEUE_URL="sqlite:///$run_dir/jobs.db"
 export SEARCH_DATA_ROOT="$(dirname "$data")"   # jobs may name any dataset beside this one
@@ -47,4 +68,6 @@ worker=$!
 trap 'kill $worker 2>/dev/null || true' EXIT INT TERM
 
 echo "== 3/3 API on http://$host:$port  (open http://$host:$port/ in a browser and pick a collection at the top, or: curl -s $host:$port/collections/net/generalization-gap; Ctrl-C stops)"
+echo "   $key_note. Paste it into the page's 'API key' box (top right) to activate, roll back, submit jobs and"
+echo "   write documents, or send it: curl -H \"X-API-Key: $key_ref\" … (see README, Quickstart)"
 "$py" -m app.serve --host "$host" --port "$port"   # workers and threads chosen for this machine

@@ -1,4 +1,5 @@
-"""Request body size limit (413), checked on Content-Length and on the bytes actually streamed."""
+"""Request body size limit (413), checked on Content-Length and on the bytes actually streamed; HEAD
+answered as GET without the body."""
 
 from __future__ import annotations
 
@@ -72,3 +73,25 @@ class BodyLimitMiddleware:
             }
         )
         await send({"type": "http.response.body", "body": payload})
+
+
+class HeadAsGetMiddleware:
+    """HEAD answered wherever GET is (RFC 9110 §9.3.2): the GET route runs, its status and headers
+    (Content-Length included) go out, its body does not. FastAPI routes declare GET alone, so without
+    this a HEAD is 405; handled once here rather than on every route, so the spec keeps one operation
+    per GET."""
+
+    def __init__(self, app: ASGIApp):
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def without_body(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        await self.app({**scope, "method": "GET"}, receive, without_body)

@@ -5,6 +5,8 @@ answers every error, 422 included, as `{"error": {"code", "message", "details"?}
 4xx/5xx response of the generated spec to that shape (`ErrorResponse`), declares 422 wherever a request
 can be malformed and 413 wherever a body is read, so the spec matches what the server sends
 (tests/app/test_reliability.py runs schemathesis against it).
+
+The key headers and the operation ids: app/api/openapi_ids.py.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, Field, TypeAdapter
 
+from app.api.openapi_ids import state_security
 from app.api.routes.jobs import REQUEST_SCHEMA_KEY, JobSubmissionSpec
+from app.schemas.search import INT64_MAX, INT64_MIN
 from app.settings import Settings
 from contract.bundles.collections import NAME_PATTERN
 
@@ -148,6 +152,51 @@ def _state_filter(schemas: dict[str, Any]) -> None:
     ]
 
 
+def state_collection_names(spec: dict[str, Any]) -> None:
+    """A collection or alias name is `NAME_PATTERN` (contract/bundles/collections.py), in the path and in
+    the bodies that name one: the spec says so, the server keeps its own answer to any other name (400
+    `collection_refused`, naming the rule) rather than FastAPI's 422."""
+    schemas = spec["components"]["schemas"]
+    for model, field in (("CollectionCreate", "name"), ("AliasBody", "collection")):
+        if model in schemas:
+            schemas[model]["properties"][field]["pattern"] = NAME_PATTERN
+    if "CollectionCreate" in schemas:  # its options are a retrain job's, checked as such (422 otherwise)
+        options = schemas["CollectionCreate"]["properties"]["options"]
+        schemas["CollectionCreate"]["properties"]["options"] = {
+            "$ref": "#/components/schemas/RetrainOptions",
+            "description": options.get("description", ""),
+        }
+    for operations in spec.get("paths", {}).values():
+        for op in operations.values():
+            for parameter in op.get("parameters", []):
+                if parameter.get("in") == "path" and parameter.get("name") in ("collection", "alias"):
+                    parameter["schema"]["pattern"] = NAME_PATTERN
+
+
+# a metadata value as app/schemas/documents.py accepts it: JSON, with integers that fit SQLite's 64 bits (a
+# number with a fraction is any finite float; JSON has no other numbers)
+JSON_VALUE: dict[str, Any] = {
+    "description": "Any JSON value; integers within 64 bits (SQLite's), nested at most 32 levels.",
+    "anyOf": [
+        {"type": "string"},
+        {"type": "boolean"},
+        {"type": "null"},
+        {"type": "integer", "minimum": INT64_MIN, "maximum": INT64_MAX},
+        {"type": "number", "not": {"type": "integer"}},
+        {"type": "array", "items": {"$ref": "#/components/schemas/JsonValue"}},
+        {"type": "object", "additionalProperties": {"$ref": "#/components/schemas/JsonValue"}},
+    ],
+}
+
+
+def state_metadata(schemas: dict[str, Any]) -> None:
+    """What a document's metadata may hold, where the server checks it (422 otherwise)."""
+    schemas["JsonValue"] = JSON_VALUE
+    schemas["DocumentIn"]["properties"]["metadata"]["additionalProperties"] = {
+        "$ref": "#/components/schemas/JsonValue"
+    }
+
+
 def build_openapi(app: FastAPI, settings: Settings | None = None) -> dict[str, Any]:
     if app.openapi_schema:
         return app.openapi_schema
@@ -171,6 +220,9 @@ def build_openapi(app: FastAPI, settings: Settings | None = None) -> dict[str, A
     ]
     if settings is not None:
         state_limits(schemas, settings)
+    state_security(spec, app.routes)
+    state_collection_names(spec)
+    state_metadata(schemas)
     for operations in spec.get("paths", {}).values():
         for method, op in operations.items():
             if op.pop(REQUEST_SCHEMA_KEY, None):

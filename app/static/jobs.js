@@ -7,7 +7,7 @@ function progressText(job) {
   const p = job.progress || {};
   if (job.state === "queued") return "waiting for a worker";
   if (job.state === "succeeded") return "done";
-  const parts = [job.state === "running" ? p.phase : p.phase === "queued" ? "stopped before it started" : `stopped in ${p.phase}`];
+  const parts = [job.state === "running" ? p.phase : p.phase === "queued" || p.phase === "not started" ? "stopped before it started" : `stopped in ${p.phase}`];
   if (p.total_steps) parts.push(`step ${p.step}/${p.total_steps}`);
   else if (p.step) parts.push(`step ${p.step}`);
   if (p.epoch !== null && p.epoch !== undefined) parts.push(`epoch ${p.epoch}`);

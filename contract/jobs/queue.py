@@ -34,6 +34,7 @@ from contract.jobs.confine import confine_dataset, confine_options, resolve_data
 from contract.jobs.defaults import DEFAULT_HEARTBEAT_TIMEOUT_S, default_queue_url
 from contract.jobs.records import (
     FINISHED,
+    NOT_STARTED,
     JobRecord,
     JobState,
     JobType,
@@ -225,8 +226,15 @@ class JobQueue:
 
         def fn(record: JobRecord) -> JobRecord | None:
             if record.state == "queued":
+                # its phase said "queued" for good, which reads as still waiting: it never started
+                progress = record.progress.model_copy(update={"phase": NOT_STARTED})
                 return record.model_copy(
-                    update={"state": "cancelled", "cancel_requested": True, "finished_at": now}
+                    update={
+                        "state": "cancelled",
+                        "cancel_requested": True,
+                        "finished_at": now,
+                        "progress": progress,
+                    }
                 )
             if record.state == "running":
                 return record.model_copy(update={"cancel_requested": True})

@@ -38,8 +38,11 @@ LOG_TAIL_LINES = 40
 HEARTBEAT_INTERVAL_S = 2.0  # how often a running task stamps `heartbeat_at`
 
 
+NOT_STARTED = "not started"  # the phase of a job cancelled while queued
+
+
 class Progress(BaseModel):
-    phase: str = "queued"  # waiting-for-lock, train, report, index, publish
+    phase: str = "queued"  # waiting-for-lock, train, report, index, publish; NOT_STARTED
     step: int = 0
     total_steps: int | None = None
     epoch: int | None = None

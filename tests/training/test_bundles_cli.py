@@ -54,9 +54,14 @@ def test_list_activate_verify_prune(two_versions):
     assert (bundles / "CURRENT").read_text().strip() == second
     table = _cli("list", "--bundles", str(bundles)).stdout
     assert f"{second}  live" in table
+    header, *rows = table.splitlines()
+    assert header.split() == ["VERSION", "LIVE", "TEST", "NDCG@10", "GATE"]  # the columns say what they hold
+    assert [r.split()[0] for r in rows] == [first, second]
+    assert rows[1].index("live") == header.index("LIVE")
 
     ok = _cli("verify", "--bundles", str(bundles))
     assert ok.returncode == 0 and ok.stdout.count(" ok") == 2
+    assert ok.stdout.splitlines()[0].split() == ["VERSION", "CHECKSUMS"]
     with (bundles / first / "ids.json").open("a") as f:
         f.write(" ")  # one byte changed after publication
     bad = _cli("verify", "--bundles", str(bundles), "--json")

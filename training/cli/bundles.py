@@ -16,6 +16,7 @@ import typer
 
 from contract.errors import InfonceSearchError
 from training.cli.settings_options import collection_folder, collection_option, job_settings, setting_option
+from training.cli.support import text_table
 
 bundles_app = typer.Typer(
     help="List, activate, prune and verify published bundle versions.", no_args_is_help=True
@@ -76,13 +77,14 @@ def list_cmd(bundles: BundlesOpt = None, collection: CollectionOpt = None, as_js
         records = [v.model_dump(mode="json") for v in versions]
         typer.echo(json.dumps({"versions": records, "problems": [list(p) for p in problems]}, indent=2))
         return
+    rows = []
     for v in versions:
         ndcg = v.metrics.get("test", {}).get("ndcg@10")
         gate = v.gate.reason if v.gate else "no gate decision"
-        flag = "live" if v.live else "    "
-        typer.echo(f"{v.version}  {flag}  ndcg@10 {'?' if ndcg is None else f'{ndcg:.4f}'}  {gate}")
-    for version, reason in problems:
-        typer.echo(f"{version}  problem: {reason}")
+        rows.append([v.version, "live" if v.live else "", "?" if ndcg is None else f"{ndcg:.4f}", gate])
+    rows += [[version, "", "", f"problem: {reason}"] for version, reason in problems]
+    for line in text_table(("VERSION", "LIVE", "TEST NDCG@10", "GATE"), rows) if rows else ["no versions"]:
+        typer.echo(line)
 
 
 @bundles_app.command("activate")
@@ -145,7 +147,8 @@ def verify_cmd(
     if as_json:
         typer.echo(json.dumps({v: {"ok": not p, "problems": p} for v, p in results.items()}, indent=2))
     else:
-        for v, problems in results.items():
-            typer.echo(f"{v}  {'ok' if not problems else 'FAILED: ' + '; '.join(problems)}")
+        rows = [[v, "ok" if not p else "FAILED: " + "; ".join(p)] for v, p in results.items()]
+        for line in text_table(("VERSION", "CHECKSUMS"), rows):
+            typer.echo(line)
     if any(results.values()):
         raise typer.Exit(code=1)

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from contract.errors import InfonceSearchError
+from contract.log_setup import progress_bars_enabled
 from training.cli.choices import LogLevelOpt
 from training.cli.config_options import given_config, with_config_options
 from training.cli.publish_options import PublishOptions
@@ -38,7 +39,9 @@ def index_cmd(
 
     try:
         kwargs = collection_backend(publish.publish_kwargs(), collection)
-        result = index_model(model, data, folder, split=split, show_progress=not quiet, **kwargs)
+        result = index_model(
+            model, data, folder, split=split, show_progress=progress_bars_enabled(), **kwargs
+        )
     except InfonceSearchError as exc:
         fail(str(exc))
     if as_json:

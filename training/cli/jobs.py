@@ -17,11 +17,12 @@ import typer
 from contract.bundles.collections import DEFAULT_COLLECTION
 from contract.errors import InfonceSearchError
 from contract.jobs.queue import JobQueue
-from contract.jobs.records import JobRecord
+from contract.jobs.records import NOT_STARTED, JobRecord
 from contract.jobs.settings import JobSettings
-from contract.log_setup import LogFormat, configure_logging
+from contract.log_setup import LogFormat, configure_logging, silence_progress_bars
 from training.cli.choices import Device, JobType, LogLevel, log_level_option
 from training.cli.settings_options import COLLECTION_HELP, collection_option, job_settings, setting_option
+from training.cli.support import text_table
 
 jobs_app = typer.Typer(help="Submit, follow and cancel retrain/reindex jobs.", no_args_is_help=True)
 
@@ -62,13 +63,16 @@ def _parse_option(item: str) -> tuple[str, Any]:
         return key, raw  # plain strings (index_kind=flat)
 
 
-def _line(r: JobRecord) -> str:
+JOB_COLUMNS = ("ID", "TYPE", "COLLECTION", "STATE", "DATASET", "PHASE", "STEP", "DETAIL")
+
+
+def _row(r: JobRecord) -> list[str]:
     p = r.progress
     step = f"{p.step}/{p.total_steps or '?'}" if r.state == "running" else ""
+    # a job cancelled before it started kept phase "queued" in records written before the queue said so
+    phase = NOT_STARTED if r.state != "queued" and p.phase == "queued" else p.phase
     tail = r.error or (f"bundle {r.bundle_version} live={r.live}" if r.bundle_version else "")
-    return (
-        f"{r.id}  {r.type:<8} {r.collection:<12} {r.state:<10} {r.dataset:<20} {p.phase:<10} {step:<8} {tail}"
-    )
+    return [r.id, r.type, r.collection, r.state, r.dataset, phase, step, tail]
 
 
 @jobs_app.command()
@@ -123,8 +127,9 @@ def status(
         )
         return
     if job_id is None:
-        for r in jobs.recent():
-            typer.echo(_line(r))
+        recent = jobs.recent()
+        for line in text_table(JOB_COLUMNS, map(_row, recent)) if recent else ["no jobs yet"]:
+            typer.echo(line)
         alive = [w.id for w in jobs.workers() if w.alive]
         typer.echo(f"workers alive: {', '.join(alive) if alive else 'none'}")
         return
@@ -235,6 +240,7 @@ def worker(
 
     # huey's consumer lines (started, executing, finished) are the worker's own story: keep them at the level
     configure_logging(log_level, s.log_format, also=("huey",))
+    silence_progress_bars()  # a job's progress goes to its record; the libraries' bars would only litter the log
     if nice:
         os.nice(nice)  # training shares the cores with the API: serving goes first
     run_worker(_url(s), workers=workers, heartbeat_timeout_s=s.job_heartbeat_timeout_s, device=s.train_device)

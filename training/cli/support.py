@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 import typing
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Annotated, Any
 
 import typer
@@ -17,7 +18,12 @@ from contract.log_setup import configure_logging as setup_logging
 from contract.log_setup import silence_progress_bars
 
 QuietOpt = Annotated[
-    bool, typer.Option("--quiet", help="No progress bars at all (the libraries' loading bars included).")
+    bool,
+    typer.Option(
+        "--quiet",
+        help="No progress bars at all (the libraries' loading bars included); none either when stderr is "
+        "not a terminal.",
+    ),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON (logs stay on stderr).")]
 
@@ -44,17 +50,37 @@ def validation_message(error: ValidationError, config: type[BaseModel] = TrainCo
     return "invalid option " + "; ".join(parts)
 
 
+def bars_wanted(quiet: bool) -> bool:
+    """Progress bars only for someone watching a terminal: not with --quiet, and not when stderr is a file
+    or a pipe (a log, CI, `2>run.log`), where every redraw of a bar lands between the log lines."""
+    return not quiet and sys.stderr.isatty()
+
+
 def configure_logging(level: str, *, quiet: bool = False) -> None:
-    """Root at WARNING, the project's loggers at `level` (contract/log_setup.py says why); `quiet`: no
-    progress bar at all, the libraries' included (call before the command's heavy imports)."""
+    """Root at WARNING, the project's loggers at `level` (contract/log_setup.py says why); no progress bar
+    at all, the libraries' included, with `quiet` or when stderr is not a terminal (`bars_wanted`; call
+    before the command's heavy imports). Commands then ask `progress_bars_enabled()` for their own bars."""
     setup_logging(level, datefmt="%H:%M:%S")
-    if quiet:
+    if not bars_wanted(quiet):
         silence_progress_bars()
 
 
 def echo_json(data: Any) -> None:
     """`--json`: the command's result as one JSON document on stdout (logs stay on stderr)."""
     typer.echo(json.dumps(data, indent=2, default=str))
+
+
+def text_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """The lines of a plain-text table: a header row, then the rows, each column left-aligned to its
+    widest cell and two spaces from the next; the last column runs free (errors, gate reasons)."""
+    lines = [list(header), *(list(r) for r in rows)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header) - 1)]
+    return [
+        "  ".join(
+            [cell.ljust(width) for cell, width in zip(line, widths, strict=False)] + [line[-1]]
+        ).rstrip()
+        for line in lines
+    ]
 
 
 @contextlib.contextmanager

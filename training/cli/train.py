@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from contract.config import TrainConfig
+from contract.log_setup import progress_bars_enabled
 from training.cards.metrics_table import text_table
 from training.cli.choices import LogLevelOpt
 from training.cli.config_options import ConfigFileOpt, given_config, load_config, with_config_options
@@ -77,7 +78,9 @@ def train_cmd(
     from training.train.trainer import train  # torch and friends load only when a run starts
 
     with one_line_errors():
-        result = train(config, data, out, show_progress=not quiet, corpus_encoder=corpus_encoder_for)
+        result = train(
+            config, data, out, show_progress=progress_bars_enabled(), corpus_encoder=corpus_encoder_for
+        )
     if as_json:
         echo_json(
             {
@@ -149,7 +152,7 @@ def pipeline_cmd(
             folder,
             config=config,
             work_dir=work_dir,
-            show_progress=not quiet,
+            show_progress=progress_bars_enabled(),
             query=query,
             **collection_backend(publish.publish_kwargs(), collection),
         )

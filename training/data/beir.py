@@ -12,6 +12,8 @@ Rules the readers enforce (anything else is a `DataError`, never a library stack
 - ids are non-empty strings, unique within their file (a duplicate names both lines);
 - a document needs a non-empty title or a non-empty text (an abstract-less paper is still searchable by
   its title); a query needs a non-empty text; `metadata`, when present, is a JSON object;
+- a document has no key but `_id`/`id`, `title`, `text` and `metadata`: another one (`"txt"`) is refused,
+  naming it, the line and the nearest known field, rather than leaving the field it meant empty;
 - a qrel has exactly three tab-separated columns and an integer score, and points at a known query and
   document; judgements with score <= 0 are read (and checked) but not kept as relevant;
 - a split must hold at least one relevant pair, and the corpus at least one document.
@@ -26,6 +28,7 @@ from pathlib import Path
 from contract.config import SPLIT_PATTERN
 from contract.errors import DataError
 from training.data.line_reader import (
+    check_fields,
     check_unique,
     json_objects,
     json_type,
@@ -41,6 +44,7 @@ CORPUS_FILE = "corpus.jsonl"
 QUERIES_FILE = "queries.jsonl"
 QRELS_DIR = "qrels"
 QRELS_HEADER = ("query-id", "corpus-id", "score")
+CORPUS_FIELDS = ("_id", "id", "title", "text", "metadata")  # any other key is refused (a typo, not data)
 
 
 def load_corpus(path: str | Path) -> dict[str, Document]:
@@ -49,6 +53,7 @@ def load_corpus(path: str | Path) -> dict[str, Document]:
     corpus: dict[str, Document] = {}
     seen: dict[str, int] = {}
     for lineno, obj in json_objects(path):
+        check_fields(obj, CORPUS_FIELDS, path, lineno, what="a document")
         doc_id = record_id(obj, path, lineno)
         check_unique(seen, doc_id, path, lineno, "_id" if "_id" in obj else "id")
         title = string_field(obj, "title", path, lineno, required=False)

@@ -5,6 +5,7 @@ Shared by the BEIR reader (training/data/beir.py) and the pairs-file reader (tra
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,10 +36,14 @@ def json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     for lineno, line in numbered_lines(path):
         if not line.strip():
             continue
+        # without its line break: parsed with it, an unfinished object is reported at "line 2, column 1"
+        text = line.rstrip("\r\n")
         try:
-            obj = json.loads(line)
+            obj = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise DataError(path, f"invalid JSON: {exc.msg} (column {exc.colno})", line=lineno) from None
+            # pos counts characters of this one line: the column an editor shows (1-based)
+            where = f"column {exc.pos + 1}" + (", the end of the line" if exc.pos >= len(text) else "")
+            raise DataError(path, f"invalid JSON: {exc.msg} ({where})", line=lineno) from None
         except RecursionError:
             raise DataError(path, "invalid JSON: nested too deeply", line=lineno) from None
         if not isinstance(obj, dict):
@@ -74,6 +79,22 @@ def string_field(obj: dict[str, Any], key: str, path: Path, lineno: int, *, requ
     if not isinstance(value, str):
         raise DataError(path, f"must be a string, got {json_type(value)}", line=lineno, field=key)
     return value
+
+
+def check_fields(obj: dict[str, Any], known: tuple[str, ...], path: Path, lineno: int, *, what: str) -> None:
+    """Refuse a key the reader does not know, naming it and the line: a typo (`"txt"`) would otherwise
+    leave the field it meant silently empty."""
+    for key in obj:
+        if key not in known:
+            close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            allowed = ", ".join(f"'{k}'" for k in known)
+            raise DataError(
+                path,
+                f"is not a field of {what}{hint}; {what} has {allowed} (other values go in 'metadata')",
+                line=lineno,
+                field=key,
+            )
 
 
 def check_unique(seen: dict[str, int], item_id: str, path: Path, lineno: int, field: str) -> None:

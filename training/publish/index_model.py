@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from contract.encoding.encoder import Encoder
-from contract.errors import ConfigError, DataError
+from contract.errors import ConfigError, DataError, ModelLoadError
 from contract.index.backend import BackendConfig
 from contract.milvus.pointer import MilvusPointer
 from contract.mutations.log import SEQ_KEY
@@ -104,9 +104,12 @@ def index_model(
     _check_options(index_kind, target_recall, backend, distill)
     stop = checkpoint or (lambda: None)
     model_path, run_dir = (None, None) if model_dir is None else resolve_run(model_dir)
+    if model_path is not None and not model_path.is_dir():
+        raise ModelLoadError(f"{model_path}: no such model folder (give a training run folder or its model/)")
     with phase(timer, "load data + model"):
-        encoder = Encoder.load(model_path)
+        # the data first: a missing folder or a broken line is reported in a moment, not after the model load
         data = load_split(data_dir, split)
+        encoder = Encoder.load(model_path)
     story = run_story(run_dir, data_dir, split, data)
     pointer = MilvusPointer(backend) if backend is not None and backend.backend == "milvus" else None
     store = BundleStore(bundles_dir, keep=keep, pointer=pointer)

@@ -329,6 +329,22 @@ def test_the_api_docs_render_offline_under_the_page_csp(watched, path):
     watched.shot(f"api-docs{path.replace('/', '-')}")
 
 
+def test_the_api_docs_offer_authorize_for_both_key_headers(watched):
+    """Issue 32, item 2: the spec's securitySchemes give /docs its Authorize button, naming both headers,
+    and a lock on each operation that reads the key."""
+    page, base = watched.page, watched.base
+    page.goto(base + "/docs")
+    page.wait_for_selector(".opblock")
+    page.click("button.authorize")
+    dialog = page.locator(".modal-ux")
+    dialog.wait_for()
+    text = dialog.inner_text()
+    assert "ApiKeyHeader" in text and "X-API-Key" in text and "BearerKey" in text
+    watched.shot("api-docs-authorize")
+    page.keyboard.press("Escape")
+    assert page.locator(".opblock .authorization__btn").count() >= 14  # the mutating operations, and more
+
+
 def test_the_collection_selector_switches_the_page_and_the_form_creates_one(watched, versions, ui_staged):
     page, base = watched.page, watched.base
     bundles, live, _ = versions
