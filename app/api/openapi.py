@@ -29,6 +29,11 @@ class ErrorInfo(BaseModel):
     code: str = Field(description="Stable machine-readable code (invalid_request, no_live_bundle, …).")
     message: str = Field(description="One sentence for humans; names the offending field.")
     details: list[ErrorField] | None = Field(None, description="Per-field problems (422 only).")
+    type: str | None = Field(
+        None,
+        description="OpenAI-compatible routes (/v1/…) only: OpenAI's error type (invalid_request_error, …).",
+    )
+    param: str | None = Field(None, description="OpenAI-compatible routes (/v1/…) only: the field at fault.")
 
 
 class ErrorResponse(BaseModel):
