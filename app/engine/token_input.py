@@ -50,6 +50,17 @@ def tiktoken_encoding(name: str) -> Any:
     )
 
 
+def token_vocab_size(encoding: str) -> int | None:
+    """Ids the tiktoken encoding `encoding` has (for the spec's `maximum`); None for the served model's
+    tokenizer (the live bundle's, unknown to the spec) or an encoding that cannot be loaded here."""
+    if encoding == MODEL_TOKENIZER:
+        return None
+    try:
+        return int(tiktoken_encoding(encoding).n_vocab)
+    except InvalidInputError:
+        return None
+
+
 def decode_token_ids(rows: Sequence[Sequence[int]], encoding: str, live: LiveBundle) -> list[str]:
     """Texts of token-id arrays; an id outside the vocabulary is a 422 naming its array."""
     if encoding == MODEL_TOKENIZER:
@@ -61,10 +72,22 @@ def decode_token_ids(rows: Sequence[Sequence[int]], encoding: str, live: LiveBun
     texts = []
     for i, row in enumerate(rows):
         bad = next((t for t in row if t >= size), None)
+        if bad is None:
+            try:
+                texts.append(decode(list(row)))
+            except KeyError:  # an id in range that the encoding leaves unassigned (cl100k_base has gaps)
+                bad = next((t for t in row if not _decodes(decode, t)), row[0])
         if bad is not None:
             raise InvalidInputError(
                 f"body.input[{i}]: token id {bad} is not in the {encoding} vocabulary ({size} ids)",
                 param="input",
             )
-        texts.append(decode(list(row)))
     return texts
+
+
+def _decodes(decode: Any, token: int) -> bool:
+    try:
+        decode([token])
+    except KeyError:
+        return False
+    return True

@@ -80,7 +80,9 @@ class OpenAIEmbeddingRequest(BaseModel):
 
     model_config = ConfigDict(
         extra="forbid",
-        json_schema_extra={"examples": [{"input": ["vitamin D and bone fractures"], "model": "live"}]},
+        json_schema_extra={
+            "examples": [{"input": ["vitamin D and bone fractures"], "model": "infonce-search"}]
+        },
     )
 
     input: Annotated[Any, WithJsonSchema(OPENAI_INPUT_SCHEMA)] = Field(
@@ -129,7 +131,7 @@ class OpenAIEmbeddingRequest(BaseModel):
                 )
             if len(row) > MAX_TOKEN_IDS:
                 raise ValueError(f"input[{i}]: {len(row)} token ids, at most {MAX_TOKEN_IDS}")
-        return [list(row) for row in v]
+        return [[int(x) for x in row] for row in v]
 
     @property
     def token_ids(self) -> list[list[int]] | None:
@@ -138,6 +140,9 @@ class OpenAIEmbeddingRequest(BaseModel):
 
 
 def _is_id(x: Any) -> bool:
+    """A token id: an integer >= 0 (JSON's 12.0 is one too, as JSON Schema's `integer` says)."""
+    if isinstance(x, float):
+        return x.is_integer() and x >= 0
     return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 

@@ -68,6 +68,8 @@ def test_token_id_arrays_embed_as_their_text(client, cl100k, shared_encoder):
     error = bad.json()["error"]
     assert error["code"] == "invalid_request" and error["param"] == "input", error
     assert "input[1]" in error["message"] and "10000000" in error["message"]
+    gap = client.post("/v1/embeddings", json={"input": [[100261]]})  # unassigned inside cl100k's range
+    assert gap.status_code == 422 and "token id 100261" in gap.json()["error"]["message"], gap.text
     mixed = client.post("/v1/embeddings", json={"input": ["text", [1, 2]]})
     assert mixed.status_code == 422 and mixed.json()["error"]["param"] == "input", mixed.text
 

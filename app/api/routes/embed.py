@@ -89,13 +89,26 @@ def _shortened(rows: np.ndarray, dimensions: int, *, renormalise: bool) -> np.nd
 
 
 async def _embed(
-    texts: list[str], kind: EmbedKind, live: LiveBundle, runner: Any, settings: Settings, field: str
+    texts: list[str],
+    kind: EmbedKind,
+    live: LiveBundle,
+    runner: Any,
+    settings: Settings,
+    field: str,
+    *,
+    decoded: bool = False,
 ) -> tuple[EmbedAnswer, list[int]]:
-    """Check the limits /search checks, then encode through the runner; (answer, tokens per text)."""
+    """Check the limits /search checks, then encode through the runner; (answer, tokens per text).
+    Texts `decoded` from token ids skip the character limit: their length was bounded as ids, and the
+    token budget bounds the work."""
     if len(texts) > settings.max_batch:
         raise InvalidInputError(f"body.{field}: {len(texts)} texts, at most {settings.max_batch} per request")
     # the query limit, as /search; documents are bounded by the schema and the token budget
-    long = [i for i, t in enumerate(texts) if kind == "query" and len(t) > settings.max_query_chars]
+    long = [
+        i
+        for i, t in enumerate(texts)
+        if kind == "query" and not decoded and len(t) > settings.max_query_chars
+    ]
     if long:
         raise InvalidInputError(
             f"body.{field}[{long[0]}]: longer than this server's limit of {settings.max_query_chars} characters"
@@ -138,7 +151,7 @@ async def embed(
 @router.post(
     "/v1/embeddings",
     response_model=OpenAIEmbeddingResponse,
-    responses=ERRORS,
+    responses={**ERRORS, 404: {"description": "`model` names another model (`model_not_found`)."}},
     summary="Embed texts (OpenAI-compatible)",
 )
 async def openai_embeddings(
@@ -160,7 +173,9 @@ async def openai_embeddings(
         if ids is not None
         else list(body.input)
     )
-    answer, tokens = await _embed(texts, body.input_type, live, runner, settings, "input")
+    answer, tokens = await _embed(
+        texts, body.input_type, live, runner, settings, "input", decoded=ids is not None
+    )
     rows = answer.vectors  # (n, dim)
     if body.dimensions is not None and body.dimensions < dim:
         rows = _shortened(rows, body.dimensions, renormalise=live.encoder.metric == "cosine")
