@@ -405,6 +405,9 @@ def test_the_client_collection_view_calls_the_collection_routes(tmp_path, staged
             assert docs.search(QUERY, top_k=3).version == docs_version
             assert client.search(QUERY, top_k=3).version == default_version
             assert docs.bundles().live == docs_version
+            # OpenAI's view of a collection: its name is a name of the model it serves
+            assert [m.id for m in docs.models().data] == ["infonce-search", docs_version, "docs"]
+            assert docs.embeddings("a vitamin d trial", model="docs").model == docs_version
             written = docs.upsert_documents([{"id": "only-in-docs", "text": "a vitamin d trial"}])
             assert written.version == docs_version
             assert docs.get_document("only-in-docs").id == "only-in-docs"
