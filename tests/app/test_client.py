@@ -326,10 +326,17 @@ def test_a_server_that_is_down_raises_server_unreachable():
     assert down.value.url == url and url in str(down.value)
     assert isinstance(down.value.__cause__, httpx.ConnectError) and len(sent) == 3
 
+    tries: list[str] = []
+
+    async def hook(request: httpx.Request) -> None:
+        tries.append(request.url.path)
+
     async def scenario() -> errors.ServerUnreachable:
-        async with AsyncClient(url, retry=RetryPolicy(attempts=1)) as client:
+        http = httpx.AsyncClient(base_url=url, event_hooks={"request": [hook]})
+        async with AsyncClient(http=http, retry=RetryPolicy(attempts=2, initial=0.01)) as client:
             with pytest.raises(errors.ServerUnreachable) as caught:
                 await client.ready()
-            return caught.value
+        await http.aclose()
+        return caught.value
 
-    assert asyncio.run(scenario()).url == url
+    assert asyncio.run(scenario()).url == url and tries == ["/readyz", "/readyz"]
