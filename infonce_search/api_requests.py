@@ -62,6 +62,15 @@ def collection_prefix(name: str) -> str:
     return "/collections/" + (segment.replace(".", "%2E") if segment in (".", "..") else segment)
 
 
+def _token_or_text(x: Any) -> Any:
+    """One item of /v1/embeddings' input as JSON: a text, a token id, or a token array (numpy ones too)."""
+    if isinstance(x, str):
+        return x
+    if hasattr(x, "__len__"):
+        return [int(t) for t in x]
+    return int(x)
+
+
 class Requests:
     """The API's routes as requests (no I/O here)."""
 
@@ -113,10 +122,9 @@ class Requests:
         dimensions: int | None,
         input_type: Literal["query", "document"],
     ) -> Request[models.OpenAIEmbeddingResponse]:
+        items: Any = input if isinstance(input, str) else [_token_or_text(x) for x in input]
         body: dict[str, Any] = {
-            "input": input
-            if isinstance(input, str)
-            else [x if isinstance(x, int | str) else list(x) for x in input],
+            "input": items,
             "encoding_format": encoding_format,
             "input_type": input_type,
         }
