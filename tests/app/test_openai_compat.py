@@ -143,3 +143,13 @@ def test_langchain_openai_embeddings_with_default_settings(client, shared_encode
     np.testing.assert_allclose(docs, shared_encoder.encode(TEXTS, kind="query"), atol=1e-5)
     query = embeddings.embed_query(TEXTS[0])
     np.testing.assert_allclose(query, shared_encoder.encode(TEXTS[:1], kind="query")[0], atol=1e-5)
+
+    # documents by the document encoder (the one that encoded the index): our input_type, via extra_body
+    for_documents = OpenAIEmbeddings(
+        model="infonce-search",
+        base_url="http://testserver/v1",
+        api_key="unused",
+        http_client=client,
+        model_kwargs={"extra_body": {"input_type": "document"}},
+    )
+    np.testing.assert_allclose(for_documents.embed_documents(TEXTS), shared_encoder.encode(TEXTS), atol=1e-5)
