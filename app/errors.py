@@ -163,8 +163,9 @@ OPENAI_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate
 
 
 def openai_route(request: Request) -> bool:
-    path = request.url.path
-    return path.startswith("/v1/") or (path.startswith("/collections/") and "/v1/" in path)
+    """/v1/… or /collections/{name}/v1/… (a collection may be named v1: only that segment counts)."""
+    parts = request.url.path.split("/")
+    return parts[1:2] == ["v1"] or (parts[1:2] == ["collections"] and parts[3:4] == ["v1"])
 
 
 def respond(
