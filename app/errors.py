@@ -42,10 +42,11 @@ class ServiceError(Exception):
     status_code = 500
     code = "internal"
 
-    def __init__(self, message: str, *, headers: dict[str, str] | None = None):
+    def __init__(self, message: str, *, headers: dict[str, str] | None = None, param: str | None = None):
         super().__init__(message)
         self.message = message
         self.headers = headers
+        self.param = param  # the request field at fault (OpenAI's `param`, on the /v1 routes)
 
 
 class NotReadyError(ServiceError):
@@ -157,11 +158,44 @@ def _field(loc: tuple[Any, ...] | list[Any]) -> str:
     return ".".join(str(part) for part in loc)
 
 
+# OpenAI's error `type` per status, for the OpenAI-compatible routes (/v1/…, also under a collection)
+OPENAI_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
+
+
+def openai_route(request: Request) -> bool:
+    """/v1/… or /collections/{name}/v1/… (a collection may be named v1: only that segment counts)."""
+    parts = request.url.path.split("/")
+    return parts[1:2] == ["v1"] or (parts[1:2] == ["collections"] and parts[3:4] == ["v1"])
+
+
+def respond(
+    request: Request,
+    status: int,
+    code: str,
+    message: str,
+    details: list[dict[str, Any]] | None = None,
+    headers: dict[str, str] | None = None,
+    param: str | None = None,
+) -> JSONResponse:
+    """The one error answer: `{"error": {"code", "message", "details"?}}`; on the OpenAI-compatible
+    routes OpenAI's shape as well (`type` and `param` added), which its clients (the `openai` package,
+    LangChain) read to raise their own typed errors."""
+    body = error_body(code, message, details)
+    if openai_route(request):
+        if param is None and details:
+            param = str(details[0]["field"]).removeprefix("body.").split(".")[0] or None
+        body["error"]["type"] = OPENAI_TYPES.get(
+            status, "server_error" if status >= 500 else "invalid_request_error"
+        )
+        body["error"]["param"] = param
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
 async def _service_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ServiceError)
     if exc.status_code >= 500 and exc.status_code != 503:
         logger.warning("%s %s -> %d %s: %s", request.method, request.url.path, exc.status_code, exc.code, exc)
-    return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status_code, headers=exc.headers)
+    return respond(request, exc.status_code, exc.code, exc.message, headers=exc.headers, param=exc.param)
 
 
 async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
@@ -170,7 +204,7 @@ async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
     # nothing live is a state, not a fault: every request says so until a bundle loads
     log = logger.error if status >= 500 and not isinstance(exc, domain.NoLiveBundle) else logger.info
     log("%s %s -> %d %s: %s", request.method, request.url.path, status, exc.code, exc)
-    return JSONResponse(error_body(exc.code, str(exc)), status_code=status)
+    return respond(request, status, exc.code, str(exc))
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
@@ -180,7 +214,7 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
         for e in exc.errors()
     ]
     message = "; ".join(f"{d['field']}: {d['message']}" for d in details) or "invalid request"
-    return JSONResponse(error_body("invalid_request", message, details), status_code=422)
+    return respond(request, 422, "invalid_request", message, details)
 
 
 # FastAPI's answer when the body is not decodable JSON (invalid UTF-8, another charset, nesting deeper
@@ -193,14 +227,12 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     if exc.status_code == 400 and exc.detail == FASTAPI_BODY_PARSE_ERROR:
         details = [{"field": "body", "message": "not parseable as UTF-8 JSON", "type": "json_invalid"}]
         message = "body: not parseable as JSON (send UTF-8 JSON, nested at most a few hundred levels)"
-        return JSONResponse(error_body("invalid_request", message, details), status_code=422)
+        return respond(request, 422, "invalid_request", message, details)
     if exc.status_code == 405:
         return _method_not_allowed(request)
     codes = {404: "not_found", 405: "method_not_allowed", 400: "bad_request"}
     code = codes.get(exc.status_code, "http_error")
-    return JSONResponse(
-        error_body(code, str(exc.detail)), status_code=exc.status_code, headers=getattr(exc, "headers", None)
-    )
+    return respond(request, exc.status_code, code, str(exc.detail), headers=getattr(exc, "headers", None))
 
 
 def _flat_routes(routes: Any) -> Any:
@@ -229,12 +261,12 @@ def _method_not_allowed(request: Request) -> Response:
     if request.method == "OPTIONS":
         return Response(status_code=204, headers={"Allow": allow})
     message = f"{request.method} is not allowed on {request.url.path} (allowed: {allow})"
-    return JSONResponse(error_body("method_not_allowed", message), status_code=405, headers={"Allow": allow})
+    return respond(request, 405, "method_not_allowed", message, headers={"Allow": allow})
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     logger.exception("unhandled error on %s %s", request.method, request.url.path)
-    return JSONResponse(error_body("internal", "internal server error (see the server log)"), status_code=500)
+    return respond(request, 500, "internal", "internal server error (see the server log)")
 
 
 def install_error_handlers(app: FastAPI) -> None:

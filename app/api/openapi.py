@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field, TypeAdapter
 
 from app.api.openapi_ids import state_security
 from app.api.routes.jobs import REQUEST_SCHEMA_KEY, JobSubmissionSpec
+from app.engine.token_input import token_vocab_size
 from app.schemas.search import INT64_MAX, INT64_MIN
 from app.settings import Settings
 from contract.bundles.collections import NAME_PATTERN
@@ -34,6 +35,11 @@ class ErrorInfo(BaseModel):
     code: str = Field(description="Stable machine-readable code (invalid_request, no_live_bundle, …).")
     message: str = Field(description="One sentence for humans; names the offending field.")
     details: list[ErrorField] | None = Field(None, description="Per-field problems (422 only).")
+    type: str | None = Field(
+        None,
+        description="OpenAI-compatible routes (/v1/…) only: OpenAI's error type (invalid_request_error, …).",
+    )
+    param: str | None = Field(None, description="OpenAI-compatible routes (/v1/…) only: the field at fault.")
 
 
 class ErrorResponse(BaseModel):
@@ -67,6 +73,22 @@ def _each_text(schema: dict[str, Any], max_chars: int, max_items: int) -> None:
             _lower(variant["items"], "maxLength", max_chars)
 
 
+def _openai_input(schema: dict[str, Any], settings: Settings) -> None:
+    """/v1/embeddings' input: texts as /embed's; token ids below the vocabulary size of the encoding they
+    are decoded with (when it loads here), at most SEARCH_MAX_BATCH arrays of them."""
+    vocab = token_vocab_size(settings.openai_token_encoding)
+    for variant in schema.get("anyOf", []):
+        items = variant.get("items") if isinstance(variant.get("items"), dict) else {}
+        if variant.get("type") == "string" or items.get("type") == "string":
+            _each_text({"anyOf": [variant]}, settings.max_query_chars, settings.max_batch)
+        elif items.get("type") == "array":  # several token arrays
+            _lower(variant, "maxItems", settings.max_batch)
+            if vocab:
+                _lower(items["items"], "maximum", vocab - 1)
+        elif items.get("type") == "integer" and vocab:  # one token array
+            _lower(items, "maximum", vocab - 1)
+
+
 def state_limits(schemas: dict[str, Any], settings: Settings) -> None:
     """This server's SEARCH_MAX_* limits written into the request schemas, so the spec says what the
     server enforces (issue 27, item 12): a request the spec calls valid is never refused for its size,
@@ -80,8 +102,8 @@ def state_limits(schemas: dict[str, Any], settings: Settings) -> None:
             variant["items"]["minItems"] = 1  # as `vector`; the length itself is the live model's (409)
     _lower(search["top_k"], "maximum", settings.max_top_k)
     _lower(search["filter"], "maxProperties", settings.max_filter_fields)
-    for model in ("EmbedRequest", "OpenAIEmbeddingRequest"):
-        _each_text(schemas[model]["properties"]["input"], settings.max_query_chars, settings.max_batch)
+    _each_text(schemas["EmbedRequest"]["properties"]["input"], settings.max_query_chars, settings.max_batch)
+    _openai_input(schemas["OpenAIEmbeddingRequest"]["properties"]["input"], settings)
     _lower(schemas["UpsertRequest"]["properties"]["documents"], "maxItems", settings.max_documents_batch)
     _lower(schemas["DeleteRequest"]["properties"]["ids"], "maxItems", settings.max_documents_batch)
     for name in ("text", "title"):

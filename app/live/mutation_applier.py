@@ -166,8 +166,11 @@ class MutationApplier:
         await self.catch_up()  # judge `not_found` against everything logged so far
         live = self.slot.live or live
         missing = await asyncio.to_thread(lambda: [i for i in ids if not live.overlay.exists(i)])
+        # every id is logged (a delete racing an upsert of the same id on another replica still wins, and
+        # a retried delete stays idempotent), but `applied` counts the documents deleted: an id nothing
+        # served deleted nothing, and says so in `not_found` alone (issue 32)
         first, last = await asyncio.to_thread(self.log.append_deletes, ids)
-        answer = await self._applied(live, first, last, len(ids))
+        answer = await self._applied(live, first, last, len(ids) - len(missing))
         answer.not_found = missing
         return answer
 

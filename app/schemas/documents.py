@@ -107,7 +107,10 @@ class DeleteRequest(BaseModel):
 
 
 class MutationResponse(BaseModel):
-    applied: int = Field(description="Log rows written (one per document or id), all in one transaction.")
+    applied: int = Field(
+        description="Documents written (upserts) or deleted (deletes: ids in `not_found` are not counted). "
+        "The batch's log rows, first_seq..seq, one per document or id, are written in one transaction."
+    )
     first_seq: int = Field(description="Sequence number of the first row of this batch.")
     seq: int = Field(
         description="Sequence number of the last row: every replica serves the write once it "

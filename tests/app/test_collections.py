@@ -402,12 +402,15 @@ def test_the_client_collection_view_calls_the_collection_routes(tmp_path, staged
     try:
         with Client(base, api_key="test-key") as client:
             docs = client.collection("docs")
-            assert docs.search(QUERY, top_k=3)["version"] == docs_version
-            assert client.search(QUERY, top_k=3)["version"] == default_version
-            assert docs.bundles()["live"] == docs_version
+            assert docs.search(QUERY, top_k=3).version == docs_version
+            assert client.search(QUERY, top_k=3).version == default_version
+            assert docs.bundles().live == docs_version
+            # OpenAI's view of a collection: its name is a name of the model it serves
+            assert [m.id for m in docs.models().data] == ["infonce-search", docs_version, "docs"]
+            assert docs.embeddings("a vitamin d trial", model="docs").model == docs_version
             written = docs.upsert_documents([{"id": "only-in-docs", "text": "a vitamin d trial"}])
-            assert written["version"] == docs_version
-            assert docs.get_document("only-in-docs")["id"] == "only-in-docs"
+            assert written.version == docs_version
+            assert docs.get_document("only-in-docs").id == "only-in-docs"
             with pytest.raises(errors.NotFound):
                 client.get_document("only-in-docs")  # the default collection has no such document
             with pytest.raises(errors.NotFound):
@@ -415,11 +418,11 @@ def test_the_client_collection_view_calls_the_collection_routes(tmp_path, staged
             with pytest.raises(errors.BadRequest):
                 client.collection("..").search(QUERY)
             docs.close()  # a view closes nothing: the client still works
-            assert client.ready()["status"] == "ready"
+            assert client.ready().status == "ready"
 
         async def run() -> str:
             async with AsyncClient(base) as client:
-                return (await client.collection("docs").search(QUERY))["version"]
+                return (await client.collection("docs").search(QUERY)).version
 
         assert asyncio.run(run()) == docs_version
     finally:

@@ -14,19 +14,23 @@ import base64
 from typing import Any
 
 import numpy as np
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 
 from app.api.deps import HotSwapDep, RunnerDep, SettingsDep
 from app.engine.live_bundle import LiveBundle
 from app.engine.search_spec import EmbedAnswer, EmbedSpec
-from app.errors import InvalidInputError, ResponseTooLargeError, TokenBudgetError
+from app.engine.token_input import decode_token_ids
+from app.errors import InvalidInputError, ResponseTooLargeError, ServiceError, TokenBudgetError
 from app.schemas.embed import (
+    SERVED_MODEL,
     EmbedKind,
     EmbedRequest,
     EmbedResponse,
     OpenAIEmbedding,
     OpenAIEmbeddingRequest,
     OpenAIEmbeddingResponse,
+    OpenAIModel,
+    OpenAIModelList,
     OpenAIUsage,
 )
 from app.settings import Settings
@@ -44,6 +48,35 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+class ModelNotFoundError(ServiceError):
+    """404 model_not_found (OpenAI's code): `model` names something this server does not serve. Answering
+    with another model's vectors would be silently wrong (they live in another space)."""
+
+    status_code = 404
+    code = "model_not_found"
+
+
+def _models(live: LiveBundle, request: Request) -> list[OpenAIModel]:
+    """The served model under its names: the stable `infonce-search` (whatever is live), the live bundle's
+    version, and under /collections/{name}/ the collection's name."""
+    created = int(live.bundle.manifest.created_at.timestamp())
+    names = [SERVED_MODEL, live.version]
+    collection = getattr(request.state, "collection", None)
+    if collection:
+        names.append(collection)
+    return [OpenAIModel(id=n, created=created) for n in dict.fromkeys(names)]
+
+
+def _check_model(model: str | None, live: LiveBundle, request: Request) -> None:
+    names = [m.id for m in _models(live, request)]
+    if model is not None and model not in names:
+        raise ModelNotFoundError(
+            f"The model {model!r} does not exist on this server; it serves one model, named "
+            f"{' or '.join(repr(n) for n in names)} (GET /v1/models)",
+            param="model",
+        )
+
+
 def _shortened(rows: np.ndarray, dimensions: int, *, renormalise: bool) -> np.ndarray:
     """OpenAI's `dimensions`: the first components, L2-normalised again for a cosine model (as for
     OpenAI's text-embedding-3 models). This model was not trained to front-load its information, so
@@ -56,13 +89,26 @@ def _shortened(rows: np.ndarray, dimensions: int, *, renormalise: bool) -> np.nd
 
 
 async def _embed(
-    texts: list[str], kind: EmbedKind, live: LiveBundle, runner: Any, settings: Settings, field: str
+    texts: list[str],
+    kind: EmbedKind,
+    live: LiveBundle,
+    runner: Any,
+    settings: Settings,
+    field: str,
+    *,
+    decoded: bool = False,
 ) -> tuple[EmbedAnswer, list[int]]:
-    """Check the limits /search checks, then encode through the runner; (answer, tokens per text)."""
+    """Check the limits /search checks, then encode through the runner; (answer, tokens per text).
+    Texts `decoded` from token ids skip the character limit: their length was bounded as ids, and the
+    token budget bounds the work."""
     if len(texts) > settings.max_batch:
         raise InvalidInputError(f"body.{field}: {len(texts)} texts, at most {settings.max_batch} per request")
     # the query limit, as /search; documents are bounded by the schema and the token budget
-    long = [i for i, t in enumerate(texts) if kind == "query" and len(t) > settings.max_query_chars]
+    long = [
+        i
+        for i, t in enumerate(texts)
+        if kind == "query" and not decoded and len(t) > settings.max_query_chars
+    ]
     if long:
         raise InvalidInputError(
             f"body.{field}[{long[0]}]: longer than this server's limit of {settings.max_query_chars} characters"
@@ -105,17 +151,31 @@ async def embed(
 @router.post(
     "/v1/embeddings",
     response_model=OpenAIEmbeddingResponse,
-    responses=ERRORS,
+    responses={**ERRORS, 404: {"description": "`model` names another model (`model_not_found`)."}},
     summary="Embed texts (OpenAI-compatible)",
 )
 async def openai_embeddings(
-    body: OpenAIEmbeddingRequest, hot_swap: HotSwapDep, runner: RunnerDep, settings: SettingsDep
+    body: OpenAIEmbeddingRequest,
+    request: Request,
+    hot_swap: HotSwapDep,
+    runner: RunnerDep,
+    settings: SettingsDep,
 ) -> OpenAIEmbeddingResponse:
     """OpenAI's embeddings API over the live model (`model` in the answer = the bundle version); the
-    vectors are in the index's space, as from POST /embed. `input_type` (query | document) is ours."""
+    vectors are in the index's space, as from POST /embed. `input_type` (query | document) is ours.
+    Token-id arrays are decoded to text first (SEARCH_OPENAI_TOKEN_ENCODING, app/engine/token_input.py)."""
     live = hot_swap.require()
+    _check_model(body.model, live, request)
     dim = live.bundle.index.dim
-    answer, tokens = await _embed(body.texts, body.input_type, live, runner, settings, "input")
+    ids = body.token_ids
+    texts = (
+        await asyncio.to_thread(decode_token_ids, ids, settings.openai_token_encoding, live)
+        if ids is not None
+        else list(body.input)
+    )
+    answer, tokens = await _embed(
+        texts, body.input_type, live, runner, settings, "input", decoded=ids is not None
+    )
     rows = answer.vectors  # (n, dim)
     if body.dimensions is not None and body.dimensions < dim:
         rows = _shortened(rows, body.dimensions, renormalise=live.encoder.metric == "cosine")
@@ -133,3 +193,26 @@ async def openai_embeddings(
     return OpenAIEmbeddingResponse(
         data=data, model=live.version, usage=OpenAIUsage(prompt_tokens=used, total_tokens=used)
     )
+
+
+@router.get(
+    "/v1/models",
+    response_model=OpenAIModelList,
+    responses={503: {"description": "No bundle is live yet."}},
+    summary="Models (OpenAI-compatible)",
+)
+async def openai_models(request: Request, hot_swap: HotSwapDep) -> OpenAIModelList:
+    """The one model this server serves, under each name POST /v1/embeddings accepts as `model`."""
+    return OpenAIModelList(data=_models(hot_swap.require(), request))
+
+
+@router.get(
+    "/v1/models/{model}",
+    response_model=OpenAIModel,
+    responses={404: {"description": "Not a name of the served model (`model_not_found`)."}, 503: {}},
+    summary="One model (OpenAI-compatible)",
+)
+async def openai_model(model: str, request: Request, hot_swap: HotSwapDep) -> OpenAIModel:
+    live = hot_swap.require()
+    _check_model(model, live, request)
+    return next(m for m in _models(live, request) if m.id == model)

@@ -1,0 +1,1 @@
+"""Vector stores for LangChain and LlamaIndex on the infonce-search API (optional extras)."""
