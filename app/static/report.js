@@ -25,9 +25,9 @@ function row(name, value, meaning, unit = "nats") {
 }
 
 function table(...rows) {
-  return el("table", { class: "grid report" },
+  return el("div", { class: "scroll" }, el("table", { class: "grid report" },
     el("thead", {}, el("tr", {}, el("th", {}, "quantity"), el("th", {}, "value"), el("th", {}, "what it means"))),
-    el("tbody", {}, rows));
+    el("tbody", {}, rows)));
 }
 
 function plotFigure(version, report, name, caption) {
@@ -112,7 +112,7 @@ function renderReport(version, r) {
       r.first_order_d1 ? row("first_order_d1", r.first_order_d1, "d1 in R(k) ≈ CE∞ + (d1 − c1)/k: the 1/k regime needs k ≫ d1.", "") : null,
       r.first_order_c1 ? row("first_order_c1", r.first_order_c1, "c1 in the same expansion: the finite-pool bias of log μ̂ over N documents is about −c1/N.", "") : null),
     el("details", {}, el("summary", {}, `R̂(k) and Δ(k) = R̂(k) − CE∞ at each of the ${r.risk_vs_k.length} grid points`),
-      el("table", { class: "grid" }, el("thead", {}, el("tr", {}, el("th", {}, "k"), el("th", {}, "R̂(k)"), el("th", {}, "Δ(k)"))), el("tbody", {}, kRows))));
+      el("div", { class: "scroll" }, el("table", { class: "grid" }, el("thead", {}, el("tr", {}, el("th", {}, "k"), el("th", {}, "R̂(k)"), el("th", {}, "Δ(k)"))), el("tbody", {}, kRows)))));
 
   const ks = r.k_sufficient;
   const advice = el("div", { class: "card" },
@@ -144,8 +144,10 @@ function renderReport(version, r) {
     const rt = r.retrieval;
     const g = rt.ndcg_at_10_gap;
     const metric = (name, key, meaning) => el("tr", {},
-      el("th", { scope: "row" }, name), el("td", { class: "num" }, fmt(rt.train[key], 4)), el("td", { class: "num" }, fmt(rt.test[key], 4)),
-      el("td", { class: "num" }, fmt(rt.train[key] - rt.test[key], 4),
+      el("th", { scope: "row" }, name),
+      el("td", { class: "num", "data-label": "train" }, fmt(rt.train[key], 4)),
+      el("td", { class: "num", "data-label": "test" }, fmt(rt.test[key], 4)),
+      el("td", { class: "num", "data-label": "train − test" }, fmt(rt.train[key] - rt.test[key], 4),
         key === "ndcg_at_10" ? el("span", { class: "ci", title: g.method }, ` ${Math.round(g.level * 100)}% CI [${fmt(g.ci_low)}, ${fmt(g.ci_high)}]`) : null),
       el("td", {}, meaning));
     cards.push(el("div", { class: "card" },

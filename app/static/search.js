@@ -1,6 +1,7 @@
 // The search tab: query, top_k, mode, filters typed as key=value; ranked hits with score, title, snippet.
 
-import { $, api, el, fmt, setStatus } from "./common.js";
+import { $, api, el, fmt, setStatus, state } from "./common.js";
+import { barFraction, scoreKind } from "./scores.js";
 
 // -- search -------------------------------------------------------------------------------------------
 function parseValue(text) {
@@ -51,7 +52,7 @@ async function runSearch(event) {
   try {
     const answer = await api("POST", "/search", body);
     const roundTrip = performance.now() - started;
-    renderResults(answer, roundTrip);
+    renderResults(answer, roundTrip, Boolean(body.mode));
   } catch (err) {
     $("results").replaceChildren();
     setStatus("search-status", err.message, "error");
@@ -64,31 +65,47 @@ function snippet(text, limit = 280) {
   return flat.length > limit ? flat.slice(0, limit).replace(/\s\S*$/, "") + " …" : flat;
 }
 
-function renderResults(answer, roundTrip) {
+// four decimals whatever the scale (a fused 1 is "1.0000"); BM25 can pass 1000, which needs none
+const scoreText = (x) => (Math.abs(x) >= 1000 ? x.toFixed(1) : x.toFixed(4));
+
+// "hybrid (the bundle's default)" or "lexical"
+function modeText(answer, asked) {
+  return asked ? answer.mode : `${answer.mode} (the bundle's default)`;
+}
+
+function renderResults(answer, roundTrip, asked) {
   const hits = answer.results[0].hits;
   const t = answer.timings;
+  const kind = scoreKind(answer, state.overview);
   setStatus(
     "search-status",
-    `${hits.length} result${hits.length === 1 ? "" : "s"} from bundle ${answer.version} (${answer.metric} scores)` +
+    `${hits.length} result${hits.length === 1 ? "" : "s"} from bundle ${answer.version} · mode ${modeText(answer, asked)}` +
       ` · encode ${fmt(t.encode_ms, 1)} ms · search ${fmt(t.search_ms, 1)} ms · server ${fmt(t.total_ms, 1)} ms` +
       ` · round trip ${fmt(roundTrip, 1)} ms`
   );
+  $("score-legend").textContent = hits.length ? `Scores: ${kind.long}.` : "";
   const list = $("results");
+  list.dataset.mode = answer.mode;
   list.replaceChildren(
-    ...hits.map((hit) =>
-      el(
+    ...hits.map((hit) => {
+      const bar = el("span", { class: "bar-fill" });
+      bar.style.width = `${(100 * barFraction(hit.score, kind, hits)).toFixed(1)}%`; // CSSOM: allowed by the CSP
+      return el(
         "li",
         { class: "hit" },
         el("div", { class: "hit-head" },
-          el("span", { class: "score", title: "the model's learned similarity; higher is more similar" }, fmt(hit.score, 4)),
+          el("span", { class: "score-box", title: kind.long },
+            el("span", { class: "score-kind" }, kind.short),
+            el("span", { class: "score" }, scoreText(hit.score)),
+            el("span", { class: "bar", "aria-hidden": "true" }, bar)),
           el("span", { class: "title" }, hit.title || "(untitled)"),
           el("span", { class: "doc-id" }, hit.id)),
         el("p", { class: "snippet" }, snippet(hit.text)),
         hit.metadata && Object.keys(hit.metadata).length
           ? el("p", { class: "meta" }, Object.entries(hit.metadata).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join("  "))
           : null
-      )
-    )
+      );
+    })
   );
   if (!hits.length) list.append(el("li", { class: "empty" }, "No document matched (check the filter)."));
   list.dataset.answered = String(Number(list.dataset.answered || 0) + 1); // lets a test wait for this answer

@@ -27,7 +27,10 @@ from tests.servers import free_port
 
 pytestmark = [pytest.mark.scifact, pytest.mark.browser]
 KEY = "ui-test-key"
-PAGE_BUDGET_BYTES = 100_000
+PAGE_BUDGET_BYTES = 150_000  # the page's files (test_ui_routes.py bounds them to 80 kB) and its API answers
+# the two sizes every new page test runs at: a laptop, and a phone (iPhone 12-15's CSS pixels)
+VIEWPORTS = {"desktop": {"width": 1280, "height": 900}, "phone": {"width": 390, "height": 844}}
+both_sizes = pytest.mark.parametrize("watched", list(VIEWPORTS), indirect=True)
 REPO = Path(__file__).resolve().parents[3]
 
 
@@ -109,7 +112,7 @@ def browser() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     if SCREENSHOTS.is_dir():
-        for old in [*SCREENSHOTS.glob("*.png"), *SCREENSHOTS.glob("*.txt")]:
+        for old in [*SCREENSHOTS.glob("*.png"), *SCREENSHOTS.glob("views/*.png"), *SCREENSHOTS.glob("*.txt")]:
             old.unlink()
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
@@ -125,6 +128,7 @@ class Watched:
 
     page: Any
     base: str
+    size: str = "desktop"
     errors: list[str] = field(default_factory=list)
     requests: list[str] = field(default_factory=list)
     sizes: dict[str, int] = field(default_factory=dict)
@@ -139,16 +143,31 @@ class Watched:
             f.write(f"{name}: {self.weight()} bytes without the plots, {self.weight(plots=True)} with them\n")
         return path
 
+    def view_shot(self, name: str) -> Path:
+        """What the screen shows (not the whole page): the pictures docs/screenshots/ keeps, by size."""
+        path = SCREENSHOTS / "views" / f"{name}-{self.size}.png"
+        path.parent.mkdir(exist_ok=True)
+        self.page.screenshot(path=str(path))
+        SAVED.append(path)
+        return path
+
+    def no_horizontal_scroll(self) -> None:
+        """Nothing wider than the viewport: the page never scrolls sideways (tables scroll in their box)."""
+        width = VIEWPORTS[self.size]["width"]
+        scroll = self.page.evaluate("document.documentElement.scrollWidth")
+        assert scroll <= width, f"the page is {scroll} px wide at a {width} px viewport"
+
     def weight(self, *, plots: bool = False) -> int:
         return sum(n for url, n in self.sizes.items() if plots or "/plots/" not in url)
 
 
 @pytest.fixture()
-def watched(browser, server) -> Iterator[Watched]:
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+def watched(browser, server, request) -> Iterator[Watched]:
+    size = getattr(request, "param", "desktop")
+    context = browser.new_context(viewport=VIEWPORTS[size])
     page = context.new_page()
     page.set_default_timeout(30_000)  # the shared 2-core machine can be slow; a pass never waits this long
-    w = Watched(page, server)
+    w = Watched(page, server, size)
 
     def on_console(msg: Any) -> None:
         if msg.type == "error":
@@ -362,3 +381,114 @@ def test_the_collection_selector_switches_the_page_and_the_form_creates_one(watc
     page.click("#search-form button[type=submit]")
     page.wait_for_selector("#results[data-answered='2']")
     assert f"from bundle {live}" in page.inner_text("#search-status")
+
+
+def _search(page: Any, query: str, *, mode: str = "", top_k: int = 5) -> None:
+    """Type a query, pick a mode ("" = default), search, and wait for this answer to be drawn."""
+    answered = int(page.get_attribute("#results", "data-answered") or 0)
+    page.fill("#q", query)
+    page.fill("#top-k", str(top_k))
+    page.select_option("#mode", mode)
+    page.click("#search-form button[type=submit]")
+    page.wait_for_selector(f"#results[data-answered='{answered + 1}']")
+
+
+@both_sizes
+def test_each_mode_labels_its_scores_and_says_which_mode_answered(watched, slice_data):
+    """Issue 32: scores were labelled cosine in every mode. Each answer now names its mode and its score's
+    meaning (dense: the model's similarity per `metric`; lexical: BM25; hybrid: the fused score with the
+    bundle's fusion), and the selector's "default" says which mode it runs."""
+    page, base = watched.page, watched.base
+    page.goto(base + "/")
+    ov = httpx.get(f"{base}/ui/overview").json()
+    own = ov["live"]["default_mode"]
+    assert ov["live"]["modes"] == ["dense", "lexical", "hybrid"] and ov["live"]["fusion"]["depth"] > 0
+    page.wait_for_selector(f"#mode option[value='']:has-text('default ({own})')", state="attached")
+    query = next(iter(slice_data.queries.values()))
+    fusion = ov["live"]["fusion"]
+    expected_kind = {"dense": "cosine", "lexical": "BM25", "hybrid": "fused"}
+    for mode in ["dense", "lexical", "hybrid", ""]:
+        _search(page, query, mode=mode)
+        answered = mode or own
+        api = httpx.post(
+            f"{base}/search", json={"query": query, "top_k": 5, **({"mode": mode} if mode else {})}
+        )
+        assert api.json()["mode"] == answered
+        hits = api.json()["results"][0]["hits"]
+        assert page.get_attribute("#results", "data-mode") == answered
+        status = page.inner_text("#search-status")
+        assert f"mode {answered}" + ("" if mode else " (the bundle's default)") in status
+        kinds = page.locator("#results .score-kind").all_inner_texts()
+        assert [k.lower() for k in kinds] == [expected_kind[answered].lower()] * len(hits)
+        shown = [float(s) for s in page.locator("#results .score").all_inner_texts()]
+        assert shown == pytest.approx([h["score"] for h in hits], abs=1e-4)
+        legend = page.inner_text("#score-legend")
+        if answered == "dense":
+            assert "cosine similarity" in legend and "[−1, 1]" in legend
+        elif answered == "lexical":
+            assert "BM25" in legend and "cosine" not in legend and all(h["score"] > 0 for h in hits)
+        elif fusion["method"] == "rrf":
+            assert "reciprocal rank fusion" in legend and f"1/({fusion['rrf_k']:g} + rank)" in legend
+            assert all(h["score"] <= 2 / (fusion["rrf_k"] + 1) + 1e-6 for h in hits)
+        else:
+            assert "min-max normalised" in legend
+        # a bar per hit, as long as its score's share of the mode's scale: the best hit's is the longest
+        widths = page.eval_on_selector_all(
+            "#results .bar-fill", "b => b.map(x => x.getBoundingClientRect().width)"
+        )
+        assert len(widths) == len(hits) and widths == sorted(widths, reverse=True) and widths[0] > 0
+        watched.no_horizontal_scroll()
+        watched.shot(f"11-mode-{answered}{'-default' if not mode else ''}-{watched.size}")
+    watched.view_shot("search")
+
+
+TABS = {  # each tab, and what shows it has drawn its data
+    "search": "#results[data-answered='1']",
+    "bundle": "#versions tr.live",
+    "jobs": "#jobs thead",
+    "report": "#report img[data-plot] >> nth=1",
+    "collections": "#collections-table tr[data-collection]",
+}
+
+
+def _luminance(css_color: str) -> float:
+    r, g, b = (int(x) for x in css_color[css_color.index("(") + 1 : css_color.index(")")].split(",")[:3])
+    return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
+
+
+@both_sizes
+def test_every_tab_fits_the_screen_in_light_and_dark(watched, slice_data):
+    """Issue 32: on a 390-px phone the tables pushed the page to 706 px and the report's "meaning" column
+    shrank to ~8 characters. Every tab now fits the viewport (wide tables scroll inside their own box, the
+    report's tables reflow to one block per quantity), and the system's dark mode is followed."""
+    page, base = watched.page, watched.base
+    for scheme in ["light", "dark"]:
+        page.emulate_media(color_scheme=scheme)
+        page.goto(base + "/")
+        page.fill("#api-key", KEY)  # the jobs and collections tabs show their detail with it
+        _search(page, next(iter(slice_data.queries.values())))
+        for tab, drawn in TABS.items():
+            page.click(f"nav a[data-tab={tab}]")
+            page.wait_for_selector(drawn, state="attached")
+            if tab == "report":
+                _wait_js(page, "[...document.querySelectorAll('#report img')].every(i => i.complete)")
+                # the explanations get most of the width, not a sliver beside the numbers
+                meaning = page.eval_on_selector_all(
+                    "#report table.report tbody tr td:last-child",
+                    "cells => Math.min(...cells.map(c => c.getBoundingClientRect().width))",
+                )
+                assert meaning >= (250 if watched.size == "phone" else 300), f"'what it means': {meaning} px"
+            watched.no_horizontal_scroll()
+            body = page.evaluate("getComputedStyle(document.documentElement).backgroundColor")
+            text = page.evaluate("getComputedStyle(document.querySelector('main')).color")
+            if scheme == "dark":
+                assert _luminance(body) < 0.2 and _luminance(text) > 0.7, (body, text)
+            else:
+                assert _luminance(body) > 0.9 and _luminance(text) < 0.3, (body, text)
+            if scheme == "light":
+                page.evaluate("window.scrollTo(0, 0)")
+                watched.view_shot(tab)
+            watched.shot(f"12-{tab}-{scheme}-{watched.size}")
+        if scheme == "dark":
+            page.click("nav a[data-tab=search]")
+            watched.view_shot("search-dark")
