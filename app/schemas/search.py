@@ -11,6 +11,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from contract.bundles.report_schema import GapReport
 
 MAX_QUERY_CHARS = 2048
+MAX_DEPTH = 1000  # the deepest rank (offset + top_k) any server answers; Settings.max_top_k lowers it
 SCORE_DOC = (
     "The model's learned similarity between query and document: cosine similarity for an InfoNCE "
     "model (metric 'cosine', in [-1, 1]); for an AnInfoNCE model (metric 'aninfonce') "
@@ -56,6 +57,16 @@ def _not_bool(value: Any) -> Any:
 
 
 Finite = Annotated[float, BeforeValidator(_not_bool), Field(allow_inf_nan=False)]
+
+
+def _json_integer(value: Any) -> Any:
+    # JSON Schema's "integer" is any number without a fraction (0.0 included), never a string or a boolean
+    if isinstance(value, str | bool):
+        raise ValueError("must be a JSON number without a fraction, not a string or a boolean")
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_json_integer)]
 Scalar = Annotated[Text | Int64 | Finite | bool, BeforeValidator(_scalar)]
 QueryText = Annotated[Text, Field(min_length=1, max_length=MAX_QUERY_CHARS)]
 FilterField = Annotated[
@@ -140,9 +151,18 @@ class SearchRequest(BaseModel):
     top_k: int = Field(
         10,
         ge=1,
-        le=1000,
+        le=MAX_DEPTH,
         strict=True,
         description="Hits per query (fewer if the corpus or filter has fewer).",
+    )
+    offset: JsonInt = Field(
+        0,
+        ge=0,
+        le=MAX_DEPTH - 1,
+        description="Hits to skip per query: the answer is ranks offset+1 .. offset+top_k of the same ranking "
+        "(page n of size s: offset = (n-1)*s), exactly the tail of a search with top_k = offset + top_k. "
+        f"offset + top_k may be at most this server's SEARCH_MAX_TOP_K ({MAX_DEPTH} at most); "
+        "each page is searched afresh, so a document written between two pages can shift them.",
     )
     filter: dict[FilterField, FilterValue] | None = Field(
         None,
@@ -177,6 +197,8 @@ class SearchRequest(BaseModel):
         ) + sum(len(c) for c in (self.filter or {}).values() if isinstance(c, list))
         if values > MAX_FILTER_VALUES:
             raise ValueError(f"filter: {values} values in all, at most {MAX_FILTER_VALUES}")
+        if self.offset + self.top_k > MAX_DEPTH:
+            raise ValueError(f"offset + top_k is {self.offset + self.top_k}, at most {MAX_DEPTH}")
         return self
 
     @property
