@@ -8,6 +8,7 @@ var/screenshots (the pytest summary prints the folder).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -492,3 +493,67 @@ def test_every_tab_fits_the_screen_in_light_and_dark(watched, slice_data):
         if scheme == "dark":
             page.click("nav a[data-tab=search]")
             watched.view_shot("search-dark")
+
+
+def _ids(page: Any) -> list[str]:
+    return page.locator("#results .doc-id").all_inner_texts()
+
+
+@both_sizes
+def test_pages_the_search_in_the_url_curl_marks_and_the_document_view(watched, slice_data):
+    """Issue 32: Prev/Next over POST /search's offset, the search kept in the URL (a reload runs it again),
+    copy-as-curl (the command, run, gives the same hits), the query's words marked in lexical and hybrid
+    hits (not in dense), and a document opened whole from GET /documents/{id}."""
+    page, base = watched.page, watched.base
+    query = next(iter(slice_data.queries.values()))
+    whole = _search_api(base, {"query": query, "top_k": 10, "mode": "lexical"})
+    page.goto(base + "/")
+    _search(page, query, mode="lexical", top_k=5)
+    assert _ids(page) == [h["id"] for h in whole[:5]]
+    assert page.is_disabled("#prev-page") and page.inner_text("#page-info") == "results 1–5"
+
+    page.click("#next-page")
+    page.wait_for_selector("#results[data-answered='2']")
+    assert _ids(page) == [h["id"] for h in whole[5:]]  # page 2 = the tail of the longer search
+    assert page.inner_text("#page-info") == "results 6–10" and not page.is_disabled("#prev-page")
+    ranks = page.locator("#results .rank").all_inner_texts()
+    assert ranks == ["6.", "7.", "8.", "9.", "10."]  # the ranks go on from page 1
+    assert "offset=5" in page.url and "mode=lexical" in page.url and "top_k=5" in page.url
+    watched.no_horizontal_scroll()
+    watched.shot(f"13-page-2-{watched.size}")
+
+    # matched words are marked, each one a query word (stop words aside) up to its ending
+    words = {w.lower() for w in query.replace("-", " ").split()}
+    marks = [m.lower() for m in page.locator("#results mark").all_inner_texts()]
+    assert marks and all(any(m[:4] == w[:4] for w in words) for m in marks), (marks, words)
+
+    page.reload()  # the URL alone brings the same page back, form included
+    page.wait_for_selector("#results[data-answered='1']")
+    assert _ids(page) == [h["id"] for h in whole[5:]]
+    assert page.input_value("#q") == query and page.input_value("#mode") == "lexical"
+    assert page.input_value("#top-k") == "5"
+
+    page.click("#copy-curl")
+    command = page.inner_text("#curl")
+    assert command.startswith("curl ") and KEY not in command
+    out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, check=True)
+    from_curl = json.loads(out.stdout)
+    assert [h["id"] for h in from_curl["results"][0]["hits"]] == _ids(page)
+    assert from_curl["mode"] == "lexical"
+
+    first = _ids(page)[0]
+    page.click(f"#results li[data-id='{first}'] button.doc-id")
+    page.wait_for_selector(f"#doc-view[data-loaded='{first}']")
+    doc = httpx.get(f"{base}/documents/{first}").json()
+    assert page.inner_text("#doc-body h2") == (doc["title"] or "(untitled)")
+    assert page.inner_text("#doc-body .doc-text").strip() == doc["text"].strip()
+    assert page.locator("#doc-body mark").count() > 0  # the query's words, marked in the whole text too
+    watched.no_horizontal_scroll()
+    watched.shot(f"14-document-{watched.size}")
+    watched.view_shot("document")
+    page.click("#doc-close")
+    assert page.locator("#doc-view[open]").count() == 0
+
+    _search(page, query, mode="dense", top_k=5)  # dense ranks by meaning, not words: nothing is marked
+    assert page.locator("#results mark").count() == 0 and "offset" not in page.url
+    assert page.is_disabled("#prev-page")

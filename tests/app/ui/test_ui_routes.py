@@ -55,6 +55,7 @@ def test_page_and_assets_are_served_offline_and_small(client):
         "report.js",
         "collections.js",
         "scores.js",
+        "results.js",
     }
     assert set(ASSETS) == names
     for name in names:
