@@ -3,6 +3,7 @@ and the report plots with their path guard. What the page does with them: test_u
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Literal
@@ -84,12 +85,22 @@ def test_asset_paths_cannot_leave_the_static_folder(client, name):
 
 
 def test_overview_names_the_live_bundle_and_the_search_modes(client, ui_bundles):
-    _, live, _ = ui_bundles
+    bundles, live, _ = ui_bundles
     ov = client.get("/ui/overview").json()
     assert ov["live"]["version"] == live and ov["live"]["has_report"] is True
     assert ov["live"]["model"]["index"] == "Flat" and ov["live"]["index_recall_at_10"] is None  # exact
     assert ov["live"]["model"]["n_vectors"] > 200
     assert ov["live"]["model_name"] == "all-MiniLM-L6-v2"  # the report's name, not a server path
+    # what the page labels the default mode and the fused scores with: the live bundle's own record
+    manifest = json.loads((bundles / live / "manifest.json").read_text())
+    retrieval = manifest["extras"]["retrieval"]
+    assert ov["live"]["modes"] == ["dense", "lexical", "hybrid"]
+    assert ov["live"]["default_mode"] == retrieval["default_mode"]
+    fusion = retrieval["fusion"]
+    assert (
+        ov["live"]["fusion"]["method"] == fusion["method"]
+        and ov["live"]["fusion"]["depth"] == fusion["depth"]
+    )
     assert (ov["search_modes"], ov["default_mode"]) == search_modes(SearchRequest)
     assert ov["job_types"] == ["retrain", "reindex"] and ov["max_top_k"] == 1000
 
