@@ -93,6 +93,8 @@ const MODE_WHY = {
   hybrid: "both lists fused: meaning and exact terms",
 };
 
+const four = (x) => (typeof x === "number" ? x.toFixed(4) : "—"); // 1 reads 1.0000, like its neighbours
+
 function fusionText(f) {
   if (!f) return "—";
   const rule = f.method === "convex" ? `convex, α = ${param(f.alpha)} on the dense side` : `RRF, k = ${param(f.k ?? f.rrf_k)}`;
@@ -110,8 +112,8 @@ function renderServing(b) {
     const isDefault = retrieval ? retrieval.default_mode === mode : mode === "dense";
     return el("tr", { class: isDefault ? "live" : null, "data-mode": mode },
       el("th", { scope: "row" }, mode, isDefault ? el("span", { class: "badge ok" }, "default") : null),
-      el("td", { class: "num", "data-label": "test nDCG@10" }, fmt(test ? test["ndcg@10"] : null, 4)),
-      el("td", { class: "num", "data-label": "validation nDCG@10" }, fmt(val && val.modes ? val.modes[mode] : null, 4)),
+      el("td", { class: "num", "data-label": "test nDCG@10" }, four(test ? test["ndcg@10"] : null)),
+      el("td", { class: "num", "data-label": "validation nDCG@10" }, four(val && val.modes ? val.modes[mode] : null)),
       el("td", {}, retrieval || mode === "dense" ? MODE_WHY[mode] : "not in this bundle (no lexical index)"));
   });
   const notes = [

@@ -134,9 +134,39 @@ async function loadReport() {
   }
   if (state.reportVersion === answer.version && box.dataset.rendered) return;
   state.reportVersion = answer.version;
-  box.replaceChildren(...renderReport(answer.version, answer.report));
+  let entry = null; // the bundle's per-mode metrics, from its manifest (GET /bundles)
+  try {
+    const listing = await api("GET", "/bundles?gate_limit=1");
+    entry = listing.versions.find((v) => v.version === answer.version) || null;
+  } catch (_) {
+    entry = null; // the report stands without them
+  }
+  const cards = renderReport(answer.version, answer.report);
+  const modes = modesCard(entry);
+  if (modes) cards.splice(cards.length - (answer.report.notes && answer.report.notes.length ? 1 : 0), 0, modes);
+  box.replaceChildren(...cards);
   plainText(box);
   box.dataset.rendered = "1";
+}
+
+// nDCG@10, recall@10 and MRR@10 on the held-out test queries for each search mode, as the bundle's
+// manifest records them (training/hybrid/lexical_step.py); null for a bundle without them
+function modesCard(entry) {
+  const modes = ["dense", "lexical", "hybrid"].filter((m) => entry && entry.metrics[`test.${m}`]);
+  if (!modes.length) return null;
+  const def = entry.retrieval ? entry.retrieval.default_mode : "dense";
+  const four = (x) => (typeof x === "number" ? x.toFixed(4) : "—"); // 1 reads 1.0000, like its neighbours
+  const cell = (m, key, label) => el("td", { class: "num", "data-label": label }, four(entry.metrics[`test.${m}`][key]));
+  return el("div", { class: "card", id: "report-modes" },
+    el("h2", {}, "Retrieval quality per search mode, held-out queries"),
+    el("div", { class: "scroll" }, el("table", { class: "grid report" },
+      el("thead", {}, el("tr", {}, ["mode", "nDCG@10", "recall@10", "MRR@10", "what it means"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, modes.map((m) => el("tr", { "data-mode": m },
+        el("th", { scope: "row" }, m, m === def ? el("span", { class: "badge ok" }, "default") : null),
+        cell(m, "ndcg@10", "nDCG@10"), cell(m, "recall@10", "recall@10"), cell(m, "mrr@10", "MRR@10"),
+        el("td", {}, m === def ? "What POST /search answers with when no mode is asked for: the best on validation queries." :
+          "Asked for with mode=" + m + ".")))))),
+    el("p", { class: "hint" }, "From the bundle's manifest, measured when it was indexed on the same held-out queries as the gate."));
 }
 
 function renderReport(version, r) {

@@ -599,6 +599,12 @@ def test_the_report_says_what_to_do_first_in_plain_words(watched):
     assert "risk_test" in text and "hoeffding_halfwidth" in text  # the labelled numbers are all still there
     page.click("#verdict summary")
     assert "containing 0 → no gap detectable" in page.inner_text("#verdict")
+    # the per-mode table: the bundle manifest's held-out metrics of each mode
+    live = next(v for v in httpx.get(f"{base}/bundles").json()["versions"] if v["live"])
+    for mode in ("dense", "lexical", "hybrid"):
+        row = page.inner_text(f"#report-modes tr[data-mode={mode}]")
+        assert f"{live['metrics'][f'test.{mode}']['ndcg@10']:.4f}" in row
+        assert f"{live['metrics'][f'test.{mode}']['recall@10']:.4f}" in row
     watched.no_horizontal_scroll()
     watched.shot(f"15-report-verdict-{watched.size}")
 
