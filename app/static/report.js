@@ -54,6 +54,7 @@ function plainText(root) {
   for (let node = walker.nextNode(); node; node = walker.nextNode()) {
     if (/[\\^_]\{|\\[A-Za-z]/.test(node.nodeValue)) node.nodeValue = plain(node.nodeValue);
   }
+  for (const node of root.querySelectorAll("[title]")) node.title = plain(node.title); // hover texts too
 }
 
 // why R(k) is often below zero, said wherever a risk is shown

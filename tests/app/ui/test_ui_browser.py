@@ -362,6 +362,11 @@ def test_the_collection_selector_switches_the_page_and_the_form_creates_one(watc
     page.click("#search-form button[type=submit]")
     page.wait_for_selector("#results[data-answered='1']")
     assert f"from bundle {other}" in page.inner_text("#search-status")
+    assert "collection=other" in page.url  # the search in the URL names its collection: a reload keeps it
+    page.reload()
+    page.wait_for_selector("#results[data-answered='1']")
+    assert f"from bundle {other}" in page.inner_text("#search-status")
+    assert page.input_value("#collection") == "other"
     watched.shot("9-collection-other")
 
     page.click("nav a[data-tab=collections]")
