@@ -35,9 +35,9 @@ document.addEventListener("DOMContentLoaded", () => {
   setUpSearch();
   $("job-form").addEventListener("submit", submitJob);
   window.addEventListener("hashchange", showTab);
-  const restored = restoreSearch(); // a search in the URL (a reload, a shared link) runs again
+  restoreSearch(); // a search in the URL (a reload, a shared link) runs again
   setUpCollections(() => { loadOverview(); showTab(); }); // switching collection reloads what is shown
   loadOverview();
   setInterval(loadOverview, 15000); // the badge follows a swap (a job's publish, another operator's rollback)
-  if (!restored || location.hash.startsWith("#search")) showTab();
+  showTab();
 });
