@@ -4,6 +4,8 @@
 
 import { $, api, el, scoped, setStatus, state } from "./common.js";
 import { renderResults } from "./results.js";
+import { showSplit } from "./split.js";
+import { scoreKind } from "./scores.js";
 
 // -- search -------------------------------------------------------------------------------------------
 function parseValue(text) {
@@ -88,6 +90,8 @@ async function search(params) {
   try {
     const answer = await api("POST", "/search", body);
     renderResults(answer, performance.now() - started, body);
+    $("results").dataset.split = "pending";
+    showSplit(answer, body, scoreKind(answer, state.overview)); // hybrid only; fills in when its lists arrive
     renderPager(body, answer.results[0].hits.length);
   } catch (err) {
     $("results").replaceChildren();

@@ -28,7 +28,7 @@ from tests.servers import free_port
 
 pytestmark = [pytest.mark.scifact, pytest.mark.browser]
 KEY = "ui-test-key"
-PAGE_BUDGET_BYTES = 150_000  # the page's files (test_ui_routes.py bounds them to 80 kB) and its API answers
+PAGE_BUDGET_BYTES = 150_000  # the page's files (test_ui_routes.py bounds them to 90 kB) and its API answers
 # the two sizes every new page test runs at: a laptop, and a phone (iPhone 12-15's CSS pixels)
 VIEWPORTS = {"desktop": {"width": 1280, "height": 900}, "phone": {"width": 390, "height": 844}}
 both_sizes = pytest.mark.parametrize("watched", list(VIEWPORTS), indirect=True)
@@ -433,14 +433,30 @@ def test_each_mode_labels_its_scores_and_says_which_mode_answered(watched, slice
             assert "cosine similarity" in legend and "[−1, 1]" in legend
         elif answered == "lexical":
             assert "BM25" in legend and "cosine" not in legend and all(h["score"] > 0 for h in hits)
-        elif fusion["method"] == "rrf":
+        else:
+            # each hybrid hit split into its dense and BM25 terms, recomputed by the page from the two
+            # lists hybrid fused: the two add up to the fused score the server returned (the oracle)
+            page.wait_for_selector("#results[data-split=shown]")
+            split = page.eval_on_selector_all(
+                "#results li.hit", "ls => ls.map(l => [l.dataset.dense, l.dataset.lexical])"
+            )
+            assert all(d is not None for d, _ in split), split
+            parts = [(float(d), float(lx)) for d, lx in split]
+            assert [d + lx for d, lx in parts] == pytest.approx([h["score"] for h in hits], abs=1e-6)
+            assert any(d > 0 and lx > 0 for d, lx in parts)  # found by both retrievers
+            assert page.locator("#results .bar.split-bar .bar-fill.lexical").count() == len(hits)
+            assert all(
+                "dense" in t and "BM25" in t for t in page.locator("#results .split").all_inner_texts()
+            )
+        if answered == "hybrid" and fusion["method"] == "rrf":
             assert "reciprocal rank fusion" in legend and f"1/({fusion['rrf_k']:g} + rank)" in legend
             assert all(h["score"] <= 2 / (fusion["rrf_k"] + 1) + 1e-6 for h in hits)
-        else:
+        elif answered == "hybrid":
             assert "min-max normalised" in legend
         # a bar per hit, as long as its score's share of the mode's scale: the best hit's is the longest
         widths = page.eval_on_selector_all(
-            "#results .bar-fill", "b => b.map(x => x.getBoundingClientRect().width)"
+            "#results .bar",
+            "bs => bs.map(b => [...b.children].reduce((s, c) => s + c.getBoundingClientRect().width, 0))",
         )
         assert len(widths) == len(hits) and widths == sorted(widths, reverse=True) and widths[0] > 0
         watched.no_horizontal_scroll()
