@@ -51,7 +51,7 @@ async def page() -> FileResponse:
     )
 
 
-# A route over a fixed list rather than Starlette's StaticFiles mount: two files, answered with the API's
+# A route over a fixed list rather than Starlette's StaticFiles mount: the page's few files, answered with the API's
 # error shape, its CSP header and in the OpenAPI document; no path from the request ever reaches the disk.
 @router.get(
     "/ui/assets/{name}",
