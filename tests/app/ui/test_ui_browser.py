@@ -578,6 +578,10 @@ def test_pages_the_search_in_the_url_curl_marks_and_the_document_view(watched, s
     _search(page, query, mode="dense", top_k=5)  # dense ranks by meaning, not words: nothing is marked
     assert page.locator("#results mark").count() == 0 and "offset" not in page.url
     assert page.is_disabled("#prev-page")
+    # a quote in the query survives the shell: the command run gives the page's hits
+    _search(page, "it's the cell's \"membrane\" & $HOME `x`", mode="dense", top_k=3)
+    out = subprocess.run(["bash", "-c", page.inner_text("#curl")], capture_output=True, text=True, timeout=60)
+    assert [h["id"] for h in json.loads(out.stdout)["results"][0]["hits"]] == _ids(page)
 
 
 def _expected_verdicts(r: dict[str, Any]) -> list[str]:
