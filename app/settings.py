@@ -29,7 +29,13 @@ class Settings(JobSettings):
     max_body_bytes: int = Field(
         1_000_000, ge=1024, description="Largest accepted request body; larger is 413."
     )
-    max_top_k: int = Field(1000, ge=1, le=1000, description="Upper bound for `top_k` in POST /search.")
+    max_top_k: int = Field(
+        1000,
+        ge=1,
+        le=1000,
+        description="Upper bound for `top_k` in POST /search, and for `offset + top_k` (the deepest rank a "
+        "page reaches).",
+    )
     max_batch: int = Field(64, ge=1, le=4096, description="Most queries or vectors in one POST /search.")
     max_query_chars: int = Field(
         2048, ge=1, le=2048, description="Longest query text accepted, in characters (at most 2048)."

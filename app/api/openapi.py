@@ -101,6 +101,9 @@ def state_limits(schemas: dict[str, Any], settings: Settings) -> None:
         if variant.get("type") == "array":
             variant["items"]["minItems"] = 1  # as `vector`; the length itself is the live model's (409)
     _lower(search["top_k"], "maximum", settings.max_top_k)
+    # offset + top_k <= max_top_k compares two fields, which JSON Schema cannot: the bound on each is
+    # stated here, the sum in words (SearchRequest.offset's description) and enforced by a 422
+    _lower(search["offset"], "maximum", settings.max_top_k - 1)
     _lower(search["filter"], "maxProperties", settings.max_filter_fields)
     _each_text(schemas["EmbedRequest"]["properties"]["input"], settings.max_query_chars, settings.max_batch)
     _openai_input(schemas["OpenAIEmbeddingRequest"]["properties"]["input"], settings)

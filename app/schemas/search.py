@@ -11,6 +11,7 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 from contract.bundles.report_schema import GapReport
 
 MAX_QUERY_CHARS = 2048
+MAX_DEPTH = 1000  # the deepest rank (offset + top_k) any server answers; Settings.max_top_k lowers it
 SCORE_DOC = (
     "The model's learned similarity between query and document: cosine similarity for an InfoNCE "
     "model (metric 'cosine', in [-1, 1]); for an AnInfoNCE model (metric 'aninfonce') "
@@ -153,8 +154,17 @@ class SearchRequest(BaseModel):
     top_k: JsonInt = Field(
         10,
         ge=1,
-        le=1000,
+        le=MAX_DEPTH,
         description="Hits per query (fewer if the corpus or filter has fewer).",
+    )
+    offset: JsonInt = Field(
+        0,
+        ge=0,
+        le=MAX_DEPTH - 1,
+        description="Hits to skip per query: the answer is ranks offset+1 .. offset+top_k of the same ranking "
+        "(page n of size s: offset = (n-1)*s), exactly the tail of a search with top_k = offset + top_k. "
+        f"offset + top_k may be at most this server's SEARCH_MAX_TOP_K ({MAX_DEPTH} at most); "
+        "each page is searched afresh, so a document written between two pages can shift them.",
     )
     filter: dict[FilterField, FilterValue] | None = Field(
         None,
@@ -189,6 +199,8 @@ class SearchRequest(BaseModel):
         ) + sum(len(c) for c in (self.filter or {}).values() if isinstance(c, list))
         if values > MAX_FILTER_VALUES:
             raise ValueError(f"filter: {values} values in all, at most {MAX_FILTER_VALUES}")
+        if self.offset + self.top_k > MAX_DEPTH:
+            raise ValueError(f"offset + top_k is {self.offset + self.top_k}, at most {MAX_DEPTH}")
         return self
 
     @property

@@ -4,7 +4,7 @@
 
 import { $, state } from "./common.js";
 import { loadOverview } from "./overview.js";
-import { runSearch } from "./search.js";
+import { restoreSearch, searchHash, setUpSearch } from "./search.js";
 import { loadBundles } from "./bundle.js";
 import { loadJobs, submitJob } from "./jobs.js";
 import { loadReport } from "./report.js";
@@ -14,8 +14,9 @@ import { loadCollections, setUpCollections } from "./collections.js";
 const loaders = { search: () => {}, bundle: loadBundles, jobs: loadJobs, report: loadReport, collections: loadCollections };
 
 function showTab() {
-  const name = (location.hash || "#search").slice(1);
+  const name = (location.hash || "#search").slice(1).split("?")[0]; // #search?q=… keeps the search
   const tab = name in loaders ? name : "search";
+  if (tab === "search" && !location.hash.includes("?")) history.replaceState(null, "", searchHash());
   for (const section of document.querySelectorAll("main > section")) {
     section.hidden = section.dataset.section !== tab;
   }
@@ -31,9 +32,10 @@ function showTab() {
 // -- start --------------------------------------------------------------------------------------------
 document.addEventListener("DOMContentLoaded", () => {
   $("api-key").addEventListener("input", (e) => { state.key = e.target.value.trim(); });
-  $("search-form").addEventListener("submit", runSearch);
+  setUpSearch();
   $("job-form").addEventListener("submit", submitJob);
   window.addEventListener("hashchange", showTab);
+  restoreSearch(); // a search in the URL (a reload, a shared link) runs again
   setUpCollections(() => { loadOverview(); showTab(); }); // switching collection reloads what is shown
   loadOverview();
   setInterval(loadOverview, 15000); // the badge follows a swap (a job's publish, another operator's rollback)

@@ -31,6 +31,7 @@ async function loadBundles() {
   try {
     state.bundles = await api("GET", "/bundles?gate_limit=20");
     renderBundles(state.bundles);
+    renderServing(state.bundles);
   } catch (err) {
     setStatus("bundle-status", err.message, "error");
   }
@@ -83,6 +84,80 @@ function renderBundles(b) {
   if (b.fallback_from) notes.push(`CURRENT names ${b.fallback_from}, which would not load: serving the newest that does`);
   for (const u of b.unreadable || []) notes.push(`unreadable ${u.version}: ${u.error}`);
   if (notes.length) setStatus("bundle-status", notes.join(" · "), "warn");
+}
+
+// -- how the live bundle searches: modes and fusion, nDCG per mode, the mutation log, the query encoder --
+const MODE_WHY = {
+  dense: "the fine-tuned encoder + the vector index: matches meaning",
+  lexical: "BM25 over the documents' words: matches exact terms",
+  hybrid: "both lists fused: meaning and exact terms",
+};
+
+const four = (x) => (typeof x === "number" ? x.toFixed(4) : "—"); // 1 reads 1.0000, like its neighbours
+
+function fusionText(f) {
+  if (!f) return "—";
+  const rule = f.method === "convex" ? `convex, α = ${param(f.alpha)} on the dense side` : `RRF, k = ${param(f.k ?? f.rrf_k)}`;
+  return `${rule}; ${f.depth} candidates from each list`;
+}
+
+function renderServing(b) {
+  const live = b.versions.find((v) => v.live);
+  const retrieval = (live && live.retrieval) || null;
+  const modesBox = $("modes");
+  if (!live) { modesBox.replaceChildren(); return; }
+  const val = retrieval && retrieval.validation;
+  const rows = ["dense", "lexical", "hybrid"].map((mode) => {
+    const test = live.metrics[`test.${mode}`];
+    const isDefault = retrieval ? retrieval.default_mode === mode : mode === "dense";
+    return el("tr", { class: isDefault ? "live" : null, "data-mode": mode },
+      el("th", { scope: "row" }, mode, isDefault ? el("span", { class: "badge ok" }, "default") : null),
+      el("td", { class: "num", "data-label": "test nDCG@10" }, four(test ? test["ndcg@10"] : null)),
+      el("td", { class: "num", "data-label": "validation nDCG@10" }, four(val && val.modes ? val.modes[mode] : null)),
+      el("td", {}, retrieval || mode === "dense" ? MODE_WHY[mode] : "not in this bundle (no lexical index)"));
+  });
+  const notes = [
+    retrieval
+      ? `Default mode ${retrieval.default_mode}: the best of the three on ${val ? val.n_queries + " validation queries carved from the training split" : "— (no validation queries: untuned defaults)"}. Hybrid fuses by ${fusionText(retrieval.fusion)}.`
+      : "This bundle has no lexical index (built before hybrid search): dense only.",
+    "The base (not fine-tuned) encoder's nDCG per mode is not recorded in the manifest; python -m training train prints base vs tuned.",
+  ];
+  modesBox.replaceChildren(
+    el("div", { class: "scroll" }, el("table", { class: "grid report", id: "modes-table" },
+      el("thead", {}, el("tr", {}, ["mode", "test nDCG@10", "validation nDCG@10", "what it searches"].map((h) => el("th", {}, h)))),
+      el("tbody", {}, rows))),
+    ...notes.map((n) => el("p", { class: "hint" }, n)));
+
+  const m = b.mutations;
+  const log = $("mutations");
+  log.replaceChildren();
+  if (m) {
+    const facts = [
+      ["log head", `seq ${m.log_seq}`],
+      ["folded into the bundle", `up to seq ${m.bundle_seq ?? "—"}`],
+      ["applied by this process", `up to seq ${m.applied_seq ?? "—"}`],
+      ["delta documents", m.delta_docs ?? "—"],
+      ["tombstones", m.tombstones ?? "—"],
+      ["compaction", m.compaction_suggested ? m.compaction_reason : `not needed yet (suggested at ${m.compaction_threshold} delta documents + tombstones)`],
+      ["replicas", (m.replicas || []).map((r) => `${r.replica}: seq ${r.applied_seq ?? "?"}`).join(", ") || "—"],
+    ];
+    for (const [k, v] of facts) log.append(el("dt", {}, k), el("dd", { class: k === "compaction" && m.compaction_suggested ? "warn" : null }, v));
+  }
+  const enc = $("encoder");
+  enc.replaceChildren();
+  const choice = b.encoder_choice;
+  enc.append(el("dt", {}, "query encoder"), el("dd", {}, b.encoder_backend || "—"));
+  if (choice && choice.candidates) {
+    for (const c of choice.candidates) {
+      const ms = c.ms_per_query ?? c.ms;
+      enc.append(el("dt", {}, c.backend || c.name), el("dd", {},
+        `${ms === null || ms === undefined ? "not timed" : fmt(ms, 2) + " ms per query"}` +
+        `${c.ndcg_loss !== undefined && c.ndcg_loss !== null ? ` · nDCG@10 loss ${fmt(c.ndcg_loss, 4)}` : ""}` +
+        `${c.eligible === false ? " · not eligible" : ""}`));
+    }
+  } else {
+    enc.append(el("dt", {}, "timings"), el("dd", {}, "only with SEARCH_ENCODER_BACKEND=auto, which times each candidate at load"));
+  }
 }
 
 async function activate(version) {

@@ -1,6 +1,11 @@
-// The search tab: query, top_k, mode, filters typed as key=value; ranked hits with score, title, snippet.
+// The search tab: query, top_k, mode, filters typed as key=value; pages of hits (offset), the search kept
+// in the URL (#search?q=…&mode=…&top_k=…&offset=…&filter=…: a reload or a shared link runs it again) and
+// the same request as a curl command. results.js draws the hits.
 
-import { $, api, el, fmt, setStatus } from "./common.js";
+import { $, api, el, scoped, setStatus, state } from "./common.js";
+import { renderResults } from "./results.js";
+import { showSplit } from "./split.js";
+import { scoreKind } from "./scores.js";
 
 // -- search -------------------------------------------------------------------------------------------
 function parseValue(text) {
@@ -33,65 +38,132 @@ function parseFilters(text) {
   return filter;
 }
 
+// the search form as URL parameters (what a reload restores); the API key is never among them
+function formParams() {
+  const p = new URLSearchParams();
+  p.set("q", $("q").value.trim());
+  if ($("mode").value) p.set("mode", $("mode").value);
+  p.set("top_k", String(Number($("top-k").value) || 10));
+  if ($("filters").value.trim()) p.set("filter", $("filters").value.trim());
+  if (state.collection !== "default") p.set("collection", state.collection);
+  return p;
+}
+
+// the request body of a search given as URL parameters (a thrown Error names what is wrong)
+function bodyOf(params) {
+  const body = { query: params.get("q"), top_k: Number(params.get("top_k")) || 10, include: ["title", "text", "metadata"] };
+  const offset = Number(params.get("offset")) || 0;
+  if (offset > 0) body.offset = offset;
+  const filter = parseFilters(params.get("filter") || "");
+  if (Object.keys(filter).length) body.filter = filter;
+  if (params.get("mode")) body.mode = params.get("mode");
+  return body;
+}
+
+function curlOf(body) {
+  const json = JSON.stringify(body).replace(/'/g, "'\\''"); // a quote inside single quotes, for sh
+  const url = new URL(scoped("/search"), location.href).href;
+  return `curl -sS -X POST '${url}' -H 'content-type: application/json' -d '${json}'`;
+}
+
 async function runSearch(event) {
   event.preventDefault();
-  const query = $("q").value.trim();
-  if (!query) return;
-  const body = { query, top_k: Number($("top-k").value) || 10, include: ["title", "text", "metadata"] };
+  if (!$("q").value.trim()) return;
+  await search(formParams());
+}
+
+// run the search the parameters describe, put it in the URL, draw its page of hits and the pager
+async function search(params) {
+  let body;
   try {
-    const filter = parseFilters($("filters").value);
-    if (Object.keys(filter).length) body.filter = filter;
+    body = bodyOf(params);
   } catch (err) {
     setStatus("search-status", err.message, "error");
     return;
   }
-  if (!$("mode-wrap").hidden && $("mode").value) body.mode = $("mode").value;
+  state.search = params;
+  history.replaceState(null, "", `#search?${params}`);
+  $("curl").textContent = curlOf(body);
+  $("curl-box").hidden = false;
   setStatus("search-status", "Searching…");
   const started = performance.now();
   try {
     const answer = await api("POST", "/search", body);
-    const roundTrip = performance.now() - started;
-    renderResults(answer, roundTrip);
+    renderResults(answer, performance.now() - started, body);
+    $("results").dataset.split = "pending";
+    showSplit(answer, body, scoreKind(answer, state.overview)); // hybrid only; fills in when its lists arrive
+    renderPager(body, answer.results[0].hits.length);
   } catch (err) {
     $("results").replaceChildren();
+    $("pager").hidden = true;
     setStatus("search-status", err.message, "error");
   }
 }
 
-function snippet(text, limit = 280) {
-  if (!text) return "";
-  const flat = text.replace(/\s+/g, " ").trim();
-  return flat.length > limit ? flat.slice(0, limit).replace(/\s\S*$/, "") + " …" : flat;
+function renderPager(body, shown) {
+  const offset = body.offset || 0;
+  const limit = state.overview ? state.overview.max_top_k : Infinity;
+  const deepest = offset + 2 * body.top_k;
+  const prev = $("prev-page");
+  const next = $("next-page");
+  prev.disabled = offset === 0;
+  // a short page is the last; a next page past SEARCH_MAX_TOP_K would be refused (offset + top_k)
+  next.disabled = shown < body.top_k || deepest > limit;
+  next.title = deepest > limit ? `this server answers ranks up to ${limit} (SEARCH_MAX_TOP_K)` : "";
+  $("page-info").textContent = shown ? `results ${offset + 1}–${offset + shown}` : `nothing from rank ${offset + 1}`;
+  $("pager").hidden = false;
 }
 
-function renderResults(answer, roundTrip) {
-  const hits = answer.results[0].hits;
-  const t = answer.timings;
-  setStatus(
-    "search-status",
-    `${hits.length} result${hits.length === 1 ? "" : "s"} from bundle ${answer.version} (${answer.metric} scores)` +
-      ` · encode ${fmt(t.encode_ms, 1)} ms · search ${fmt(t.search_ms, 1)} ms · server ${fmt(t.total_ms, 1)} ms` +
-      ` · round trip ${fmt(roundTrip, 1)} ms`
-  );
-  const list = $("results");
-  list.replaceChildren(
-    ...hits.map((hit) =>
-      el(
-        "li",
-        { class: "hit" },
-        el("div", { class: "hit-head" },
-          el("span", { class: "score", title: "the model's learned similarity; higher is more similar" }, fmt(hit.score, 4)),
-          el("span", { class: "title" }, hit.title || "(untitled)"),
-          el("span", { class: "doc-id" }, hit.id)),
-        el("p", { class: "snippet" }, snippet(hit.text)),
-        hit.metadata && Object.keys(hit.metadata).length
-          ? el("p", { class: "meta" }, Object.entries(hit.metadata).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join("  "))
-          : null
-      )
-    )
-  );
-  if (!hits.length) list.append(el("li", { class: "empty" }, "No document matched (check the filter)."));
-  list.dataset.answered = String(Number(list.dataset.answered || 0) + 1); // lets a test wait for this answer
+function turnPage(direction) {
+  const params = new URLSearchParams(state.search);
+  const top = Number(params.get("top_k")) || 10;
+  params.set("offset", String(Math.max(0, (Number(params.get("offset")) || 0) + direction * top)));
+  if (params.get("offset") === "0") params.delete("offset");
+  search(params);
 }
 
-export { runSearch, parseFilters };
+// on load: the search in the URL, if any, fills the form and runs
+function restoreSearch() {
+  const hash = location.hash;
+  const at = hash.indexOf("?");
+  if (!hash.startsWith("#search") || at < 0) return false;
+  const params = new URLSearchParams(hash.slice(at + 1));
+  if (!params.get("q")) return false;
+  if (params.get("collection")) state.collection = params.get("collection"); // the selector follows
+  $("q").value = params.get("q");
+  $("top-k").value = params.get("top_k") || "10";
+  $("filters").value = params.get("filter") || "";
+  const mode = params.get("mode") || "";
+  if (![...$("mode").options].some((o) => o.value === mode)) $("mode").append(el("option", { value: mode }, mode));
+  $("mode").value = mode;
+  search(params);
+  return true;
+}
+
+async function copyCurl() {
+  const text = $("curl").textContent;
+  $("curl-box").hidden = false;
+  $("curl-box").open = true;
+  try {
+    await navigator.clipboard.writeText(text);
+    $("copy-curl").textContent = "Copied";
+  } catch (_) {
+    $("copy-curl").textContent = "Select it below"; // no clipboard outside a secure context
+  }
+  setTimeout(() => { $("copy-curl").textContent = "Copy as curl"; }, 2000);
+}
+
+function setUpSearch() {
+  $("search-form").addEventListener("submit", runSearch);
+  $("prev-page").addEventListener("click", () => turnPage(-1));
+  $("next-page").addEventListener("click", () => turnPage(1));
+  $("copy-curl").addEventListener("click", copyCurl);
+  $("doc-close").addEventListener("click", () => $("doc-view").close());
+}
+
+// switching back to the search tab puts its search back in the URL
+function searchHash() {
+  return state.search ? `#search?${state.search}` : "#search";
+}
+
+export { setUpSearch, restoreSearch, searchHash, parseFilters };

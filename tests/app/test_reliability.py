@@ -43,7 +43,8 @@ LIMITS = dict(
 )
 # the spec depends on settings only, not on what is loaded: built once, at collection, from an app that
 # is never started (pytest 9 broke schemathesis.pytest.from_fixture, which could have taken the fixture's)
-schema = schemathesis.openapi.from_dict(create_app(make_settings(Path("unused"), **LIMITS)).openapi())
+SPEC_SETTINGS = make_settings(Path("unused"), **LIMITS)
+schema = schemathesis.openapi.from_dict(create_app(SPEC_SETTINGS).openapi())
 schema.config.generation.update(modes=[GenerationMode.POSITIVE, GenerationMode.NEGATIVE])
 # 413: within every limit the spec states, over a budget JSON Schema cannot state (a request's tokens, an
 # answer's bytes: app/errors.py TooLargeError); every other 4xx to a valid request fails the check
@@ -65,9 +66,15 @@ schema.config.checks.not_a_server_error.expected_statuses = [
 
 @schema.hook
 def filter_body(ctx, body):
-    """TrainConfig's rules across fields, which JSON Schema cannot compare (the spec states them in words:
-    app/api/openapi.py CROSS_FIELD_RULES): generated job options that break one are not sent."""
-    options = body.get("options") if isinstance(body, dict) else None
+    """Rules across fields, which JSON Schema cannot compare (the spec states them in words): TrainConfig's
+    (app/api/openapi.py CROSS_FIELD_RULES), and a search's offset + top_k within SEARCH_MAX_TOP_K (its
+    `offset` description). Generated bodies that break one are not sent."""
+    if not isinstance(body, dict):
+        return True
+    offset, top_k = body.get("offset", 0), body.get("top_k", 10)
+    if isinstance(offset, int) and isinstance(top_k, int) and offset + top_k > SPEC_SETTINGS.max_top_k:
+        return False
+    options = body.get("options")
     # a retrain job's options, or a new collection's (POST /collections: no `type`, retrain options)
     if not isinstance(options, dict) or body.get("type", "retrain") != "retrain":
         return True

@@ -20,6 +20,7 @@ from training.data.beir import load_beir
 from training.data.query_sample import subset
 from training.data.retrieval_data import Document, RetrievalData
 from training.gap import bounds
+from training.gap.plots import risk_vs_k_figure
 from training.gap.report import compute_report, report_after_training, write_report
 from training.gap.risk_vs_k import K_POOL_FRACTION
 from training.gap.training_k import K_RULE, actual_training_k, training_k
@@ -162,6 +163,14 @@ def test_report_on_a_small_corpus_is_complete_and_consistent(shared_encoder, tmp
     for name in again.plots:
         assert (tmp_path / "report" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list((tmp_path / "report").glob(".*"))  # no temp files left behind
+    # the legend sits outside the plotting area, so it hides neither the curve nor the CE∞ band
+    fig = risk_vs_k_figure(report)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    legend, area = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    assert legend.y1 <= area.y0 or not legend.overlaps(area), (legend, area)
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert any(t.startswith("CE∞ plug-in") for t in texts) and any("CE∞ 95% CI" in t for t in texts)
 
 
 def _brute_ce_inf(encoder, data: RetrievalData, tau: float) -> float:

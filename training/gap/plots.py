@@ -30,6 +30,11 @@ def _save(fig: plt.Figure, path: Path) -> None:
 
 
 def plot_risk_vs_k(report: GapReport, path: Path) -> None:
+    _save(risk_vs_k_figure(report), path)
+
+
+def risk_vs_k_figure(report: GapReport) -> plt.Figure:
+    """R̂(k) with its CI, the a + b/k fit, CE∞ with its band, the training k and k_sufficient."""
     ks = np.array([row.k for row in report.risk_vs_k], dtype=float)
     r = np.array([row.risk.value for row in report.risk_vs_k])
     lo = np.array([row.risk.ci_low for row in report.risk_vs_k])
@@ -44,7 +49,7 @@ def plot_risk_vs_k(report: GapReport, path: Path) -> None:
     ax.plot(grid, fit.a + fit.b / grid, style, color="C1", label=label)
     ce = report.ce_inf_plugin
     ax.axhline(ce.value, color="C2", ls="--", label=f"CE∞ plug-in {ce.value:.3f}")
-    ax.axhspan(ce.ci_low, ce.ci_high, color="C2", alpha=0.15)
+    ax.axhspan(ce.ci_low, ce.ci_high, color="C2", alpha=0.15, label=f"CE∞ {ce.level:.0%} CI")
     ax.axvline(report.k, color="grey", ls=":", label=f"training k = {report.k}")
     if report.k_sufficient.k is not None:
         ax.axvline(
@@ -54,9 +59,11 @@ def plot_risk_vs_k(report: GapReport, path: Path) -> None:
     ax.set_xlabel("negatives per anchor k")
     ax.set_ylabel("risk R(k) = InfoNCE − log k  [nats]")
     ax.set_title(f"Risk versus k — {report.model.name}, τ = {report.model.temperature:g}")
-    ax.legend(fontsize=8)
+    # below the axes, never over them: inside, it covered the CE∞ band (issue 32); two columns keep the
+    # figure narrow for the page on a phone. bbox_inches="tight" in _save keeps it in the PNG.
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     ax.grid(alpha=0.3)
-    _save(fig, path)
+    return fig
 
 
 def plot_train_vs_test(report: GapReport, path: Path) -> None:

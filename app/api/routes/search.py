@@ -71,14 +71,15 @@ async def search(
         tokens=tokens,
         token_ids=token_ids,
         vectors=live.vectors_to_index_space(raw, field) if raw is not None else None,
-        top_k=body.top_k,
+        top_k=body.offset + body.top_k,  # the page is the tail of this ranking (cut below)
         filter=body.filter_dict(),
         min_score=body.min_score,
         include=list(dict.fromkeys(body.include)),
         mode=retrieval_modes.resolve(body.mode, live.bundle, has_text=body.texts is not None),
     )
     answer = await runner.submit(live, spec)
-    size = _estimated_bytes(answer.hits)
+    hits = [h[body.offset :] for h in answer.hits]
+    size = _estimated_bytes(hits)
     if size > settings.max_response_bytes:
         raise ResponseTooLargeError(
             f"the answer would be about {size:,} bytes, above this server's limit of "
@@ -88,7 +89,7 @@ async def search(
         version=live.version,
         metric=live.encoder.metric,
         mode=spec.mode,
-        results=[QueryResult(hits=h) for h in answer.hits],
+        results=[QueryResult(hits=h) for h in hits],
         timings=Timings(
             encode_ms=round(answer.encode_ms, 3),
             search_ms=round(answer.search_ms, 3),
@@ -106,6 +107,11 @@ def _check_limits(body: SearchRequest, field: str, settings: Settings) -> None:
     if body.top_k > settings.max_top_k:
         raise InvalidInputError(
             f"body.top_k: {body.top_k} is above this server's limit of {settings.max_top_k}"
+        )
+    if body.offset + body.top_k > settings.max_top_k:
+        raise InvalidInputError(
+            f"body.offset: offset + top_k is {body.offset + body.top_k}, above this server's limit of "
+            f"{settings.max_top_k} (the deepest rank a page may reach)"
         )
     if body.filter and len(body.filter) > settings.max_filter_fields:
         raise InvalidInputError(

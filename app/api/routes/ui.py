@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import typing
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -19,6 +20,7 @@ from fastapi.responses import FileResponse, HTMLResponse
 from pydantic import BaseModel, Field
 
 from app.api.deps import HotSwapDep, SettingsDep
+from app.engine import retrieval_modes
 from app.errors import MissingFileError
 from app.schemas.search import SearchRequest
 from contract.bundles.bundle import REPORT_DIR
@@ -49,7 +51,7 @@ async def page() -> FileResponse:
     )
 
 
-# A route over a fixed list rather than Starlette's StaticFiles mount: two files, answered with the API's
+# A route over a fixed list rather than Starlette's StaticFiles mount: the page's few files, answered with the API's
 # error shape, its CSP header and in the OpenAPI document; no path from the request ever reaches the disk.
 @router.get(
     "/ui/assets/{name}",
@@ -79,13 +81,27 @@ class LiveSummary(BaseModel):
         "built; null for an exact (flat) index."
     )
     has_report: bool
+    modes: list[str] = Field(
+        description="The modes this bundle can serve (dense only for one without a lexical index)."
+    )
+    default_mode: str = Field(
+        description="The mode a text query without `mode` gets from this bundle (its recorded default, the "
+        "best on validation queries; dense for a bundle without a lexical index)."
+    )
+    fusion: dict[str, Any] | None = Field(
+        None,
+        description="How hybrid mode fuses its two lists (`method` rrf with `rrf_k`, or convex with "
+        "`alpha`; `depth` candidates per list); null for a dense-only bundle.",
+    )
 
 
 class Overview(BaseModel):
     search_modes: list[str] = Field(
         description="Values `mode` of POST /search accepts; empty when this server has no modes."
     )
-    default_mode: str | None = Field(description="The mode used when none is sent (null: the bundle's own).")
+    default_mode: str | None = Field(
+        description="The request schema's default mode (null: the live bundle's own, `live.default_mode`)."
+    )
     max_top_k: int
     job_types: list[str]
     live: LiveSummary | None = Field(description="The bundle this process serves; null when none is live.")
@@ -108,6 +124,11 @@ async def overview(hot_swap: HotSwapDep, settings: SettingsDep) -> Overview:
             model=live.serving_summary(),
             index_recall_at_10=live.bundle.manifest.index.recall_at_10,
             has_report=report is not None,
+            modes=retrieval_modes.modes(live.bundle),
+            default_mode=retrieval_modes.default_mode(live.bundle),
+            fusion=asdict(retrieval_modes.fusion_params(live.bundle))
+            if live.bundle.lexical is not None
+            else None,
         )
     return Overview(
         search_modes=modes,

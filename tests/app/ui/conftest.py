@@ -2,8 +2,10 @@
 
 The report is computed by training.gap.report on that slice (the real encoder; its 30 queries split into
 15 "training" and 15 held-out ones, the document embeddings reused) and written with its real PNG plots,
-so the page renders what a pipeline would write. Bundle A carries it and is live; bundle B (a worse
-recorded metric) is published through the gate and kept as a candidate.
+so the page renders what a pipeline would write. Bundle A carries it and a BM25 index with its fusion
+tuned on half the queries (training.hybrid.lexical_step, as `index` does), so every search mode is there
+to show, and is live; bundle B (dense only, a worse recorded metric) is published through the gate and
+kept as a candidate.
 """
 
 from __future__ import annotations
@@ -23,7 +25,9 @@ SAVED: list[Path] = []  # screenshots written in this session (the summary names
 @pytest.fixture(scope="session")
 def ui_staged(tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> dict[str, Path]:
     from training.bundle.build import build_bundle
+    from training.data.validation_carve import carve_validation
     from training.gap.report import compute_report, write_report
+    from training.hybrid.lexical_step import attach_lexical
 
     ids = sorted(slice_data.queries)
     half = len(ids) // 2
@@ -57,6 +61,9 @@ def ui_staged(tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> d
         metrics={"test": {"ndcg@10": 0.6}},
         **common,
     )
+    query_emb = shared_encoder.encode(list(slice_data.queries.values()), kind="query")
+    validation = carve_validation(slice_data, 0.5, seed=0)[1]
+    attach_lexical(a, shared_encoder, slice_data, doc_embeddings, query_emb, validation)
     b = build_bundle(
         shared_encoder,
         slice_data.corpus,

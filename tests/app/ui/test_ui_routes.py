@@ -3,6 +3,7 @@ and the report plots with their path guard. What the page does with them: test_u
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Literal
@@ -17,7 +18,7 @@ from app.schemas.search import SearchRequest
 from tests.app.conftest import make_settings
 
 pytestmark = pytest.mark.scifact
-PAGE_BUDGET_BYTES = 100_000
+STATIC_BUDGET_BYTES = 90_000
 
 
 @pytest.fixture(scope="module")
@@ -54,6 +55,9 @@ def test_page_and_assets_are_served_offline_and_small(client):
         "jobs.js",
         "report.js",
         "collections.js",
+        "scores.js",
+        "split.js",
+        "results.js",
     }
     assert set(ASSETS) == names
     for name in names:
@@ -65,7 +69,9 @@ def test_page_and_assets_are_served_offline_and_small(client):
         imports = re.findall(r'from "([^"]+)"', r.text)
         assert all(i.startswith("./") and i[2:] in names for i in imports), imports
         total += len(r.content)
-    assert total < PAGE_BUDGET_BYTES / 2, f"HTML + CSS + JS are {total} bytes"
+    # uncompressed, no minifier (no build step); issue 32's features (pagination, highlighting, the document
+    # view, the verdict, phone and dark layouts) took it from 42 kB to what this bound allows
+    assert total < STATIC_BUDGET_BYTES, f"HTML + CSS + JS are {total} bytes"
 
 
 @pytest.mark.parametrize("name", ["index.html", "app.js.map", "%2E%2E", "app.js%00"])
@@ -80,12 +86,22 @@ def test_asset_paths_cannot_leave_the_static_folder(client, name):
 
 
 def test_overview_names_the_live_bundle_and_the_search_modes(client, ui_bundles):
-    _, live, _ = ui_bundles
+    bundles, live, _ = ui_bundles
     ov = client.get("/ui/overview").json()
     assert ov["live"]["version"] == live and ov["live"]["has_report"] is True
     assert ov["live"]["model"]["index"] == "Flat" and ov["live"]["index_recall_at_10"] is None  # exact
     assert ov["live"]["model"]["n_vectors"] > 200
     assert ov["live"]["model_name"] == "all-MiniLM-L6-v2"  # the report's name, not a server path
+    # what the page labels the default mode and the fused scores with: the live bundle's own record
+    manifest = json.loads((bundles / live / "manifest.json").read_text())
+    retrieval = manifest["extras"]["retrieval"]
+    assert ov["live"]["modes"] == ["dense", "lexical", "hybrid"]
+    assert ov["live"]["default_mode"] == retrieval["default_mode"]
+    fusion = retrieval["fusion"]
+    assert (
+        ov["live"]["fusion"]["method"] == fusion["method"]
+        and ov["live"]["fusion"]["depth"] == fusion["depth"]
+    )
     assert (ov["search_modes"], ov["default_mode"]) == search_modes(SearchRequest)
     assert ov["job_types"] == ["retrain", "reindex"] and ov["max_top_k"] == 1000
 
