@@ -136,27 +136,6 @@ def state_names(schemas: dict[str, Any]) -> None:
     options["description"] = (options.get("description") or "") + CROSS_FIELD_RULES
 
 
-def _state_collection_names(spec: dict[str, Any]) -> None:
-    """Collection and alias names match NAME_PATTERN (contract/bundles/collections.py). The server checks
-    them itself, to answer 400 `collection_refused` naming the rule, so the spec states the pattern here:
-    a name it calls valid is then only ever unknown (404), never refused."""
-    schemas = spec["components"]["schemas"]
-    for model, field in (("CollectionCreate", "name"), ("AliasBody", "collection")):
-        if model in schemas:
-            schemas[model]["properties"][field]["pattern"] = NAME_PATTERN
-    if "CollectionCreate" in schemas:  # its options are a retrain job's, validated as such (422)
-        options = schemas["CollectionCreate"]["properties"]["options"]
-        schemas["CollectionCreate"]["properties"]["options"] = {
-            "$ref": "#/components/schemas/RetrainOptions",
-            "description": options.get("description", ""),
-        }
-    for operations in spec.get("paths", {}).values():
-        for op in operations.values():
-            for param in op.get("parameters", []):
-                if param.get("in") == "path" and param.get("name") in ("collection", "alias"):
-                    param["schema"]["pattern"] = NAME_PATTERN
-
-
 def _state_filter(schemas: dict[str, Any]) -> None:
     """A filter's field names all match its key pattern (patternProperties alone lets others through),
     a condition names at least one operator, and the list shorthand holds 1..1000 values, as
@@ -237,7 +216,6 @@ def build_openapi(app: FastAPI, settings: Settings | None = None) -> dict[str, A
     schemas["JobSubmissionSpec"] = typed
     state_names(schemas)
     _state_filter(schemas)
-    _state_collection_names(spec)
     # exactly one of the four query fields, each nullable: JSON Schema says it as oneOf over "given"
     schemas["SearchRequest"]["oneOf"] = [
         {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
