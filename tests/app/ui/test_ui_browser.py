@@ -25,7 +25,7 @@ from tests.app.conftest import publish
 from tests.app.ui.conftest import SAVED, SCREENSHOTS
 from tests.servers import free_port
 
-pytestmark = [pytest.mark.scifact, pytest.mark.browser]
+pytestmark = pytest.mark.browser
 KEY = "ui-test-key"
 PAGE_BUDGET_BYTES = 100_000
 REPO = Path(__file__).resolve().parents[3]

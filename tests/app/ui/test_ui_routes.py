@@ -16,7 +16,6 @@ from app.main import create_app
 from app.schemas.search import SearchRequest
 from tests.app.conftest import make_settings
 
-pytestmark = pytest.mark.scifact
 PAGE_BUDGET_BYTES = 100_000
 
 
