@@ -18,7 +18,8 @@ from app.engine.serving_plan import choose
 from app.settings import Settings
 from contract.log_setup import configure_logging
 
-logger = logging.getLogger(__name__)
+# not __name__: run as `python -m app.serve` that is "__main__", whose INFO lines the project's log filter drops
+logger = logging.getLogger("app.serve")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from app.engine.serving_plan import available_cores
 from contract.mutations.log import MutationLog
-from tests.app.conftest import wait_until
+from tests.app.conftest import publish, wait_until
 from tests.conftest import REPO
 from tests.servers import free_port
 
@@ -32,8 +32,12 @@ def test_the_worker_count_is_a_setting_not_a_flag():
         main(["--workers", "2"])
 
 
-def test_two_worker_processes_serve_and_say_how_they_were_chosen(live_bundles, tmp_path):
-    bundles, _ = live_bundles
+def test_two_worker_processes_serve_and_say_how_they_were_chosen(staged, tmp_path):
+    bundles = tmp_path / "bundles"  # its own folder: the replicas listed are this server's alone
+    publish(staged["A"], bundles)
+    # a process records itself only in a mutation log that exists (app/live/mutation_applier.py); one
+    # delete of an id the bundle lacks creates the log and changes no search answer
+    MutationLog(bundles).append_deletes(["not-in-the-bundle"])
     port = free_port()
     env = os.environ | {
         "SEARCH_BUNDLES_DIR": str(bundles),
@@ -51,7 +55,7 @@ def test_two_worker_processes_serve_and_say_how_they_were_chosen(live_bundles, t
     url = f"http://127.0.0.1:{port}"
 
     def replicas() -> int:
-        """Replicas recorded since this server started (other tests' processes share the folder)."""
+        """Replicas recorded since this server started."""
         assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
         try:
             body = httpx.get(url + "/bundles", timeout=5).json()
