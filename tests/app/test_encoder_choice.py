@@ -171,10 +171,17 @@ def test_a_routed_encoder_serves_the_cheap_or_the_full_vectors_by_its_margin(
     assert choice["routing"]["fallback"] in ("torch", "onnx", "onnx-int8")
     routed = 0 if like == "static" else len(queries)
     assert counts["routed"] >= routed and counts["queries"] >= len(queries)  # + the canary
+    n_docs = len(bundle.doc_ids)
     for vec, result in zip(vectors, answer["results"], strict=True):
-        pos, scores = bundle.index.search(vec[None, :], 5)[0]
-        assert [h["id"] for h in result["hits"]][:2] == [bundle.doc_ids[p] for p in pos][:2]
-        np.testing.assert_allclose([h["score"] for h in result["hits"]], scores, atol=0.02)  # int8 fallback
+        pos, scores = bundle.index.search(vec[None, :], n_docs)[0]  # every document, exact, best first
+        exact = {bundle.doc_ids[p]: float(s) for p, s in zip(pos, scores, strict=True)}
+        served = [h["id"] for h in result["hits"]]
+        np.testing.assert_allclose([h["score"] for h in result["hits"]], scores[:5], atol=0.02)
+        if like == "static":  # the table's own vectors: the same ranking exactly
+            assert served[:2] == [bundle.doc_ids[p] for p in pos][:2]
+        else:  # the fallback may be ONNX int8: near-tied documents may swap, none may be worse than
+            # the exact ranking's document at its rank by more than the quantization error
+            assert all(exact[d] >= scores[k] - 0.02 for k, d in enumerate(served))
 
 
 def test_auto_offers_a_routed_static_encoder_when_the_table_alone_is_over_the_budget(
