@@ -13,7 +13,7 @@ RUN_DIR ?= var
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install chromium demo test container-test lint typecheck serve worker bench-load clean
+.PHONY: install chromium test-deps demo test container-test lint typecheck serve worker bench-load clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -47,7 +47,13 @@ worker: install
 	SEARCH_BUNDLES_DIR=$(RUN_DIR)/bundles SEARCH_QUEUE_URL=sqlite:///$(RUN_DIR)/jobs.db \
 		SEARCH_DATA_ROOT=$(if $(DATA),$(dir $(DATA)),$(RUN_DIR)/data/) $(BIN)/python -m training worker
 
-test: install chromium
+# the system packages the tests use (chromium, redis-server, docker-compose) from Debian's archive when root;
+# one line names what could not be installed (those tests then skip with the reason). No dataset is needed:
+# the suite builds its own (tests/conftest.py).
+test-deps:
+	@scripts/test_deps.sh
+
+test: install test-deps
 	$(BIN)/python -m pytest
 
 # The image and the compose stack, run for real with docker, or podman installed from the Debian archive

@@ -68,7 +68,7 @@ def free_port() -> int:
 def prepare(work: Path, n: int, k: int, n_docs: int) -> None:
     from contract.bundles.collections import Collections
     from contract.encoding.encoder import Encoder, document_text
-    from tests.training.scifact_slice import scifact_slice
+    from tests.training.beir_slice import beir_slice
     from training.bundle.build import build_bundle
     from training.bundle.store import BundleStore
     from training.data.beir import load_beir
@@ -86,7 +86,7 @@ def prepare(work: Path, n: int, k: int, n_docs: int) -> None:
         print(f"encoded {len(texts)} documents in {time.perf_counter() - started:.0f} s", flush=True)
     emb = np.load(emb_file)
     if not (work / "data" / "mini").exists():
-        scifact_slice(SCIFACT, work / "data" / "mini", n_train=40, n_test=20, n_distractors=200)
+        beir_slice(SCIFACT, work / "data" / "mini", n_train=40, n_test=20, n_distractors=200)
 
     def build(root: Path, name: str, seed: int, enc: Any) -> Path:
         collections = Collections(None, root)

@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # for tests.training.scifact_slice, the shared slice writer
+sys.path.insert(0, str(REPO))  # for tests.training.beir_slice, the shared slice writer
 
 API_KEY = "scaleout-bench"
 # Tiny, deterministic training budget shared by the first bundle and the retrain (see docstring).
@@ -144,10 +144,10 @@ class QueryLoad:
 
 
 def build_slice(scifact: Path, data_root: Path) -> tuple[Path, list[str]]:
-    from tests.training.scifact_slice import scifact_slice
+    from tests.training.beir_slice import beir_slice
     from training.data.beir import load_beir
 
-    folder = scifact_slice(scifact, data_root / "slice", n_train=16, n_test=8, n_distractors=40)
+    folder = beir_slice(scifact, data_root / "slice", n_train=16, n_test=8, n_distractors=40)
     queries = list(load_beir(folder, "test").queries.values()) + list(
         load_beir(folder, "train").queries.values()
     )

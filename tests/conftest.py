@@ -1,4 +1,9 @@
-"""Shared fixtures: the real small encoder (loaded once), and the scifact benchmark when present."""
+"""Shared fixtures: the real small encoder (loaded once) and the project's own retrieval dataset.
+
+The dataset is the demo's (training/data/demo_data.py: this Python's standard-library docstrings, one
+relevant document per query), built once per session into a temporary folder, so the suite needs nothing
+beside the clone. Checks that need the scifact benchmark's own numbers live in bench/ (bench/scifact_checks.py).
+"""
 
 from __future__ import annotations
 
@@ -8,21 +13,20 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SCIFACT = REPO.parent / "shared" / "data" / "scifact"
-
-
-def scifact_dir() -> Path:
-    """Path of ../shared/data/scifact, or skip the calling test with a clear reason."""
-    if not (SCIFACT / "corpus.jsonl").exists():
-        pytest.skip(
-            f"scifact benchmark not found at {SCIFACT} (expected ../shared/data/scifact beside the repo)"
-        )
-    return SCIFACT
+# 600 documents (450 train / 150 test queries): more than any test's slice draws (at most 40 train
+# queries, 30 test queries and 200 distractors), so slices stay seeded samples rather than the whole set
+DEMO_DOCS = 600
+DEMO_TEST_QUERIES = 150
 
 
 @pytest.fixture(scope="session")
-def scifact() -> Path:
-    return scifact_dir()
+def demo_dataset(tmp_path_factory) -> Path:
+    """A BEIR folder (corpus.jsonl, queries.jsonl, qrels/{train,test}.tsv) of the standard library's
+    docstrings: deterministic for this Python, built in seconds, shared read-only by the session."""
+    from training.data.demo_data import build_demo_dataset
+
+    folder = tmp_path_factory.mktemp("demo-dataset") / "pydocs"
+    return build_demo_dataset(folder, n_docs=DEMO_DOCS, n_test=DEMO_TEST_QUERIES)
 
 
 @pytest.fixture(scope="session")

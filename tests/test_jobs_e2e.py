@@ -1,6 +1,6 @@
 """Retrain and reindex end to end: the real app, a real worker subprocess, a real SQLite queue.
 
-Data: a seeded scifact slice (40 train queries, 20 test queries, ~110 documents) written as a BEIR folder
+Data: a seeded slice of the demo dataset (40 train queries, 20 test queries, ~120 documents) written as a BEIR folder
 under a temporary data root. The first live bundle is the base model indexed on it; jobs then train for
 two steps (max_seq_length 32) and publish through the quality gate. The worker runs two consumer
 threads, so two retrains running one after the other proves the bundle lock, not a single thread.
@@ -25,9 +25,9 @@ from app.main import create_app
 from app.settings import Settings
 from contract.jobs.queue import JobQueue
 from tests.app.conftest import wait_until
-from tests.training.scifact_slice import scifact_slice
+from tests.training.beir_slice import beir_slice
 
-pytestmark = [pytest.mark.slow, pytest.mark.scifact]
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = {"X-API-Key": "e2e-key"}
@@ -90,17 +90,17 @@ class Worker:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory, scifact) -> Iterator[dict[str, Any]]:
+def env(tmp_path_factory, demo_dataset) -> Iterator[dict[str, Any]]:
     from contract.encoding.encoder import Encoder
     from training.publish.index_model import index_model
 
     root = tmp_path_factory.mktemp("jobs-e2e")
     data_root = root / "data"
-    scifact_slice(scifact, data_root / "scifact-mini", n_train=40, n_test=20, n_distractors=30)
+    beir_slice(demo_dataset, data_root / "pydocs-mini", n_train=40, n_test=20, n_distractors=30)
     base = Encoder.load()
     base.model.max_seq_length = 32  # the bundles keep it: every encode in these tests stays cheap
     base.save(root / "models" / "base-model")  # jobs may name base models under the models root only
-    first = index_model(root / "models" / "base-model", data_root / "scifact-mini", root / "bundles", index_kind="flat",
+    first = index_model(root / "models" / "base-model", data_root / "pydocs-mini", root / "bundles", index_kind="flat",
                         onnx=False, show_progress=False)  # fmt: skip
     assert first.live
     settings = Settings(
@@ -131,7 +131,7 @@ def _wait(what: str, check: Callable[[], Any], worker: Worker, timeout: float = 
 def _submit(env: dict[str, Any], job_type: str, options: dict[str, Any]) -> str:
     if job_type == "retrain":  # start from the 32-token base model: every encode stays cheap
         options = {"base_model": env["base"]} | options
-    body = {"type": job_type, "dataset": "scifact-mini", "options": options}
+    body = {"type": job_type, "dataset": "pydocs-mini", "options": options}
     r = env["client"].post("/jobs", json=body, headers=KEY)
     assert r.status_code == 202, r.text
     return r.json()["id"]
@@ -248,12 +248,12 @@ def test_a_retrain_of_one_collection_goes_live_only_there(env):
 
     client, worker, bundles, settings = env["client"], env["worker"], env["bundles"], env["settings"]
     folder = Collections(settings.collections_root, bundles).create("other")
-    first = index_model(settings.models_root / env["base"], settings.data_root / "scifact-mini", folder,
+    first = index_model(settings.models_root / env["base"], settings.data_root / "pydocs-mini", folder,
                         index_kind="flat", onnx=False, show_progress=False)  # fmt: skip
     default_current = _current(bundles)
     other = client.post("/collections/other/search", json={"query": "vitamin d", "top_k": 3})
     assert other.status_code == 200 and other.json()["version"] == first.version
-    body = {"type": "retrain", "dataset": "scifact-mini", "options": {"base_model": env["base"]} | QUICK}
+    body = {"type": "retrain", "dataset": "pydocs-mini", "options": {"base_model": env["base"]} | QUICK}
     r = client.post("/collections/other/jobs", json=body, headers=KEY)
     assert r.status_code == 202 and r.json()["collection"] == "other", r.text
     job = _wait("the collection's retrain", lambda: _finished(client, r.json()["id"]), worker)

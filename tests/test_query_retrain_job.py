@@ -23,9 +23,9 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.settings import Settings
 from tests.app.conftest import wait_until
-from tests.training.scifact_slice import scifact_slice
+from tests.training.beir_slice import beir_slice
 
-pytestmark = [pytest.mark.slow, pytest.mark.scifact]
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = {"X-API-Key": "query-key"}
@@ -37,13 +37,13 @@ QUERY_JOB = {"tower": "query", "max_steps": 2, "lr": 1e-7, "eval_max_queries": 1
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory, scifact) -> Iterator[dict[str, Any]]:
+def env(tmp_path_factory, demo_dataset) -> Iterator[dict[str, Any]]:
     from contract.encoding.encoder import Encoder
     from training.publish.index_model import index_model
 
     root = tmp_path_factory.mktemp("query-job")
     data_root = root / "data"
-    scifact_slice(scifact, data_root / "mini", n_train=24, n_test=10, n_distractors=30)
+    beir_slice(demo_dataset, data_root / "mini", n_train=24, n_test=10, n_distractors=30)
     base = Encoder.load()
     base.model.max_seq_length = 32
     base.save(root / "base")

@@ -1,7 +1,8 @@
-"""A small real bundle for the API tests, built once per session from a slice of scifact.
+"""A small real bundle for the API tests, built once per session from a slice of the demo dataset
+(tests/conftest.py: the standard library's docstrings, one relevant document per query).
 
-30 scifact test queries with their relevant documents plus 200 distractors (~230 documents, abstracts
-cut to their first 48 words to keep encoding cheap), encoded with the real all-MiniLM-L6-v2 and written with contract.bundles.bundle into a flat (exact) FAISS index. Every
+30 test queries with their relevant documents plus 200 distractors (230 documents, each at most 1000
+characters), encoded with the real all-MiniLM-L6-v2 and written with contract.bundles.bundle into a flat (exact) FAISS index. Every
 document gets metadata (`year`, `group`, `even`) so filters can be tested. Bundle A also carries the
 ONNX query encoders (fp32 + int8, with their measured nDCG@10 loss) and a generalization-gap report;
 bundle B is the same corpus without them (a second version for swaps).
@@ -23,7 +24,6 @@ from app.settings import Settings
 
 N_QUERIES = 30
 N_DISTRACTORS = 200
-MAX_WORDS = 48  # abstracts cut short: encoding full scifact abstracts dominates the suite on 2 shared cores
 
 
 def doc_metadata(i: int) -> dict[str, object]:
@@ -31,11 +31,11 @@ def doc_metadata(i: int) -> dict[str, object]:
 
 
 @pytest.fixture(scope="session")
-def slice_data(scifact):
+def slice_data(demo_dataset):
     from training.data.beir import load_beir
     from training.data.query_sample import subset
 
-    data = subset(load_beir(scifact, "test"), n_queries=N_QUERIES, n_distractors=N_DISTRACTORS, seed=0)
+    data = subset(load_beir(demo_dataset, "test"), n_queries=N_QUERIES, n_distractors=N_DISTRACTORS, seed=0)
     data.corpus = {
         d: replace(doc, metadata=doc_metadata(i)) for i, (d, doc) in enumerate(data.corpus.items())
     }

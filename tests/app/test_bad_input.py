@@ -16,7 +16,6 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from tests.app.conftest import make_settings
 
-pytestmark = pytest.mark.scifact
 JSON = {"content-type": "application/json"}
 DIM = 384
 

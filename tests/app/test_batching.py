@@ -13,8 +13,6 @@ from app.engine.live_bundle import LiveBundle, SearchSpec, open_live_bundle
 from app.metrics import AppMetrics
 from contract.bundles.bundle import load_bundle
 
-pytestmark = pytest.mark.scifact
-
 
 @pytest.fixture(scope="module")
 def live(staged) -> LiveBundle:

@@ -13,13 +13,11 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
 from tests.app.conftest import make_settings, publish, wait_until
 
-pytestmark = pytest.mark.scifact
 KEY = {"X-API-Key": "test-key"}
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,5 +1,5 @@
 """infonce_search.Client and AsyncClient against the real app served by uvicorn on loopback (real HTTP),
-with the session's scifact bundle A published into a bundles folder of this module's own (the document
+with the session's demo-dataset bundle A published into a bundles folder of this module's own (the document
 tests write its mutation log) and a real SQLite job queue (no worker: jobs stay queued)."""
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from tests.app.conftest import make_settings, publish
 from tests.servers import free_port
 from tests.test_layering import imports_of
 
-pytestmark = pytest.mark.scifact
 KEY = "test-key"
 
 

@@ -1,6 +1,6 @@
 """Collections with the real app: names, aliases, isolation, lazy loading and eviction, scoped jobs.
 
-Bundles are the session's scifact slice (tests/app/conftest.py): bundle A and B share the base encoder;
+Bundles are the session's demo-dataset slice (tests/app/conftest.py): bundle A and B share the base encoder;
 bundle T is the same corpus encoded by a *different* encoder — the base model after a few AdamW steps of
 InfoNCE on deliberately mismatched pairs, so its rankings differ — to prove that two collections with
 different encoders answer the same query each with their own.
@@ -23,7 +23,6 @@ from contract.encoding.encoder import document_text
 from tests.app.conftest import make_settings, publish
 from training.bundle.store import BundleStore
 
-pytestmark = pytest.mark.scifact
 KEY = {"X-API-Key": "test-key"}
 QUERY = "vitamin d and bone density"
 

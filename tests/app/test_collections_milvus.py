@@ -18,7 +18,6 @@ from tests.app.conftest import make_settings
 from tests.app.test_backends import stage
 from tests.servers import milvus_server
 
-pytestmark = pytest.mark.scifact
 KEY = {"X-API-Key": "test-key"}
 
 

@@ -11,8 +11,6 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from tests.app.conftest import make_settings, publish
 
-pytestmark = pytest.mark.scifact
-
 
 @pytest.fixture(scope="module")
 def client(live_bundles):

@@ -13,8 +13,6 @@ from app.settings import Settings
 from contract.encoding.query_encoders import EXTRAS_KEY, StaticQueryEncoder
 from tests.app.conftest import make_settings, publish
 
-pytestmark = pytest.mark.scifact
-
 
 @pytest.fixture(scope="module")
 def distilled_bundles(tmp_path_factory, staged_distilled):

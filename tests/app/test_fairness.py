@@ -18,7 +18,6 @@ from app.engine.token_slicing import slices
 from app.main import create_app
 from tests.app.conftest import make_settings, wait_until
 
-pytestmark = pytest.mark.scifact
 LONG = " ".join(["the effect of vitamin d supplementation on bone mineral density"] * 30)  # > 256 tokens
 
 

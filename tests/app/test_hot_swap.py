@@ -8,14 +8,10 @@ from __future__ import annotations
 import asyncio
 import time
 
-import pytest
-
 from app.live.hot_swap import HotSwap
 from app.metrics import AppMetrics
 from tests.app.conftest import make_settings, publish
 from training.bundle.store import BundleStore
-
-pytestmark = pytest.mark.scifact
 
 
 def test_a_load_that_current_moved_away_from_is_not_swapped_in(tmp_path, staged):

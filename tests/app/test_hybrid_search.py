@@ -16,7 +16,6 @@ from contract.index.fusion import FusionParams, fuse
 from tests.app.conftest import doc_metadata, make_settings, publish, wait_until
 from tests.contract.test_lexical_index import brute_force
 
-pytestmark = pytest.mark.scifact
 KEY = {"X-API-Key": "test-key"}
 
 

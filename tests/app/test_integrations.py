@@ -12,7 +12,6 @@ from infonce_search import Client
 from tests.app.conftest import make_settings, publish
 from tests.servers import serve_app
 
-pytestmark = pytest.mark.scifact
 KEY = "test-key"
 ANIMALS = [
     (

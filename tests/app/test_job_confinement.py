@@ -203,7 +203,6 @@ def _run(settings, job_id: str) -> dict:
     return JobQueue(settings.queue_url).get(job_id).model_dump()
 
 
-@pytest.mark.scifact
 def test_a_reindex_refuses_a_train_split_linked_after_submission(env, staged):
     """Item 1: reindex reads qrels/train.tsv to tune fusion; a link planted there after submission is
     refused when the file is opened, and nothing of the outside file reaches the job record."""
@@ -223,7 +222,6 @@ def test_a_reindex_refuses_a_train_split_linked_after_submission(env, staged):
     assert _opened_under(outside) == []
 
 
-@pytest.mark.scifact
 def test_a_hard_linked_corpus_is_refused_at_submission_and_at_open(env, staged, tmp_path):
     """Item 3: a hard link cannot be seen by resolving a path; the link count of the opened file can."""
     from tests.app.conftest import publish
@@ -273,17 +271,16 @@ def test_a_model_folder_whose_files_link_outside_is_refused(env):
     assert _opened_under(outside) == []
 
 
-@pytest.mark.scifact
 @pytest.mark.slow
-def test_every_file_each_job_type_opens_under_a_root_goes_through_the_confined_reader(tmp_path, scifact):
+def test_every_file_each_job_type_opens_under_a_root_goes_through_the_confined_reader(tmp_path, demo_dataset):
     """An audit hook sees every `open` by path and every confined open: a retrain (from a base model
     under the models root) and a reindex each open their dataset files and model files only through the
     reader, and no file under either root by any other way."""
     from contract.encoding.encoder import Encoder
-    from tests.training.scifact_slice import scifact_slice
+    from tests.training.beir_slice import beir_slice
 
     data = tmp_path / "data"
-    scifact_slice(scifact, data / "slice", n_train=16, n_test=8, n_distractors=20)
+    beir_slice(demo_dataset, data / "slice", n_train=16, n_test=8, n_distractors=20)
     models = tmp_path / "models"
     base = Encoder.load()
     base.model.max_seq_length = 32

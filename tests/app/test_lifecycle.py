@@ -15,7 +15,6 @@ from app.main import create_app
 from tests.app.conftest import make_settings, publish, wait_until
 from training.bundle.store import BundleStore
 
-pytestmark = pytest.mark.scifact
 KEY = {"X-API-Key": "test-key"}
 
 

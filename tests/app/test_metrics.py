@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.main import create_app
 from tests.app.conftest import make_settings
 
-pytestmark = pytest.mark.scifact
 KEY = {"X-API-Key": "test-key"}
 
 

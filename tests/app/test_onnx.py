@@ -17,8 +17,6 @@ from contract.errors import ModelLoadError
 from tests.app.conftest import make_settings
 from training.export.onnx_export import export_onnx
 
-pytestmark = pytest.mark.scifact
-
 
 def test_onnx_fp32_reproduces_torch_vectors_and_int8_stays_close(staged, shared_encoder, slice_data):
     texts = list(slice_data.queries.values()) + ["", "a " * 600]  # empty and over-long inputs too

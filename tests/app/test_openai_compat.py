@@ -15,7 +15,6 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from tests.app.conftest import make_settings
 
-pytestmark = pytest.mark.scifact
 TEXTS = ["vitamin D and bone density", "statins and muscle pain"]
 CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
 

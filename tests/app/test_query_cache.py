@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 from fastapi.testclient import TestClient
 
 from app.engine.query_cache import QueryCache
@@ -42,7 +41,6 @@ def test_least_recently_used_entries_leave_first():
     assert enc.seen == ["x", "y", "z", "y"]
 
 
-@pytest.mark.scifact
 def test_metrics_count_hits_and_misses_and_answers_do_not_change(live_bundles):
     bundles, _ = live_bundles
     with TestClient(create_app(make_settings(bundles, reload_poll_seconds=0, query_cache_size=8))) as client:
@@ -56,7 +54,6 @@ def test_metrics_count_hits_and_misses_and_answers_do_not_change(live_bundles):
     assert "search_query_cache_misses_total 2.0" in text
 
 
-@pytest.mark.scifact
 def test_size_zero_turns_the_cache_off(live_bundles):
     bundles, _ = live_bundles
     with TestClient(create_app(make_settings(bundles, reload_poll_seconds=0, query_cache_size=0))) as client:

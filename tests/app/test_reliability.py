@@ -3,7 +3,7 @@ valid and invalid requests sent with the API key, and every check schemathesis h
 (see below), positive data acceptance (a request the spec calls valid is not refused with a 4xx the spec
 does not allow) and negative data rejection included; then its stateful phase (sequences of calls linked through responses).
 
-The app is the real one (lifespan, the session's live scifact bundle, a real SQLite job queue without a
+The app is the real one (lifespan, the session's live demo-dataset bundle, a real SQLite job queue without a
 worker, a data root with a dataset), driven through a TestClient. The spec is the one this app serves,
 so it states this server's limits (app/api/openapi.py). Examples are bounded (`MAX_EXAMPLES` per operation and mode,
 `STATEFUL_*` for the stateful phase) so the module stays within a few minutes of CI on 2 cores; the token
@@ -26,7 +26,6 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from app.main import create_app
 from tests.app.conftest import make_settings, publish
 
-pytestmark = pytest.mark.scifact
 KEY = {"X-API-Key": "test-key"}
 MAX_EXAMPLES = 12
 STATEFUL_EXAMPLES = 6

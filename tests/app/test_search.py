@@ -12,8 +12,6 @@ from app.engine.query_tokens import QueryTokenizer, encode_token_ids
 from app.main import create_app
 from tests.app.conftest import make_settings
 
-pytestmark = pytest.mark.scifact
-
 
 @pytest.fixture(scope="module")
 def client(live_bundles):

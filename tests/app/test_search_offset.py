@@ -13,7 +13,6 @@ from app.main import create_app
 from app.schemas.search import MAX_DEPTH
 from tests.app.conftest import make_settings, publish
 
-pytestmark = pytest.mark.scifact
 MAX_TOP_K = 40  # this server's SEARCH_MAX_TOP_K: small, so the limit is reached with a small corpus
 
 

@@ -14,8 +14,6 @@ from tests.app.conftest import wait_until
 from tests.conftest import REPO
 from tests.servers import free_port
 
-pytestmark = pytest.mark.scifact
-
 
 def test_a_cgroup_quota_caps_the_cores(tmp_path):
     cpu_max = tmp_path / "cpu.max"

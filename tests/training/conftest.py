@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.training.scifact_slice import scifact_slice
+from tests.training.beir_slice import beir_slice
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
-def pipeline_run(scifact, tmp_path_factory):
+def pipeline_run(demo_dataset, tmp_path_factory):
     root = tmp_path_factory.mktemp("cards")
-    data = scifact_slice(scifact, root / "slice", n_train=12, n_test=6, n_distractors=20)
+    data = beir_slice(demo_dataset, root / "slice", n_train=12, n_test=6, n_distractors=20)
     bundles = root / "bundles"
     cmd = [
         sys.executable, "-m", "training", "pipeline",

@@ -20,9 +20,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 
-pytestmark = pytest.mark.scifact
 REPO = Path(__file__).resolve().parents[2]
 
 

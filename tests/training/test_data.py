@@ -316,14 +316,3 @@ def test_random_corruption_only_ever_raises_data_error(tmp_path: Path) -> None:
             failures += 1
             assert str(root) in str(err)
     assert failures > 50  # most corruptions must be caught, not silently accepted
-
-
-# -- the real benchmark --------------------------------------------------------------------------------
-@pytest.mark.scifact
-def test_scifact_counts(scifact: Path) -> None:
-    test = load_beir(scifact, "test")
-    train = load_beir(scifact, "train")
-    assert len(test.corpus) == 5183 and train.corpus.keys() == test.corpus.keys()
-    assert len(test.queries) == 300 and sum(len(r) for r in test.qrels.values()) == 339
-    assert len(train.queries) == 537 and len(training_pairs(train)) == 609
-    assert not set(train.queries) & set(test.queries)

@@ -18,7 +18,7 @@ from training.data.retrieval_data import Document, RetrievalData
 from training.eval.evaluate import encode_corpus, evaluate, exact_search, trec_metrics
 
 
-# -- hand-written reference metrics (the definitions in the scifact README) ---------------------------
+# -- hand-written reference metrics (the standard definitions, as in BEIR's README) ----------------------
 def hand_ndcg10(ranking: list[str], rel: dict[str, int]) -> float:
     dcg = sum(rel.get(d, 0) / math.log2(i + 2) for i, d in enumerate(ranking[:10]))
     ideal = sorted((g for g in rel.values() if g > 0), reverse=True)[:10]
@@ -215,13 +215,13 @@ def test_real_encoder_finds_obvious_answers_and_reuses_corpus_encoding(shared_en
     assert again.metrics == first.metrics
 
 
-@pytest.mark.scifact
-def test_scifact_slice_beats_random(scifact: Path, shared_encoder) -> None:
-    data = subset(load_beir(scifact, "test"), n_queries=30, n_distractors=120, seed=0)
+def test_a_real_slice_beats_random(demo_dataset: Path, shared_encoder) -> None:
+    data = subset(load_beir(demo_dataset, "test"), n_queries=30, n_distractors=120, seed=0)
     result = evaluate(shared_encoder, data, batch_size=32, show_progress=False)
     assert all(0.0 <= v <= 1.0 for v in result.metrics.values())
     assert result.metrics["recall@100"] >= result.metrics["recall@10"] >= result.metrics["recall@1"]
-    # random ranking of ~155 docs with ~1.1 relevant per query gives nDCG@10 around 0.03 (base model: 0.87)
+    # random ranking of 150 docs with one relevant per query gives nDCG@10 around 0.03 (base model: 0.86);
+    # the same check on scifact's numbers is bench/scifact_checks.py
     assert result.metrics["ndcg@10"] > 0.4
 
 

@@ -264,14 +264,13 @@ def test_actual_training_k_reads_the_log_and_falls_back_to_old_records():
     assert actual_training_k([{"n_extra_negatives": 6}], config)[0] == 7 + 6
 
 
-@pytest.mark.scifact
-def test_training_writes_the_report_and_the_cli_regenerates_it(scifact, tmp_path):
+def test_training_writes_the_report_and_the_cli_regenerates_it(demo_dataset, tmp_path):
     import torch
 
-    from tests.training.scifact_slice import scifact_slice
+    from tests.training.beir_slice import beir_slice
     from training.train.trainer import train
 
-    data_dir = scifact_slice(scifact, tmp_path / "data", n_train=8, n_test=6, n_distractors=16)
+    data_dir = beir_slice(demo_dataset, tmp_path / "data", n_train=8, n_test=6, n_distractors=16)
     config = TrainConfig(
         max_seq_length=32, batch_size=4, max_steps=1, hard_negatives=0, random_negatives=1, seed=2
     )
@@ -312,7 +311,7 @@ def test_training_writes_the_report_and_the_cli_regenerates_it(scifact, tmp_path
     assert sorted(p.name for p in path.parent.iterdir()) == [REPORT_FILE, *again.plots]
 
 
-def test_subset_helper_is_still_what_the_scifact_test_expects():
+def test_subset_helper_is_still_what_the_slice_test_expects():
     # guards the contract of training.data.query_sample.subset used above (queries keep their qrels)
     train, _ = _toy_splits()
     small = subset(train, n_queries=3, n_distractors=2, seed=0)

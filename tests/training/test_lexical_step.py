@@ -4,17 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.training.scifact_slice import scifact_slice
+from tests.training.beir_slice import beir_slice
 from training.data.split import load_split
 from training.data.validation_carve import carve_validation
 from training.hybrid.lexical_step import validation_split
 
-pytestmark = pytest.mark.scifact
-
 
 @pytest.fixture(scope="module")
-def folder(scifact, tmp_path_factory):
-    return scifact_slice(scifact, tmp_path_factory.mktemp("slice"), n_train=16, n_test=4, n_distractors=5)
+def folder(demo_dataset, tmp_path_factory):
+    return beir_slice(demo_dataset, tmp_path_factory.mktemp("slice"), n_train=16, n_test=4, n_distractors=5)
 
 
 def test_the_runs_own_carve_is_reproduced(folder):

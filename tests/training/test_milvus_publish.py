@@ -258,16 +258,15 @@ def test_typed_fields_only_for_keys_with_one_scalar_type():
     assert not {"mixed", "nested", "bad-key"} & set(fields)
 
 
-@pytest.mark.scifact
 @pytest.mark.slow  # ~70 s on 2 loaded cores: five loads of the encoder (index, publish, serve) per run
 def test_index_model_publishes_to_milvus_and_a_failed_publish_drops_its_collection(
-    scifact, milvus, tmp_path, monkeypatch
+    demo_dataset, milvus, tmp_path, monkeypatch
 ):
     from tests.training.test_publish import write_slice
     from training.eval.embedding_cache import EmbeddingCache
     from training.publish.index_model import index_model
 
-    data = write_slice(scifact, tmp_path / "slice", n_queries=10, n_distractors=30)
+    data = write_slice(demo_dataset, tmp_path / "slice", n_queries=10, n_distractors=30)
     bundles = tmp_path / "bundles"
     # onnx=False keeps this under the suite's budget (the export costs ~1 min on 2 shared cores); the ONNX
     # scoring step opens the staged bundle through the same index_opener as publishing does

@@ -11,8 +11,6 @@ import pytest
 from contract.bundles.bundle import load_bundle
 from training.bundle.store import BundleStore
 
-pytestmark = pytest.mark.scifact
-
 
 def test_pipeline_command_publishes_a_live_bundle_with_its_report(pipeline_run):
     # the shared run (tests/training/conftest.py): `pipeline --quiet --json`, ONNX on

@@ -1,4 +1,4 @@
-"""`index` end to end on a real scifact slice with the real encoder: encode, evaluate, build, publish."""
+"""`index` end to end on a real slice of the demo dataset with the real encoder: encode, evaluate, build, publish."""
 
 from __future__ import annotations
 
@@ -20,13 +20,12 @@ from training.eval.evaluate import evaluate, trec_metrics
 from training.publish.index_model import index_model
 from training.publish.provenance import resolve_run
 
-pytestmark = pytest.mark.scifact
 REPO = Path(__file__).resolve().parents[2]
 
 
-def write_slice(scifact: Path, folder: Path, *, n_queries: int, n_distractors: int) -> Path:
-    """A seeded scifact slice as a BEIR folder (test split only), with a metadata field per document."""
-    data = subset(load_beir(scifact, "test"), n_queries=n_queries, n_distractors=n_distractors, seed=0)
+def write_slice(demo_dataset: Path, folder: Path, *, n_queries: int, n_distractors: int) -> Path:
+    """A seeded slice of the demo dataset as a BEIR folder (test split only), with a metadata field per document."""
+    data = subset(load_beir(demo_dataset, "test"), n_queries=n_queries, n_distractors=n_distractors, seed=0)
     (folder / "qrels").mkdir(parents=True)
     with (folder / "corpus.jsonl").open("w") as f:
         for i, doc in enumerate(data.corpus.values()):
@@ -44,9 +43,11 @@ def write_slice(scifact: Path, folder: Path, *, n_queries: int, n_distractors: i
 
 
 @pytest.fixture(scope="module")
-def slice_dir(scifact, tmp_path_factory) -> Path:
-    """~100 scifact documents: the relevant ones of 20 test queries plus distractors."""
-    return write_slice(scifact, tmp_path_factory.mktemp("scifact") / "slice", n_queries=20, n_distractors=80)
+def slice_dir(demo_dataset, tmp_path_factory) -> Path:
+    """~100 demo-dataset documents: the relevant ones of 20 test queries plus distractors."""
+    return write_slice(
+        demo_dataset, tmp_path_factory.mktemp("demo") / "slice", n_queries=20, n_distractors=80
+    )
 
 
 @pytest.fixture(scope="module")
@@ -186,8 +187,8 @@ def test_index_model_rejects_bad_options(run_dir, slice_dir, tmp_path):
         index_model(run_dir, slice_dir, tmp_path, target_recall=1.5)
 
 
-def test_cli_index_command(run_dir, scifact, tmp_path):
-    slice_dir = write_slice(scifact, tmp_path / "tiny", n_queries=3, n_distractors=10)
+def test_cli_index_command(run_dir, demo_dataset, tmp_path):
+    slice_dir = write_slice(demo_dataset, tmp_path / "tiny", n_queries=3, n_distractors=10)
     cmd = [
         sys.executable,
         "-m",

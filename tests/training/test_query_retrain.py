@@ -1,4 +1,4 @@
-"""Query-side retrain (training/distill/query_retrain.py): a real scifact slice, the real small encoder, a real
+"""Query-side retrain (training/distill/query_retrain.py): a real slice of the demo dataset, the real small encoder, a real
 FAISS bundle published by `index`, then a query tower trained for a few steps against it and published.
 
 The document-encode guard (tests/doc_encode_guard.py) is on while the query-side version is built: any
@@ -22,11 +22,9 @@ from contract.encoding.encoder import Encoder
 from contract.errors import BundleInvalid, ConfigError
 from contract.mutations.rows import encoder_key
 from tests.doc_encode_guard import DocumentEncodeCalled, install
-from tests.training.scifact_slice import scifact_slice
+from tests.training.beir_slice import beir_slice
 from training.bundle.store import BundleStore
 from training.distill.query_config import QueryRetrainConfig
-
-pytestmark = pytest.mark.scifact
 
 # no validation carve: early stopping (its own test below) would keep the live tower after 3 steps
 QUICK = TrainConfig(max_steps=3, eval_max_queries=10, seed=0, validation_fraction=0.0)
@@ -36,12 +34,12 @@ SHARED = ("index.faiss", "ids.json", "docs.sqlite")
 
 
 @pytest.fixture(scope="module")
-def world(scifact, tmp_path_factory) -> dict[str, Any]:
+def world(demo_dataset, tmp_path_factory) -> dict[str, Any]:
     from training.publish.index_model import index_model
     from training.publish.pipeline import run_pipeline
 
     root = tmp_path_factory.mktemp("query-retrain")
-    data = scifact_slice(scifact, root / "data", n_train=30, n_test=12, n_distractors=40)
+    data = beir_slice(demo_dataset, root / "data", n_train=30, n_test=12, n_distractors=40)
     base = Encoder.load()
     base.model.max_seq_length = 32  # every encode in these tests stays cheap
     base.save(root / "base")

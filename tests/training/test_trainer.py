@@ -1,4 +1,4 @@
-"""A tiny real fine-tuning run on a slice of scifact: artifacts, reload, logged loss, progress, cancel."""
+"""A tiny real fine-tuning run on a slice of the demo dataset: artifacts, reload, logged loss, progress, cancel."""
 
 from __future__ import annotations
 
@@ -10,11 +10,9 @@ import torch
 
 from contract.config import TrainConfig
 from contract.encoding.encoder import Encoder
-from tests.training.scifact_slice import scifact_slice
+from tests.training.beir_slice import beir_slice
 from training.gap.training_k import training_k
 from training.train.trainer import train
-
-pytestmark = pytest.mark.scifact
 
 
 @pytest.fixture(autouse=True)
@@ -27,10 +25,8 @@ def _one_torch_thread():
 
 
 @pytest.fixture(scope="module")
-def slice_dir(tmp_path_factory):
-    from tests.conftest import scifact_dir
-
-    return scifact_slice(scifact_dir(), tmp_path_factory.mktemp("scifact-slice"), n_distractors=24)
+def slice_dir(demo_dataset, tmp_path_factory):
+    return beir_slice(demo_dataset, tmp_path_factory.mktemp("slice"), n_distractors=24)
 
 
 def test_tiny_run_writes_artifacts_and_the_model_reloads(slice_dir, tmp_path):

@@ -1,4 +1,4 @@
-"""Bundles for the page's tests: the API tests' scifact slice with a real generalization-gap report.
+"""Bundles for the page's tests: the API tests' demo-dataset slice with a real generalization-gap report.
 
 The report is computed by training.gap.report on that slice (the real encoder; its 30 queries split into
 15 "training" and 15 held-out ones, the document embeddings reused) and written with its real PNG plots,

@@ -26,7 +26,7 @@ from tests.app.conftest import publish
 from tests.app.ui.conftest import SAVED, SCREENSHOTS
 from tests.servers import free_port
 
-pytestmark = [pytest.mark.scifact, pytest.mark.browser]
+pytestmark = pytest.mark.browser
 KEY = "ui-test-key"
 PAGE_BUDGET_BYTES = 150_000  # the page's files (test_ui_routes.py bounds them to 90 kB) and its API answers
 # the two sizes every new page test runs at: a laptop, and a phone (iPhone 12-15's CSS pixels)

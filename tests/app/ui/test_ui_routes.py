@@ -17,7 +17,6 @@ from app.main import create_app
 from app.schemas.search import SearchRequest
 from tests.app.conftest import make_settings
 
-pytestmark = pytest.mark.scifact
 STATIC_BUDGET_BYTES = 90_000
 
 

@@ -1,4 +1,5 @@
-"""Write a small seeded slice of scifact as a BEIR folder, so the trainer and CLI run on real data fast."""
+"""Write a small seeded slice of a BEIR folder (the session's demo dataset), so the trainer and CLI run on
+real data fast."""
 
 from __future__ import annotations
 
@@ -28,9 +29,9 @@ def write_beir(folder: Path, splits: dict[str, RetrievalData]) -> Path:
     return folder
 
 
-def scifact_slice(
-    scifact: Path, folder: Path, *, n_train: int = 16, n_test: int = 8, n_distractors: int = 40
+def beir_slice(
+    source: Path, folder: Path, *, n_train: int = 16, n_test: int = 8, n_distractors: int = 40
 ) -> Path:
-    train = subset(load_beir(scifact, "train"), n_queries=n_train, n_distractors=n_distractors, seed=0)
-    test = subset(load_beir(scifact, "test"), n_queries=n_test, n_distractors=n_distractors, seed=1)
+    train = subset(load_beir(source, "train"), n_queries=n_train, n_distractors=n_distractors, seed=0)
+    test = subset(load_beir(source, "test"), n_queries=n_test, n_distractors=n_distractors, seed=1)
     return write_beir(folder, {"train": train, "test": test})
