@@ -92,7 +92,8 @@ def test_bundle_card_tells_gate_recall_and_how_to_query(pipeline_run):
     assert "recall@10 vs exact search" in card and manifest["index"]["factory"] in card
     assert f"| ndcg@10 | {manifest['metrics']['test']['ndcg@10']:.4f} |" in card
     assert "/search" in card and "/embed" in card and "load_bundle" in card
-    assert "README.md" not in manifest["files"]  # derived at publication, like gate.json
+    # written at publication, and checksummed with gate.json since issue 27 (a damaged card is seen)
+    assert "README.md" in manifest["files"] and "gate.json" in manifest["files"]
 
 
 def _strings(value):

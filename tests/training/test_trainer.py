@@ -50,7 +50,7 @@ def test_tiny_run_writes_artifacts_and_the_model_reloads(slice_dir, tmp_path):
     out = tmp_path / "run"
     assert result.model_dir == out / "model" and not (out / "model.partial").exists()
     metrics = json.loads((out / "metrics.json").read_text())
-    assert set(metrics) == {"base", "tuned", "train_seconds", "validation", "by_mode"}
+    assert set(metrics) == {"base", "base_is", "tuned", "train_seconds", "validation", "by_mode"}
     assert metrics["train_seconds"] > 0
     # every retrieval mode, base and tuned; dense is the same evaluation as "base" / "tuned"
     for side in ("base", "tuned"):
