@@ -35,10 +35,18 @@ def test_a_crash_between_log_and_current_leaves_no_record_claiming_live(staged, 
     with pytest.raises(RuntimeError):
         store.publish(variant(staged, tmp_path / "new", 0.9), hook=crash)
     new = [v for v in store.list_versions() if v.version != old][0]
-    last = json.loads((store.root / "gate.jsonl").read_text().splitlines()[-1])
-    assert last["version"] == new.version and last["accepted"] is True and "live" not in last
+
+    def records() -> list[dict]:
+        return [json.loads(line) for line in (store.root / "gate.jsonl").read_text().splitlines()]
+
+    # the decision is logged after CURRENT (issue 27): nothing in the log speaks of the new version yet
+    assert all(r["version"] != new.version for r in records())
     assert new.gate is not None and new.gate.accepted and not new.live  # live comes from CURRENT
     assert store.current_version() == old
+    store.prune()  # the next publish or prune says what the killed publisher left
+    (interrupted,) = [r for r in records() if r["version"] == new.version]
+    assert interrupted["event"] == "publish_interrupted" and interrupted["made_live"] is False
+    assert interrupted["accepted"] is True and "not live" in interrupted["reason"]
 
 
 def test_the_gate_compares_only_on_the_same_evaluation_set(staged, tmp_path):  # noqa: F811

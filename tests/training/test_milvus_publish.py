@@ -75,11 +75,15 @@ def test_a_crash_at_any_publish_step_leaves_the_alias_on_the_old_collection(shar
     first = store.publish(_stage(shared_encoder, tmp_path / "s0", milvus, seed=0), force=True)
     live = _collection(store, first.version)
     assert _alias_target(milvus) == live
-    # a failure before the rename leaves the staged bundle reusable; from "log" on it is published (not live)
+    # a failure before the rename leaves the staged bundle reusable; one before "current" leaves it
+    # published, not live; one before "log" comes after CURRENT (the decision is logged after it since
+    # issue 27): the version is live and the alias follows CURRENT
     staged = _stage(shared_encoder, tmp_path / "s1", milvus, seed=1)
     for step in PUBLISH_STEPS:
-        if step == "current":
-            staged = _stage(shared_encoder, tmp_path / "s2", milvus, seed=2)
+        if step in ("current", "log"):
+            staged = _stage(
+                shared_encoder, tmp_path / f"s-{step}", milvus, seed=2 if step == "current" else 3
+            )
 
         def crash(name: str, at: str = step) -> None:
             if name == at:
@@ -87,6 +91,11 @@ def test_a_crash_at_any_publish_step_leaves_the_alias_on_the_old_collection(shar
 
         with pytest.raises(RuntimeError, match=step):
             store.publish(staged, force=True, hook=crash)
+        if step == "log":
+            current = store.current_version()
+            assert current != first.version and _alias_target(milvus) == _collection(store, current)
+            store.activate(first.version)
+            continue
         assert _alias_target(milvus) == live, step
         assert store.current_version() == first.version
     second = store.publish(_stage(shared_encoder, tmp_path / "s9", milvus, seed=9), force=True)
