@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from contract.encoding.encoder import Encoder, similarity_on_disk
+from contract.encoding.encoder import DOCUMENT_DIR, Encoder, similarity_on_disk
 
 T = TypeVar("T")
 # files that do not change what a model computes: the model card, and exports loaded by other backends
@@ -61,10 +61,24 @@ def shared(key: str | None, load: Callable[[], T]) -> T:
 
 
 def load_encoder(folder: Path, key: str | None) -> Encoder:
-    """The encoder of a bundle's model folder; the torch module is shared with every loaded bundle whose
-    model files have the same checksums (`key`, from files_key), the Encoder around it is this folder's."""
-    model = shared(None if key is None else f"encoder:{key}", lambda: Encoder.load(folder).model)
-    return Encoder(model, similarity_on_disk(folder), source=str(folder))
+    """The encoder of a bundle's model folder; the torch modules are shared with every loaded bundle whose
+    model files have the same checksums (`key`, from files_key, covers a two-tower folder's document tower
+    too), the Encoder around them is this folder's. A two-tower model (a query-side retrain) keeps its
+    document tower: new documents must be encoded as the index was built."""
+    loaded: list[Encoder] = []
+
+    def whole() -> Encoder:  # loaded once, whichever tower is asked for first
+        if not loaded:
+            loaded.append(Encoder.load(folder))
+        return loaded[0]
+
+    model = shared(None if key is None else f"encoder:{key}", lambda: whole().model)
+    document_model = None
+    if (folder / DOCUMENT_DIR).is_dir():
+        document_model = shared(
+            None if key is None else f"document-encoder:{key}", lambda: whole().document_model
+        )
+    return Encoder(model, similarity_on_disk(folder), source=str(folder), document_model=document_model)
 
 
 def loaded_keys() -> list[str]:
