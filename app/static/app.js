@@ -9,6 +9,7 @@ import { loadBundles } from "./bundle.js";
 import { loadJobs, submitJob } from "./jobs.js";
 import { loadReport } from "./report.js";
 import { loadCollections, setUpCollections } from "./collections.js";
+import { setUpDocuments } from "./documents.js";
 
 // -- tabs ---------------------------------------------------------------------------------------------
 const loaders = { search: () => {}, bundle: loadBundles, jobs: loadJobs, report: loadReport, collections: loadCollections };
@@ -33,6 +34,7 @@ function showTab() {
 document.addEventListener("DOMContentLoaded", () => {
   $("api-key").addEventListener("input", (e) => { state.key = e.target.value.trim(); });
   setUpSearch();
+  setUpDocuments();
   $("job-form").addEventListener("submit", submitJob);
   window.addEventListener("hashchange", showTab);
   restoreSearch(); // a search in the URL (a reload, a shared link) runs again

@@ -674,3 +674,41 @@ def test_the_bundle_tab_shows_modes_fusion_the_mutation_log_and_the_encoder(watc
     assert "torch" in page.inner_text("#encoder")  # SEARCH_ENCODER_BACKEND=torch here
     watched.no_horizontal_scroll()
     watched.shot(f"16-bundle-serving-{watched.size}")
+
+
+@both_sizes
+def test_with_the_key_a_document_written_on_the_page_is_found_in_every_mode_then_deleted(watched):
+    """Issue 32: the demo's key on the page writes documents too (activation, rollback and jobs are the
+    tests above). Upserted from the page, a document is found by a page search in every mode at once;
+    deleted from the page, it is gone from all of them. Last in this module: it writes to the shared log."""
+    page, base = watched.page, watched.base
+    doc_id = f"page-note-{watched.size}"
+    words = f"zebra marmalade quokka lighthouse {watched.size}"
+    page.goto(base + "/")
+    page.click("#doc-write summary")
+    page.fill("#doc-id", doc_id)
+    page.fill("#doc-title", "Zebra marmalade")
+    page.fill("#doc-text", f"A note about {words}, written from the page.")
+    page.fill("#doc-metadata", '{"source": "page"}')
+    page.click("#doc-form button[type=submit]")
+    page.wait_for_selector("#doc-write-status.error")  # no key yet: refused before any request
+    assert "API key" in page.inner_text("#doc-write-status")
+    assert httpx.get(f"{base}/documents/{doc_id}").status_code == 404
+
+    page.fill("#api-key", KEY)
+    page.click("#doc-form button[type=submit]")
+    page.wait_for_selector("#doc-write-status.ok")
+    assert f"Upserted {doc_id}" in page.inner_text("#doc-write-status")
+    assert httpx.get(f"{base}/documents/{doc_id}").json()["metadata"] == {"source": "page"}
+    for mode in ("dense", "lexical", "hybrid"):
+        _search(page, words, mode=mode, top_k=5)
+        assert _ids(page)[0] == doc_id, mode
+    watched.no_horizontal_scroll()
+    watched.shot(f"17-document-written-{watched.size}")
+
+    page.click("#doc-delete")
+    page.wait_for_selector(f"#doc-write-status.ok:has-text('Deleted {doc_id}')")
+    for mode in ("dense", "lexical", "hybrid"):
+        _search(page, words, mode=mode, top_k=5)
+        assert doc_id not in _ids(page), mode
+    assert httpx.get(f"{base}/documents/{doc_id}").status_code == 404
