@@ -52,6 +52,7 @@ def test_page_and_assets_are_served_offline_and_small(client):
         "search.js",
         "bundle.js",
         "jobs.js",
+        "documents.js",
         "report.js",
         "collections.js",
         "scores.js",
