@@ -63,7 +63,7 @@ def _json_integer(value: Any) -> Any:
     # JSON Schema's "integer" is any number with a zero fraction (889.0 too) but never a string or a
     # boolean; pydantic's strict int refuses 889.0 and its lax int takes "889" and true
     if isinstance(value, (bool, str)):
-        raise ValueError("must be an integer")
+        raise ValueError("must be a JSON number without a fraction, not a string or a boolean")
     if isinstance(value, float) and value.is_integer():
         return int(value)
     return value
