@@ -105,6 +105,27 @@ def _documented(tree: ast.Module, module: str) -> Iterator[tuple[str, str]]:
                 stack.append((child, name))
 
 
+class DistinctPairs:
+    """The pairs a harvester keeps: a summary and a body of at least the given words, neither seen
+    before, and the summary not inside its own body (the query would be a substring of its answer)."""
+
+    def __init__(self, min_summary_words: int, min_body_words: int) -> None:
+        self.min_summary_words, self.min_body_words = min_summary_words, min_body_words
+        self._summaries: set[str] = set()
+        self._bodies: set[str] = set()
+
+    def admit(self, summary: str, body: str) -> bool:
+        """True (and remembered) for a usable, new pair; False otherwise."""
+        if len(summary.split()) < self.min_summary_words or len(body.split()) < self.min_body_words:
+            return False
+        key = summary.lower()
+        if key in self._summaries or body in self._bodies or key in body.lower():
+            return False
+        self._summaries.add(key)
+        self._bodies.add(body)
+        return True
+
+
 def harvest(root: Path | None = None) -> list[DocPair]:
     """Every usable (name, summary, body) of the standard library under root, deduplicated, in file order."""
     return list(_harvest(root or stdlib_dir()))
@@ -113,8 +134,7 @@ def harvest(root: Path | None = None) -> list[DocPair]:
 @functools.lru_cache(maxsize=4)
 def _harvest(root: Path) -> tuple[DocPair, ...]:  # parsing ~1k files takes seconds: once per process
     pairs: list[DocPair] = []
-    seen_summaries: set[str] = set()
-    seen_bodies: set[str] = set()
+    distinct = DistinctPairs(MIN_SUMMARY_WORDS, MIN_BODY_WORDS)
     for module, path in _source_files(root):
         try:
             tree = ast.parse(path.read_bytes(), filename=str(path))
@@ -125,14 +145,8 @@ def _harvest(root: Path) -> tuple[DocPair, ...]:  # parsing ~1k files takes seco
             if parts is None:
                 continue
             summary, body = parts
-            if len(summary.split()) < MIN_SUMMARY_WORDS or len(body.split()) < MIN_BODY_WORDS:
-                continue
-            key = summary.lower()
-            if key in seen_summaries or body in seen_bodies or key in body.lower():
-                continue
-            seen_summaries.add(key)
-            seen_bodies.add(body)
-            pairs.append(DocPair(name, summary, body))
+            if distinct.admit(summary, body):
+                pairs.append(DocPair(name, summary, body))
     return tuple(pairs)
 
 

@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from training.data.demo_data import DocPair, sample_and_write
+from training.data.demo_data import DistinctPairs, DocPair, sample_and_write
 
 logger = logging.getLogger(__name__)
 
@@ -148,8 +148,7 @@ def _harvest(root: Path) -> tuple[DocPair, ...]:  # reading ~20k gzip files take
     if not root.is_dir():
         raise FileNotFoundError(f"{root}: no manual pages here (install man-db and manpages to build this)")
     pairs: list[DocPair] = []
-    seen_summaries: set[str] = set()
-    seen_bodies: set[str] = set()
+    distinct = DistinctPairs(MIN_SUMMARY_WORDS, MIN_BODY_WORDS)
     families: dict[str, int] = {}
     for title, path in _page_files(root):
         family = re.split(r"[_\-(]", title, maxsplit=1)[0]
@@ -160,13 +159,8 @@ def _harvest(root: Path) -> tuple[DocPair, ...]:  # reading ~20k gzip files take
         if parsed is None:
             continue
         summary, body = parsed
-        if len(summary.split()) < MIN_SUMMARY_WORDS or len(body.split()) < MIN_BODY_WORDS:
+        if not distinct.admit(summary, body):
             continue
-        key = summary.lower()
-        if key in seen_summaries or body in seen_bodies or key in body.lower():
-            continue
-        seen_summaries.add(key)
-        seen_bodies.add(body)
         families[family] = families.get(family, 0) + 1
         pairs.append(DocPair(title, summary, body))
     return tuple(pairs)
