@@ -55,7 +55,7 @@ def profile_batch(live: Any, bundle: Any, texts: list[str], rounds: int, *, old:
     vectors = live.encode(texts)
     scope = live.overlay.scope(None)
     depth = retrieval_modes.depth(bundle, 10)
-    lexical = bundle.lexical.search(texts, depth, **scope.restriction())
+    lexical = live.overlay.lexical_search(texts, depth, scope=scope)  # the bundle's BM25 + the log's delta
     dense = live.overlay.search(vectors, depth, scope=scope)
     rows = {
         "answer_batch, dense": partial(live.answer_batch, specs("dense")),
@@ -66,7 +66,9 @@ def profile_batch(live: Any, bundle: Any, texts: list[str], rounds: int, *, old:
         f"  FAISS k={depth}, one call per query": lambda: [
             live.overlay.search(vectors[i : i + 1], depth, scope=scope) for i in range(len(texts))
         ],
-        f"  BM25 k={depth}, batch in one call": partial(bundle.lexical.search, texts, depth),
+        f"  BM25 k={depth}, batch in one call": partial(
+            live.overlay.lexical_search, texts, depth, scope=scope
+        ),
         "  fusion": lambda: [fuse(d, lx, params, 10) for d, lx in zip(dense, lexical, strict=True)],
         "  hits (ids, scores)": partial(
             live.hits, [(p[:10], s[:10]) for p, s in dense], min_score=None, include=()
@@ -75,8 +77,9 @@ def profile_batch(live: Any, bundle: Any, texts: list[str], rounds: int, *, old:
     if old:
         rows["per-request hybrid (before)"] = lambda: [
             retrieval_modes.rows(
-                bundle, "hybrid", [t], vectors[i : i + 1], 10, scope,
+                bundle, "hybrid", [t], vectors[i : i + 1], 10,
                 dense=partial(live.overlay.search, scope=scope),
+                lexical=partial(live.overlay.lexical_search, scope=scope),
             )
             for i, t in enumerate(texts)
         ]  # fmt: skip
