@@ -285,9 +285,9 @@ class LiveBundle:
     ) -> list[Rankings | Exception]:
         """(positions, scores) per query of each search spec: the plain ones (dense or hybrid, unfiltered) in
         one FAISS call (k = the largest top-k, or the fusion depth for hybrid) and one BM25 call, the rest
-        alone. Before, every hybrid request searched FAISS and BM25 on its own: 448 CPU µs a query against
-        about 140 for its share of the batched FAISS, BM25 and fusion (bench/hybrid_profile.py, scifact,
-        batches of 32)."""
+        alone. Before, every hybrid request searched FAISS and BM25 on its own: 237 CPU µs a query against
+        about 164 for its share of the batched search, BM25 and fusion (bench/hybrid_profile.py, demo corpus,
+        batches of 32: bench/results/hybrid_profile_demo.txt)."""
         rows: list[Rankings | Exception] = [[] for _ in specs]
         plain = {i: s for i, s in enumerate(specs) if isinstance(s, SearchSpec) and self._plain(s)}
         if plain:  # the leading block of `queries` (see _queries)
