@@ -13,7 +13,7 @@ RUN_DIR ?= var
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install chromium test-deps demo test container-test lint typecheck serve worker bench-load clean
+.PHONY: install chromium test-deps demo test demo-check container-test lint typecheck serve worker bench-load clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -55,6 +55,12 @@ test-deps:
 
 test: install test-deps
 	$(BIN)/python -m pytest
+
+# A fresh clone of the committed HEAD (nothing beside it) runs its own `make demo` on a free port, and the page
+# in headless Chromium, with the key the demo printed, submits a reindex job, rolls back, activates and writes
+# a document (tests/e2e/test_fresh_clone_demo.py). ~10-15 min on 2 cores; `make test` deselects it.
+demo-check: install test-deps
+	$(BIN)/python -m pytest -m fresh_clone tests/e2e
 
 # The image and the compose stack, run for real with docker, or podman installed from the Debian archive
 # (scripts/container_test; stdlib Python, needs no venv). Options: CONTAINER_TEST_ARGS="--help".

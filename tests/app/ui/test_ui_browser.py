@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ import pytest
 
 from tests.app.conftest import publish
 from tests.app.ui.conftest import SAVED, SCREENSHOTS
+from tests.browser import LAUNCH_ARGS, chromium_executable, wait_js
 from tests.servers import free_port
 
 pytestmark = pytest.mark.browser
@@ -33,25 +33,6 @@ PAGE_BUDGET_BYTES = 150_000  # the page's files (test_ui_routes.py bounds them t
 VIEWPORTS = {"desktop": {"width": 1280, "height": 900}, "phone": {"width": 390, "height": 844}}
 both_sizes = pytest.mark.parametrize("watched", list(VIEWPORTS), indirect=True)
 REPO = Path(__file__).resolve().parents[3]
-
-
-def _chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    why = None
-    if found is None:
-        why = "chromium is not installed (apt-get install chromium; `make install` does it as root)"
-    else:
-        try:
-            import playwright.sync_api  # noqa: F401
-        except ImportError:
-            why = "playwright is not installed (pip install -e '.[dev]')"
-    if why is not None:
-        # the CI runner's own variable (.ci/run runs with CI=true), not a setting of this service
-        if os.environ.get("CI") == "true":  # noqa: TID251
-            pytest.fail(f"browser tests must run in CI: {why}")
-        pytest.skip(f"browser tests not run: {why}")
-    assert found is not None
-    return found
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +90,7 @@ def server(versions, tmp_path_factory) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    executable = _chromium()
+    executable = chromium_executable()
     from playwright.sync_api import sync_playwright
 
     if SCREENSHOTS.is_dir():
@@ -117,8 +98,7 @@ def browser() -> Iterator[Any]:
             old.unlink()
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as p:
-        # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start
-        b = p.chromium.launch(executable_path=executable, args=["--no-sandbox", "--disable-dev-shm-usage"])
+        b = p.chromium.launch(executable_path=executable, args=LAUNCH_ARGS)
         yield b
         b.close()
 
@@ -193,15 +173,6 @@ def watched(browser, server, request) -> Iterator[Watched]:
     assert not foreign, f"requests outside the app's origin: {foreign}"
 
 
-def _wait_js(page: Any, expression: str, timeout_s: float = 30.0) -> None:
-    """Poll a JavaScript expression from here until it is true. Not page.wait_for_function: its polling
-    evaluates strings inside the page, which the page's CSP (no 'unsafe-eval') rightly refuses."""
-    deadline = time.monotonic() + timeout_s
-    while not page.evaluate(expression):
-        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {expression}"
-        time.sleep(0.1)
-
-
 def _search_api(base: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     r = httpx.post(f"{base}/search", json=body, timeout=60)
     r.raise_for_status()
@@ -253,7 +224,7 @@ def test_the_report_renders_with_its_plots(watched, versions):
     page.goto(base + "/")
     page.click("nav a[data-tab=report]")
     page.wait_for_selector("#report img[data-plot] >> nth=1")
-    _wait_js(
+    wait_js(
         page,
         "[...document.querySelectorAll('#report img[data-plot]')].every(i => i.complete && i.naturalWidth > 0)",
     )
@@ -509,7 +480,7 @@ def test_every_tab_fits_the_screen_in_light_and_dark(watched, slice_data):
             page.click(f"nav a[data-tab={tab}]")
             page.wait_for_selector(drawn, state="attached")
             if tab == "report":
-                _wait_js(page, "[...document.querySelectorAll('#report img')].every(i => i.complete)")
+                wait_js(page, "[...document.querySelectorAll('#report img')].every(i => i.complete)")
                 # the explanations get most of the width, not a sliver beside the numbers
                 meaning = page.eval_on_selector_all(
                     "#report table.report tbody tr td:last-child",
