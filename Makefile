@@ -58,7 +58,7 @@ test: install test-deps
 
 # A fresh clone of the committed HEAD (nothing beside it) runs its own `make demo` on a free port, and the page
 # in headless Chromium, with the key the demo printed, submits a reindex job, rolls back, activates and writes
-# a document (tests/e2e/test_fresh_clone_demo.py). ~10-15 min on 2 cores; `make test` deselects it.
+# a document (tests/e2e/test_fresh_clone_demo.py). About 14 min on 2 cores (README); `make test` deselects it.
 demo-check: install test-deps
 	$(BIN)/python -m pytest -m fresh_clone tests/e2e
 

@@ -8,7 +8,7 @@ on the page. Each step is checked on the page and again on the API. Ctrl-C (SIGI
 group, what a terminal sends) then stops the server and the worker, and none of the demo's processes
 remains.
 
-It takes the demo's time (about 10-15 min on 2 cores, most of it the install and the two trainings), so
+It takes the demo's time (about 14 min on 2 cores, most of it the install and the two trainings), so
 `make test` deselects it (tests/e2e/conftest.py); `make demo-check` runs it, CI after `make test`.
 Uncommitted changes are not in the clone: commit first. Screenshots of each step are kept in the test's
 temporary folder (`screenshots/`).
