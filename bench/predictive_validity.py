@@ -50,7 +50,9 @@ Afterwards, without training again:
 CPU budget (sized for about 2 hours of one free core for 2 × 10 seeds): a fixed 1,000-document scifact pool
 (every relevant document + distractors; the demo corpus is 1,100 documents, all used), one epoch at batch 16,
 no mined negatives, no validation carve; the corpus is encoded by the base model once per corpus (the
-embedding cache) and by each tuned model once.
+embedding cache) and by each tuned model once. `--tower query` encodes no document after the live bundle: a
+seed took 40–242 s of wall time on one core (demo 89–242 s, scifact 40–167 s, load average 4–6), so 2 × 20
+seeds took about an hour.
 """
 
 from __future__ import annotations
@@ -577,7 +579,8 @@ def _split_losses(out: Path, name: str, k: int) -> list[np.ndarray]:
     from training.gap.estimators import infonce_risk, pad_exclusions, sample_negatives
 
     meta = json.loads((out / "seeds" / f"{name}.meta.json").read_text(encoding="utf-8"))
-    tau = float(json.loads((out / "seeds" / f"{name}.json").read_text())["temperature"])
+    record = json.loads((out / "seeds" / f"{name}.json").read_text())
+    tau, k = float(record["temperature"]), int(record.get("k", k))  # the seed's own k, as in decompose
     arrays = np.load(out / "seeds" / f"{name}.npz")
     column = {d: i for i, d in enumerate(meta["doc_ids"])}
     losses = []
