@@ -1,7 +1,7 @@
 """Does the gap report predict how the model does on queries it has not seen? Many seeds, two corpora.
 
     nice -n 10 env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 .venv/bin/python bench/predictive_validity.py OUT_DIR \
-        [--corpora scifact,demo] [--seeds 10] [--results bench/results/predictive_validity.json]
+        [--corpora scifact,demo] [--seeds 10] [--tower full|query] [--results bench/results/predictive_validity.json]
 
 Per corpus and seed, the training queries are split, seeded, into three disjoint parts: A (half) to train on,
 R (a quarter) given to the trainer as its held-out split — the report's held-out anchors — and U (a
@@ -21,6 +21,17 @@ quantity and each measured split:
   se_U²) (se from each CI's width) — nominal 95 % when the report is unbiased for that population;
 - the mean bias (measured − predicted) over seeds with its t interval, and the mean z.
 
+`--tower query` (results in bench/results/predictive_validity_query.json; give it its own OUT_DIR) validates
+the report of a query-side retrain (training/distill/query_retrain.py) the same way. Per corpus, the base model
+encodes the pool once into a live bundle (flat index; the embedding cache); per seed, the retrain trains a
+query tower on A against that bundle's fixed document vectors with QueryRetrainConfig's defaults (LoRA rank
+32, up to 4 epochs at batch 32, 3 negatives per pair mined from the live index, early stopping on the default
+20 % validation carve of A, which the report's training anchors then leave out) — the full budget, not a
+reduced one — and writes its report on (A, R): k is the mean number of negatives a training row saw (≈ 120,
+not batch − 1). U and T are then measured by the same function (training.distill.query_report.
+query_gap_report) with the same query tower, fixed vectors, pool and k. Nothing is published: the base
+bundle stays live for every seed.
+
 For U the report's population is U's population, so a bias whose interval excludes 0 is a defect of the
 estimator; for T it is the distribution shift, which no report on R can see.
 
@@ -39,7 +50,9 @@ Afterwards, without training again:
 CPU budget (sized for about 2 hours of one free core for 2 × 10 seeds): a fixed 1,000-document scifact pool
 (every relevant document + distractors; the demo corpus is 1,100 documents, all used), one epoch at batch 16,
 no mined negatives, no validation carve; the corpus is encoded by the base model once per corpus (the
-embedding cache) and by each tuned model once.
+embedding cache) and by each tuned model once. `--tower query` encodes no document after the live bundle: a
+seed took 40–242 s of wall time on one core (demo 89–242 s, scifact 40–167 s, load average 4–6), so 2 × 20
+seeds took about an hour.
 """
 
 from __future__ import annotations
@@ -144,23 +157,83 @@ def _summary(r: GapReport) -> dict[str, Any]:
     }
 
 
+def pool_ids(corpus: str, full_train: RetrievalData, full_test: RetrievalData, distractors: int) -> list[str]:
+    """The document pool, the same for every seed (pool seed 0), so the base model encodes it once (the
+    cache): every relevant document plus `distractors` others on scifact, the whole demo corpus."""
+    relevant = {d for data in (full_train, full_test) for rel in data.qrels.values() for d in rel}
+    others = sorted(set(full_train.corpus) - relevant)
+    n_distractors = min(distractors, len(others)) if corpus == "scifact" else len(others)
+    chosen = set(random.Random(0).sample(others, n_distractors))
+    return [d for d in full_train.corpus if d in relevant or d in chosen]  # corpus order
+
+
+def seed_data(
+    corpus: str, source: Path, seed: int, out: Path, args: argparse.Namespace
+) -> tuple[Path, Path, dict[str, RetrievalData]]:
+    """(the seed's work folder, its BEIR folder over the pool with splits a, r, u and test, those parts)."""
+    full_train, full_test = load_beir(source, "train"), load_beir(source, "test")
+    part_a, part_r, part_u = split_queries(full_train, [0.5, 0.25, 0.25], seed)
+    parts = {"a": part_a, "r": part_r, "u": part_u, "test": full_test}
+    work = out / "work" / f"{corpus}-{seed}"
+    data_dir = write_beir(work / "data", pool_ids(corpus, full_train, full_test, args.distractors), parts)
+    return work, data_dir, parts
+
+
+def save_embeddings(
+    out: Path,
+    name: str,
+    doc_ids: list[str],
+    doc_emb: np.ndarray,
+    parts: dict[str, RetrievalData],
+    encoder: Encoder,
+) -> None:
+    """The pool's vectors and the held-out splits' query vectors, for --decompose without training again."""
+    splits = {"r": parts["r"], "u": parts["u"], "t": parts["test"]}
+    arrays: dict[str, np.ndarray] = {"doc_emb": np.asarray(doc_emb, dtype=np.float32)}
+    for key, data in splits.items():
+        arrays[f"q_{key}"] = encoder.encode(list(data.queries.values()), kind="query", show_progress=False)
+    np.savez_compressed(out / "seeds" / f"{name}.npz", **arrays)  # type: ignore[arg-type]
+    meta = {
+        "doc_ids": list(doc_ids),
+        **{f"qids_{k}": list(d.queries) for k, d in splits.items()},
+        **{f"qrels_{k}": d.qrels for k, d in splits.items()},
+    }
+    (out / "seeds" / f"{name}.meta.json").write_text(json.dumps(meta), encoding="utf-8")
+
+
+def seed_record(
+    corpus: str,
+    seed: int,
+    predicted: GapReport,
+    measured: dict[str, GapReport],
+    parts: dict[str, RetrievalData],
+) -> dict[str, Any]:
+    """The fields every seed's record has, whichever tower was trained."""
+    return {
+        "corpus": corpus,
+        "seed": seed,
+        "k": predicted.k,
+        "temperature": predicted.model.temperature,
+        "pool_size": predicted.pool_size,
+        "n_queries": {
+            k: len(parts[s].queries) for k, s in (("a", "a"), ("r", "r"), ("u", "u"), ("t", "test"))
+        },
+        "report_r": {
+            **_summary(predicted),
+            "risk_train": _estimate(predicted.risk_train),
+            "gap": _estimate(predicted.gap),
+        },  # fmt: skip
+        "measured_u": _summary(measured["u"]),
+        "measured_t": _summary(measured["test"]),
+    }
+
+
 def run_seed(
     corpus: str, source: Path, seed: int, out: Path, args: argparse.Namespace, cache: EmbeddingCache
 ) -> dict[str, Any]:
     """Train on A, report on R, measure on U and T: one seed's record."""
     t0 = time.perf_counter()
-    full_train, full_test = load_beir(source, "train"), load_beir(source, "test")
-    part_a, part_r, part_u = split_queries(full_train, [0.5, 0.25, 0.25], seed)
-    relevant = {d for data in (full_train, full_test) for rel in data.qrels.values() for d in rel}
-    others = sorted(set(full_train.corpus) - relevant)
-    # the pool is the same for every seed (pool seed 0), so the base model encodes it once (the cache)
-    n_distractors = min(args.distractors, len(others)) if corpus == "scifact" else len(others)
-    distractors = set(random.Random(0).sample(others, n_distractors))
-    corpus_ids = [d for d in full_train.corpus if d in relevant or d in distractors]  # corpus order
-    work = out / "work" / f"{corpus}-{seed}"
-    data_dir = write_beir(
-        work / "data", corpus_ids, {"a": part_a, "r": part_r, "u": part_u, "test": full_test}
-    )
+    work, data_dir, parts = seed_data(corpus, source, seed, out, args)
     config = TrainConfig(
         train_split="a",
         eval_split="r",
@@ -192,38 +265,89 @@ def run_seed(
             n_boot=args.n_boot,
         )
     t_measure = time.perf_counter() - t_measure
-    # embeddings for re-analysis of the terms (which one is biased) without training again
-    parts = {"r": part_r, "u": part_u, "t": full_test}
-    arrays: dict[str, np.ndarray] = {"doc_emb": np.asarray(emb, dtype=np.float32)}
-    for key, data in parts.items():
-        arrays[f"q_{key}"] = encoder.encode(list(data.queries.values()), kind="query", show_progress=False)
-    np.savez_compressed(out / "seeds" / f"{corpus}-{seed}.npz", **arrays)  # type: ignore[arg-type]
-    meta = {
-        "doc_ids": list(emb_ids),
-        **{f"qids_{k}": list(d.queries) for k, d in parts.items()},
-        **{f"qrels_{k}": d.qrels for k, d in parts.items()},
-    }
-    (out / "seeds" / f"{corpus}-{seed}.meta.json").write_text(json.dumps(meta), encoding="utf-8")
+    save_embeddings(out, f"{corpus}-{seed}", list(emb_ids), emb, parts, encoder)
     return {
-        "corpus": corpus,
-        "seed": seed,
-        "k": predicted.k,
-        "temperature": predicted.model.temperature,
-        "pool_size": predicted.pool_size,
-        "n_queries": {
-            "a": len(part_a.queries),
-            "r": len(part_r.queries),
-            "u": len(part_u.queries),
-            "t": len(full_test.queries),
-        },  # fmt: skip
-        "report_r": {
-            **_summary(predicted),
-            "risk_train": _estimate(predicted.risk_train),
-            "gap": _estimate(predicted.gap),
-        },  # fmt: skip
-        "measured_u": _summary(measured["u"]),
-        "measured_t": _summary(measured["test"]),
+        **seed_record(corpus, seed, predicted, measured, parts),
         "ndcg_at_10_base": result.base_metrics.get("ndcg@10"),
+        "seconds": {
+            **{k: round(v, 1) for k, v in timer.seconds.items()},
+            "measure": round(t_measure, 1),
+            "total": round(time.perf_counter() - t0, 1),
+        },  # fmt: skip
+    }
+
+
+def live_bundles(
+    corpus: str, source: Path, out: Path, args: argparse.Namespace, cache: EmbeddingCache
+) -> Path:
+    """--tower query: a bundles folder whose live version is the base model over the pool, built once per
+    corpus (its document vectors are the fixed side of every seed's query tower)."""
+    from training.bundle.store import BundleStore
+    from training.publish.index_model import index_model
+
+    bundles = out / "work" / f"{corpus}-live" / "bundles"
+    if BundleStore(bundles).current_version() is None:
+        full_train, full_test = load_beir(source, "train"), load_beir(source, "test")
+        ids = pool_ids(corpus, full_train, full_test, args.distractors)
+        data_dir = write_beir(bundles.parent / "data", ids, {"test": full_test})
+        index_model(None, data_dir, bundles, index_kind="flat", onnx=False, show_progress=False, cache=cache)
+    return bundles
+
+
+def run_query_seed(
+    corpus: str, source: Path, seed: int, out: Path, args: argparse.Namespace, cache: EmbeddingCache
+) -> dict[str, Any]:
+    """--tower query: a query tower trained on A against the live bundle's fixed document vectors, its report
+    on (A, R); the same estimators, query tower and fixed vectors on U and T."""
+    from contract.bundles.bundle import load_bundle
+    from training.bundle.store import BundleStore
+    from training.data.validation_carve import carve_validation
+    from training.distill.query_config import QueryRetrainConfig
+    from training.distill.query_report import query_gap_report
+    from training.distill.query_retrain import query_side_retrain
+    from training.distill.query_tower import fixed_vectors
+
+    t0 = time.perf_counter()
+    bundles = live_bundles(corpus, source, out, args, cache)
+    work, data_dir, parts = seed_data(corpus, source, seed, out, args)
+    train_config = TrainConfig(train_split="a", eval_split="r", seed=seed, max_steps=args.max_steps)
+    config = QueryRetrainConfig(
+        tower="query"
+    )  # the project's defaults: LoRA, mined negatives, early stopping
+    timer = PhaseTimer()
+    result = query_side_retrain(
+        data_dir, bundles, train_config=train_config, config=config, run_dir=work / "run", onnx=False,
+        distill=None, publish=False, timer=timer,
+    )  # fmt: skip
+    predicted = GapReport.model_validate_json((work / "run" / "report" / "report.json").read_text())
+    encoder = Encoder.load(work / "run" / "model")  # the tuned query tower + the parent's document tower
+    live = load_bundle(BundleStore(bundles).version_path(result.parent), verify=False, mmap=True)
+    try:
+        fit, _ = carve_validation(
+            load_beir(data_dir, "a"), train_config.validation_fraction, seed
+        )  # as trained
+        t_measure = time.perf_counter()
+        measured = {
+            name: query_gap_report(encoder, live, fit, parts[name], predicted.k, config, train_config, result.parent)
+            for name in ("u", "test")
+        }  # fmt: skip
+        t_measure = time.perf_counter() - t_measure
+        doc_emb = fixed_vectors(
+            live.index, range(live.index.ntotal)
+        )  # (N, D) the pool: every indexed document
+        save_embeddings(out, f"{corpus}-{seed}", list(live.doc_ids), doc_emb, parts, encoder)
+    finally:
+        live.docstore.close()
+    return {
+        **seed_record(corpus, seed, predicted, measured, parts),
+        "tower": "query",
+        "ndcg_at_10_base": result.base_metrics.get("ndcg@10"),  # the live (base) query encoder on R
+        "ndcg_at_10_tuned": result.tuned_metrics.get("ndcg@10"),
+        "loop": {
+            "steps": result.loop.steps,
+            "best_step": result.loop.best_step,
+            "stopped_early": result.loop.stopped_early,
+        },  # fmt: skip
         "seconds": {
             **{k: round(v, 1) for k, v in timer.seconds.items()},
             "measure": round(t_measure, 1),
@@ -392,6 +516,7 @@ def decompose(out: Path, corpora: list[str], k: int, seed: int = 0, replicates: 
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
         record = json.loads(meta_path.with_name(meta_path.name.replace(".meta.json", ".json")).read_text())
         tau = float(record["temperature"])
+        k_seed = int(record.get("k", k))  # the report's own k (the query tower's is not batch − 1)
         arrays = np.load(meta_path.with_name(meta_path.name.replace(".meta.json", ".npz")))
         doc_emb = arrays["doc_emb"]  # (N, dim)
         column = {d: i for i, d in enumerate(meta["doc_ids"])}
@@ -413,7 +538,7 @@ def decompose(out: Path, corpora: list[str], k: int, seed: int = 0, replicates: 
                 [
                     infonce_risk(
                         pos,
-                        np.take_along_axis(sim, sample_negatives(sim.shape[1], k, exclude, rng), axis=1),
+                        np.take_along_axis(sim, sample_negatives(sim.shape[1], k_seed, exclude, rng), axis=1),
                         tau,
                     )
                     for _ in range(replicates)
@@ -454,7 +579,8 @@ def _split_losses(out: Path, name: str, k: int) -> list[np.ndarray]:
     from training.gap.estimators import infonce_risk, pad_exclusions, sample_negatives
 
     meta = json.loads((out / "seeds" / f"{name}.meta.json").read_text(encoding="utf-8"))
-    tau = float(json.loads((out / "seeds" / f"{name}.json").read_text())["temperature"])
+    record = json.loads((out / "seeds" / f"{name}.json").read_text())
+    tau, k = float(record["temperature"]), int(record.get("k", k))  # the seed's own k, as in decompose
     arrays = np.load(out / "seeds" / f"{name}.npz")
     column = {d: i for i, d in enumerate(meta["doc_ids"])}
     losses = []
@@ -521,7 +647,19 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--n-boot", type=int, default=2000)
     parser.add_argument("--max-steps", type=int, default=None, help="cap the optimiser steps (smoke runs)")
-    parser.add_argument("--results", type=Path, default=Path("bench/results/predictive_validity.json"))
+    parser.add_argument(
+        "--tower",
+        choices=("full", "query"),
+        default="full",
+        help="full: the trainer fine-tunes the whole model; query: the query-side retrain (a query tower "
+        "against the base model's fixed document vectors)",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="default bench/results/predictive_validity.json (--tower query: predictive_validity_query.json)",
+    )
     parser.add_argument("--summarize", action="store_true", help="only aggregate the finished seeds")
     parser.add_argument(
         "--rescore", action="store_true", help="recompute the finished seeds' estimates with the current code"
@@ -535,6 +673,9 @@ def main() -> None:
         "--decompose", action="store_true", help="only split the finished seeds' risk differences into terms"
     )
     args = parser.parse_args()
+    if args.results is None:
+        suffix = "" if args.tower == "full" else f"_{args.tower}"
+        args.results = Path(f"bench/results/predictive_validity{suffix}.json")
     logging.basicConfig(level=logging.WARNING)
     (args.out / "seeds").mkdir(parents=True, exist_ok=True)
     cache = EmbeddingCache(args.out / "cache")
@@ -557,7 +698,8 @@ def main() -> None:
                 path = args.out / "seeds" / f"{corpus}-{seed}.json"
                 if path.exists():
                     continue
-                record = run_seed(corpus, corpus_source(corpus, args.out), seed, args.out, args, cache)
+                run = run_query_seed if args.tower == "query" else run_seed
+                record = run(corpus, corpus_source(corpus, args.out), seed, args.out, args, cache)
                 tmp = path.with_suffix(".tmp")
                 tmp.write_text(json.dumps(record, indent=1), encoding="utf-8")
                 tmp.replace(path)
@@ -574,15 +716,31 @@ def _write_results(args: argparse.Namespace, corpora: list[str], show: bool = Fa
         for p in sorted((args.out / "seeds").glob("*.json"))
         if not p.name.endswith(".meta.json") and p.name.split("-")[0] in corpora
     ]
+    mixed = [r["seed"] for r in records if r.get("tower", "full") != args.tower]
+    if mixed:
+        raise SystemExit(
+            f"{args.out}: seeds {mixed} were not run with --tower {args.tower}: use another OUT_DIR"
+        )
     summary = aggregate(records)
     percentile = aggregate(records, "percentile") if any("percentile" in r for r in records) else None
     protocol = {
         "split": "train queries → A 50 % (trained on) / R 25 % (the report's held-out split) / U 25 % (never "
         "seen); T = the corpus's test split",
-        "epochs": args.epochs,
-        "batch_size": args.batch_size,
-        "hard_negatives": 0,
-        "validation_fraction": 0.0,
+        **(
+            {
+                "epochs": args.epochs,
+                "batch_size": args.batch_size,
+                "hard_negatives": 0,
+                "validation_fraction": 0.0,
+            }
+            if args.tower == "full"
+            else {
+                "tower": "query: training.distill.query_retrain with QueryRetrainConfig's defaults (LoRA r 32, "
+                "4 epochs at batch 32, 3 negatives mined from the live index, early stopping on a 20 % "
+                "validation carve of A) against the base model's fixed document vectors (the live bundle)",
+                "max_steps": args.max_steps,
+            }
+        ),
         "scifact_pool": f"every relevant document of train and test + {args.distractors} distractors (seed 0)",
         "demo_pool": "the whole demo corpus (1,100 documents)",
         "n_boot": args.n_boot,

@@ -111,6 +111,27 @@ def test_its_report_scores_the_query_tower_against_the_fixed_documents(world):
     assert report["k"] >= QUICK.max_steps and report["risk_test"]["kind"] == "estimate"
 
 
+def test_its_report_is_query_gap_report_so_held_out_splits_are_measured_the_same_way(world):
+    """bench/predictive_validity.py --tower query measures unseen queries with query_gap_report: recomputed
+    from the published tower, the parent's fixed vectors and the report's k, it gives the published risks."""
+    from training.data.split import load_split
+    from training.distill.query_report import query_gap_report
+
+    bundles, parent, child = world["bundles"], world["parent"], world["result"].publish.version
+    published = json.loads((bundles / child / "report" / "report.json").read_text())
+    live = load_bundle(bundles / parent, verify=False, mmap=True)
+    try:
+        again = query_gap_report(
+            Encoder.load(bundles / child / "model"), live, load_split(world["data"], "train"),
+            load_split(world["data"], "test"), published["k"], TOWER, QUICK, parent,
+        )  # fmt: skip
+    finally:
+        live.docstore.close()
+    for key in ("risk_test", "risk_train", "ce_inf_plugin"):
+        assert getattr(again, key).value == pytest.approx(published[key]["value"], abs=1e-9), key
+    assert again.pool_size == published["pool_size"] and again.towers is not None
+
+
 def test_rollback_to_the_parent_and_forward_again(world, tmp_path):
     bundles = tmp_path / "bundles"
     # a private copy for the damage below (the other tests read the original); cp -a keeps hard links

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from contract.bundles.bundle import MODEL_DIR, Bundle
+from contract.bundles.report_schema import GapReport
 from contract.config import TrainConfig
 from contract.encoding.encoder import Encoder
 from training.bundle.portable_paths import relocate_report
@@ -65,8 +66,34 @@ def write_query_report(
     """report/: the gap report of the tuned query tower against the fixed document vectors."""
     if not train_config.report:
         return
+    from training.gap.report import write_report
+
+    k = max(1, round(float(np.mean([r["n_negatives"] for r in loop.log])))) if loop.log else 1
+    k_rule = (
+        f"mean negatives per query-tower training row over {len(loop.log)} steps (in-batch + mined from the "
+        "live index), rounded"
+    )
+    report = query_gap_report(encoder, live, fit, test, k, config, train_config, parent, k_rule)
+    write_report(report, staging / "report")
+    relocate_report(staging / "report" / "report.json", MODEL_DIR)  # no build-machine path in a bundle
+
+
+def query_gap_report(
+    encoder: Encoder,
+    live: Bundle,
+    fit: RetrievalData,
+    test: RetrievalData,
+    k: int,
+    config: QueryRetrainConfig,
+    train_config: TrainConfig,
+    parent: str,
+    k_rule: str = "given by the caller",
+) -> GapReport:
+    """The gap report of `encoder`'s query tower on (fit, test) against the live bundle's fixed document
+    vectors, over report_pool's pool. bench/predictive_validity.py --tower query applies it, unchanged, to
+    queries the retrain never saw."""
     from contract.bundles.report_schema import Towers
-    from training.gap.report import compute_report, write_report
+    from training.gap.report import compute_report
 
     ids, vectors = report_pool(live, fit, test, config.query_report_pool, train_config.seed)
     keep = set(ids)
@@ -74,12 +101,10 @@ def write_query_report(
     pool_test = dataclasses.replace(test, corpus={d: test.corpus[d] for d in ids if d in test.corpus})
     pool_fit = _judged_in(pool_fit, keep)
     pool_test = _judged_in(pool_test, keep)
-    k = max(1, round(float(np.mean([r["n_negatives"] for r in loop.log])))) if loop.log else 1
     report = compute_report(
         encoder, pool_fit, pool_test, k=k, seed=train_config.seed, doc_ids=ids, doc_embeddings=vectors,
         max_test_queries=train_config.eval_max_queries, max_train_queries=train_config.eval_max_queries or 300,
-        k_rule=f"mean negatives per query-tower training row over {len(loop.log)} steps (in-batch + mined "
-        "from the live index), rounded",
+        k_rule=k_rule,
     )  # fmt: skip
     report.towers = Towers(
         query=f"tuned query tower ({config.query_tower}), trained against bundle {parent}'s fixed documents",
@@ -92,8 +117,7 @@ def write_query_report(
             f"pool: {len(ids)} of the {len(live.doc_ids)} indexed documents (every judged one plus a seeded "
             f"sample; query_report_pool {config.query_report_pool})"
         )
-    write_report(report, staging / "report")
-    relocate_report(staging / "report" / "report.json", MODEL_DIR)  # no build-machine path in a bundle
+    return report
 
 
 def _judged_in(data: RetrievalData, keep: set[str]) -> RetrievalData:
