@@ -456,8 +456,12 @@ def rescore(out: Path, corpora: list[str], n_boot: int) -> None:
             q_x = encoder.encode(list(held_out.queries.values()), kind="query", show_progress=False)
             # gap_at_k_section's own steps, so that the percentile interval of the same replicates is at hand
             rng = np.random.default_rng(seed)  # compute_report's stream: section (a) draws first
-            a_train = build_anchors(encoder, a_sample, q_a, doc_emb, column)
-            a_test = build_anchors(encoder, held_out, q_x, doc_emb, column)
+            a_train = build_anchors(
+                encoder.similarity, list(a_sample.queries), a_sample.qrels, q_a, doc_emb, column
+            )
+            a_test = build_anchors(
+                encoder.similarity, list(held_out.queries), held_out.qrels, q_x, doc_emb, column
+            )
             tau = identity.temperature
             l_train = est.risk_with_random_negatives(
                 a_train.sim, a_train.pos, a_train.exclude, record["k"], tau, rng
