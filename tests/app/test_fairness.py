@@ -66,6 +66,7 @@ def test_a_small_request_overtakes_a_big_one(live_bundles, microbatch):
         bundles,
         reload_poll_seconds=0,
         fair_slice_tokens=256,
+        max_request_tokens=100_000,  # the big request's 24 long queries are above the default budget
         microbatch_enabled=microbatch,
         encoder_backend="torch",
     )
@@ -81,7 +82,9 @@ def test_a_small_request_overtakes_a_big_one(live_bundles, microbatch):
             return status
 
         with ThreadPoolExecutor(2) as pool:
-            big = pool.submit(send, "big", {"queries": [LONG] * 8, "top_k": 3})
+            # 24 slices: enough that a loaded machine's scheduling jitter (the small request's trip through
+            # the client and the middleware) cannot outlast all of them, as it did once with 8
+            big = pool.submit(send, "big", {"queries": [LONG] * 24, "top_k": 3})
             runner = client.app.state.runner
             wait_until(
                 lambda: runner.pending() >= 1 or getattr(runner, "in_flight", 0) >= 1, what="big queued"
