@@ -41,3 +41,30 @@ def wait_js(page: Any, expression: str, timeout_s: float = 30.0) -> None:
     while not page.evaluate(expression):
         assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {expression}"
         time.sleep(0.1)
+
+
+def search_on_page(page: Any, query: str, *, mode: str = "", top_k: int = 5) -> None:
+    """Type a query, pick a mode ("" = default; no selector when the page shows none), search, and wait
+    for this answer to be drawn."""
+    answered = int(page.get_attribute("#results", "data-answered") or 0)
+    page.fill("#q", query)
+    page.fill("#top-k", str(top_k))
+    if mode or page.locator("#mode-wrap").is_visible():
+        page.select_option("#mode", mode)
+    page.click("#search-form button[type=submit]")
+    page.wait_for_selector(f"#results[data-answered='{answered + 1}']")
+
+
+def result_ids(page: Any) -> list[str]:
+    """The ids of the hits the page shows, in rank order."""
+    return list(page.locator("#results .doc-id").all_inner_texts())
+
+
+def fill_document_form(page: Any, doc_id: str, text: str) -> None:
+    """Open the Search tab's "Write a document" form and fill it (title "Zebra marmalade", metadata
+    {"source": "page"}); the caller submits."""
+    page.click("#doc-write summary")
+    page.fill("#doc-id", doc_id)
+    page.fill("#doc-title", "Zebra marmalade")
+    page.fill("#doc-text", text)
+    page.fill("#doc-metadata", '{"source": "page"}')

@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.browser import LAUNCH_ARGS, chromium_executable
+from tests.browser import LAUNCH_ARGS, chromium_executable, fill_document_form, result_ids, search_on_page
 from tests.servers import free_port
 
 pytestmark = [pytest.mark.fresh_clone, pytest.mark.timeout(3 * 3600)]
@@ -268,20 +268,6 @@ def _served_by(base: str, version: str) -> None:
         time.sleep(0.1 if streak else 0.5)
 
 
-def _ids(page: Any) -> list[str]:
-    return list(page.locator("#results .doc-id").all_inner_texts())
-
-
-def _search(page: Any, query: str, mode: str) -> None:
-    answered = int(page.get_attribute("#results", "data-answered") or 0)
-    page.fill("#q", query)
-    page.fill("#top-k", "5")
-    if page.locator("#mode-wrap").is_visible():
-        page.select_option("#mode", mode)
-    page.click("#search-form button[type=submit]")
-    page.wait_for_selector(f"#results[data-answered='{answered + 1}']")
-
-
 def _submit_job_and_wait(w: Page, key: str, live: str) -> tuple[str, str]:
     """Submit the reindex from the Jobs tab; wait (bounded) until the page shows it succeeded and live."""
     page, base = w.page, w.base
@@ -351,11 +337,7 @@ def test_a_fresh_clones_demo_does_every_write_from_the_page_with_the_printed_key
     # 2. a write without the key is refused on the page (before any request), then with a wrong key (403)
     doc_id = "fresh-clone-note"
     words = "zebra marmalade quokka lighthouse"
-    page.click("#doc-write summary")
-    page.fill("#doc-id", doc_id)
-    page.fill("#doc-title", "Zebra marmalade")
-    page.fill("#doc-text", f"A note about {words}, written from the page of a fresh clone's demo.")
-    page.fill("#doc-metadata", '{"source": "page"}')
+    fill_document_form(page, doc_id, f"A note about {words}, written from the page of a fresh clone's demo.")
     page.click("#doc-form button[type=submit]")
     page.wait_for_selector("#doc-write-status.error")
     assert "Enter the API key" in page.inner_text("#doc-write-status")
@@ -393,8 +375,8 @@ def test_a_fresh_clones_demo_does_every_write_from_the_page_with_the_printed_key
     modes = page.eval_on_selector_all("#mode option", "os => os.map(o => o.value)")
     assert page.locator("#mode-wrap").is_visible() and {"dense", "lexical", "hybrid"} <= set(modes), modes
     for mode in modes:
-        _search(page, words, mode)
-        assert _ids(page)[0] == doc_id, (mode or "default", _ids(page))
+        search_on_page(page, words, mode=mode)
+        assert result_ids(page)[0] == doc_id, (mode or "default", result_ids(page))
         assert f"from bundle {second}" in page.inner_text("#search-status")
         body = {"query": words, "top_k": 5, **({"mode": mode} if mode else {})}
         api = httpx.post(f"{demo.base}/search", json=body, timeout=60).json()

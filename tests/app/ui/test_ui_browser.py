@@ -23,7 +23,14 @@ import pytest
 
 from tests.app.conftest import publish
 from tests.app.ui.conftest import SAVED, SCREENSHOTS
-from tests.browser import LAUNCH_ARGS, chromium_executable, wait_js
+from tests.browser import (
+    LAUNCH_ARGS,
+    chromium_executable,
+    fill_document_form,
+    result_ids,
+    search_on_page,
+    wait_js,
+)
 from tests.servers import free_port
 
 pytestmark = pytest.mark.browser
@@ -376,16 +383,6 @@ def test_the_collection_selector_switches_the_page_and_the_form_creates_one(watc
     assert f"from bundle {live}" in page.inner_text("#search-status")
 
 
-def _search(page: Any, query: str, *, mode: str = "", top_k: int = 5) -> None:
-    """Type a query, pick a mode ("" = default), search, and wait for this answer to be drawn."""
-    answered = int(page.get_attribute("#results", "data-answered") or 0)
-    page.fill("#q", query)
-    page.fill("#top-k", str(top_k))
-    page.select_option("#mode", mode)
-    page.click("#search-form button[type=submit]")
-    page.wait_for_selector(f"#results[data-answered='{answered + 1}']")
-
-
 @both_sizes
 def test_each_mode_labels_its_scores_and_says_which_mode_answered(watched, slice_data):
     """Issue 32: scores were labelled cosine in every mode. Each answer now names its mode and its score's
@@ -401,7 +398,7 @@ def test_each_mode_labels_its_scores_and_says_which_mode_answered(watched, slice
     fusion = ov["live"]["fusion"]
     expected_kind = {"dense": "cosine", "lexical": "BM25", "hybrid": "fused"}
     for mode in ["dense", "lexical", "hybrid", ""]:
-        _search(page, query, mode=mode)
+        search_on_page(page, query, mode=mode)
         answered = mode or own
         api = httpx.post(
             f"{base}/search", json={"query": query, "top_k": 5, **({"mode": mode} if mode else {})}
@@ -475,7 +472,7 @@ def test_every_tab_fits_the_screen_in_light_and_dark(watched, slice_data):
         page.emulate_media(color_scheme=scheme)
         page.goto(base + "/")
         page.fill("#api-key", KEY)  # the jobs and collections tabs show their detail with it
-        _search(page, next(iter(slice_data.queries.values())))
+        search_on_page(page, next(iter(slice_data.queries.values())))
         for tab, drawn in TABS.items():
             page.click(f"nav a[data-tab={tab}]")
             page.wait_for_selector(drawn, state="attached")
@@ -503,10 +500,6 @@ def test_every_tab_fits_the_screen_in_light_and_dark(watched, slice_data):
             watched.view_shot("search-dark")
 
 
-def _ids(page: Any) -> list[str]:
-    return page.locator("#results .doc-id").all_inner_texts()
-
-
 @both_sizes
 def test_pages_the_search_in_the_url_curl_marks_and_the_document_view(watched, slice_data):
     """Issue 32: Prev/Next over POST /search's offset, the search kept in the URL (a reload runs it again),
@@ -516,13 +509,13 @@ def test_pages_the_search_in_the_url_curl_marks_and_the_document_view(watched, s
     query = next(iter(slice_data.queries.values()))
     whole = _search_api(base, {"query": query, "top_k": 10, "mode": "lexical"})
     page.goto(base + "/")
-    _search(page, query, mode="lexical", top_k=5)
-    assert _ids(page) == [h["id"] for h in whole[:5]]
+    search_on_page(page, query, mode="lexical", top_k=5)
+    assert result_ids(page) == [h["id"] for h in whole[:5]]
     assert page.is_disabled("#prev-page") and page.inner_text("#page-info") == "results 1–5"
 
     page.click("#next-page")
     page.wait_for_selector("#results[data-answered='2']")
-    assert _ids(page) == [h["id"] for h in whole[5:]]  # page 2 = the tail of the longer search
+    assert result_ids(page) == [h["id"] for h in whole[5:]]  # page 2 = the tail of the longer search
     assert page.inner_text("#page-info") == "results 6–10" and not page.is_disabled("#prev-page")
     ranks = page.locator("#results .rank").all_inner_texts()
     assert ranks == ["6.", "7.", "8.", "9.", "10."]  # the ranks go on from page 1
@@ -537,7 +530,7 @@ def test_pages_the_search_in_the_url_curl_marks_and_the_document_view(watched, s
 
     page.reload()  # the URL alone brings the same page back, form included
     page.wait_for_selector("#results[data-answered='1']")
-    assert _ids(page) == [h["id"] for h in whole[5:]]
+    assert result_ids(page) == [h["id"] for h in whole[5:]]
     assert page.input_value("#q") == query and page.input_value("#mode") == "lexical"
     assert page.input_value("#top-k") == "5"
 
@@ -546,10 +539,10 @@ def test_pages_the_search_in_the_url_curl_marks_and_the_document_view(watched, s
     assert command.startswith("curl ") and KEY not in command
     out = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, check=True)
     from_curl = json.loads(out.stdout)
-    assert [h["id"] for h in from_curl["results"][0]["hits"]] == _ids(page)
+    assert [h["id"] for h in from_curl["results"][0]["hits"]] == result_ids(page)
     assert from_curl["mode"] == "lexical"
 
-    first = _ids(page)[0]
+    first = result_ids(page)[0]
     page.click(f"#results li[data-id='{first}'] button.doc-id")
     page.wait_for_selector(f"#doc-view[data-loaded='{first}']")
     doc = httpx.get(f"{base}/documents/{first}").json()
@@ -562,13 +555,13 @@ def test_pages_the_search_in_the_url_curl_marks_and_the_document_view(watched, s
     page.click("#doc-close")
     assert page.locator("#doc-view[open]").count() == 0
 
-    _search(page, query, mode="dense", top_k=5)  # dense ranks by meaning, not words: nothing is marked
+    search_on_page(page, query, mode="dense", top_k=5)  # dense ranks by meaning, not words: nothing is marked
     assert page.locator("#results mark").count() == 0 and "offset" not in page.url
     assert page.is_disabled("#prev-page")
     # a quote in the query survives the shell: the command run gives the page's hits
-    _search(page, "it's the cell's \"membrane\" & $HOME `x`", mode="dense", top_k=3)
+    search_on_page(page, "it's the cell's \"membrane\" & $HOME `x`", mode="dense", top_k=3)
     out = subprocess.run(["bash", "-c", page.inner_text("#curl")], capture_output=True, text=True, timeout=60)
-    assert [h["id"] for h in json.loads(out.stdout)["results"][0]["hits"]] == _ids(page)
+    assert [h["id"] for h in json.loads(out.stdout)["results"][0]["hits"]] == result_ids(page)
 
 
 def _expected_verdicts(r: dict[str, Any]) -> list[str]:
@@ -656,11 +649,7 @@ def test_with_the_key_a_document_written_on_the_page_is_found_in_every_mode_then
     doc_id = f"page-note-{watched.size}"
     words = f"zebra marmalade quokka lighthouse {watched.size}"
     page.goto(base + "/")
-    page.click("#doc-write summary")
-    page.fill("#doc-id", doc_id)
-    page.fill("#doc-title", "Zebra marmalade")
-    page.fill("#doc-text", f"A note about {words}, written from the page.")
-    page.fill("#doc-metadata", '{"source": "page"}')
+    fill_document_form(page, doc_id, f"A note about {words}, written from the page.")
     page.click("#doc-form button[type=submit]")
     page.wait_for_selector("#doc-write-status.error")  # no key yet: refused before any request
     assert "API key" in page.inner_text("#doc-write-status")
@@ -672,14 +661,14 @@ def test_with_the_key_a_document_written_on_the_page_is_found_in_every_mode_then
     assert f"Upserted {doc_id}" in page.inner_text("#doc-write-status")
     assert httpx.get(f"{base}/documents/{doc_id}").json()["metadata"] == {"source": "page"}
     for mode in ("dense", "lexical", "hybrid"):
-        _search(page, words, mode=mode, top_k=5)
-        assert _ids(page)[0] == doc_id, mode
+        search_on_page(page, words, mode=mode, top_k=5)
+        assert result_ids(page)[0] == doc_id, mode
     watched.no_horizontal_scroll()
     watched.shot(f"17-document-written-{watched.size}")
 
     page.click("#doc-delete")
     page.wait_for_selector(f"#doc-write-status.ok:has-text('Deleted {doc_id}')")
     for mode in ("dense", "lexical", "hybrid"):
-        _search(page, words, mode=mode, top_k=5)
-        assert doc_id not in _ids(page), mode
+        search_on_page(page, words, mode=mode, top_k=5)
+        assert doc_id not in result_ids(page), mode
     assert httpx.get(f"{base}/documents/{doc_id}").status_code == 404
