@@ -1,6 +1,8 @@
 """Paired comparison of recipe-search runs on their validation queries: is a candidate's lead noise?
 
-    .venv/bin/python bench/recipe_compare.py WORK_DIR BASELINE_RUN CANDIDATE_RUN [CANDIDATE_RUN ...]
+    .venv/bin/python bench/recipe_compare.py WORK_DIR BASELINE_RUN CANDIDATE_RUN [CANDIDATE_RUN ...] [--data DIR]
+
+(--data: the dataset the runs trained on, as given to bench/recipe_search.py; scifact by default.)
 
 Each comparison is printed twice: over all validation queries, and over the "unshared" ones only, whose
 relevant documents no trained query cites (like every test query, bench/carve_overlap.py).
@@ -15,9 +17,9 @@ paired bootstrap over queries (training.gap.bootstrap). The test split is never 
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -45,17 +47,19 @@ def carve_of(run: Path) -> tuple[float, int, str]:
     return float(config["validation_fraction"]), int(config["seed"]), str(config["train_split"])
 
 
-def unshared_queries(carve: tuple[float, int, str]) -> set[str]:
+def unshared_queries(data: Path, carve: tuple[float, int, str]) -> set[str]:
     """Validation queries none of whose relevant documents is a positive of a trained query."""
     fraction, seed, split = carve
-    fit, val = carve_validation(load_beir(SCIFACT, split), fraction, seed)
+    fit, val = carve_validation(load_beir(data, split), fraction, seed)
     trained_docs = {d for rel in fit.qrels.values() for d in rel}
     return {q for q, rel in val.qrels.items() if not any(d in trained_docs for d in rel)}
 
 
-def per_query_ndcg(run: Path, cache: EmbeddingCache, carve: tuple[float, int, str]) -> dict[str, float]:
+def per_query_ndcg(
+    data: Path, run: Path, cache: EmbeddingCache, carve: tuple[float, int, str]
+) -> dict[str, float]:
     fraction, seed, split = carve
-    val = carve_validation(load_beir(SCIFACT, split), fraction, seed)[1]
+    val = carve_validation(load_beir(data, split), fraction, seed)[1]
     encoder = Encoder.load(run / "model")
     _, doc_emb = encode_corpus(encoder, val.corpus, show_progress=False, cache=cache)  # (n_docs, dim)
     result = evaluate(encoder, val, doc_embeddings=np.asarray(doc_emb), show_progress=False)
@@ -64,17 +68,22 @@ def per_query_ndcg(run: Path, cache: EmbeddingCache, carve: tuple[float, int, st
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING)
-    if len(sys.argv) < 4:
+    parser = argparse.ArgumentParser(description=str(__doc__).splitlines()[0])
+    parser.add_argument("work", type=Path)
+    parser.add_argument("runs", nargs="+", help="the baseline run first, then the candidates")
+    parser.add_argument("--data", type=Path, default=SCIFACT)
+    args = parser.parse_args()
+    if len(args.runs) < 2:
         raise SystemExit(__doc__)
-    work = Path(sys.argv[1])
-    runs = [run_folder(work, name) for name in sys.argv[2:]]
+    work, data = args.work, args.data
+    runs = [run_folder(work, name) for name in args.runs]
     carves = {carve_of(run) for run in runs}
     if len(carves) != 1:
         raise SystemExit(f"runs were trained without different validation carves: {sorted(carves)}")
     carve = carves.pop()
     cache = EmbeddingCache(work / "embeddings")
-    scores = [per_query_ndcg(run, cache, carve) for run in runs]
-    unshared = unshared_queries(carve)
+    scores = [per_query_ndcg(data, run, cache, carve) for run in runs]
+    unshared = unshared_queries(data, carve)
     for label, queries in (("all", list(scores[0])), ("unshared", [q for q in scores[0] if q in unshared])):
         compare(runs, scores, queries, label)
 

@@ -6,7 +6,8 @@ One subprocess per cell (so each peak RSS is that cell's alone: ru_maxrss of a f
 model and runs the steps). Cells of the full fine-tune (training/train/step.py's `optimizer_step`, the
 trainer's step) vary one knob of the default recipe at a time: mined negatives per pair (0, 1, 3), the
 document token limit (64, 128, 256) against the query limit (queries are ~20 tokens, so a query limit
-does not change a step), and GradCache (training/train/grad_cache.py) with mini-batches of 16 or 32.
+does not change a step), and GradCache (training/train/grad_cache.py, the default since it holds a step
+under 2 GB) with mini-batches of 16 or 32 or off.
 Query-side cells time training/distill/query_loop.py's step: the LoRA and the all-weights query tower
 against fixed document vectors. Batches are scifact training pairs (../shared/data/scifact, or --data);
 negatives are random corpus documents (a step's cost depends on their lengths, not on how hard they are).
@@ -31,13 +32,15 @@ SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 
 # name -> overrides of the default TrainConfig (full cells) or of QueryRetrainConfig (query cells)
 CELLS: dict[str, dict[str, Any]] = {
-    "default": {},  # 3 mined negatives a pair, 128 tokens
+    "default": {},  # GradCache with 16 texts at a time, 3 mined negatives a pair, 128 tokens
+    "no gradcache": {"grad_cache": False},
     "0 neg": {"hard_negatives": 0},
     "1 neg": {"hard_negatives": 1},
     "doc 64 tok": {"max_seq_length": 64},
     "doc 256 tok": {"max_seq_length": 256},
-    "gradcache 32": {"grad_cache": True, "mini_batch_size": 32},
-    "gradcache 16": {"grad_cache": True, "mini_batch_size": 16},
+    "no gradcache 1 neg": {"grad_cache": False, "hard_negatives": 1},
+    "no gradcache doc 64 tok": {"grad_cache": False, "max_seq_length": 64},
+    "gradcache 32": {"mini_batch_size": 32},
     "query tower lora": {"query": {"query_tower": "lora"}},
     "query tower full": {"query": {"query_tower": "full"}},
 }

@@ -110,7 +110,9 @@ class TrainConfig(BaseModel):
         "positive).",
     )
     # 3 mined negatives and lr 6e-5: scifact validation nDCG@10 0.6467 vs 0.6129 for 1 and 3e-5, paired
-    # bootstrap +0.013 .. +0.058 (bench/recipe_search.py, bench/recipe_compare.py)
+    # bootstrap +0.013 .. +0.058 (bench/recipe_search.py, bench/recipe_compare.py). Per CPU-minute
+    # (bench/recipe_cost.py, bench/results/recipe_cost.txt): 1 negative ties on the demo corpus at 63 % of
+    # the time but loses 0.030 on scifact; 64 training tokens halve a step and lose 0.005 / 0.008.
     hard_negatives: int = Field(
         3,
         ge=0,
@@ -154,10 +156,13 @@ class TrainConfig(BaseModel):
     max_grad_norm: float = Field(
         1.0, ge=0, description="Clip the encoder's gradient norm at this value; 0 disables clipping."
     )
+    # on: a default step's peak resident memory 1.9 GB instead of 7.0 GB, for 1.39x its seconds (scifact,
+    # 32 pairs x 3 mined negatives, 128 tokens: bench/train_step_cost.py, bench/results/train_step_cost.txt)
     grad_cache: bool = Field(
-        False,
+        True,
         description="GradCache (Gao et al. 2021): exact large-batch gradients with the memory of "
-        "mini_batch_size; the batch size is no longer bounded by memory.",
+        "mini_batch_size; the batch size is no longer bounded by memory. Off: one forward pass instead of "
+        "two, about a quarter less time a step, about 3.7x the memory.",
     )
     mini_batch_size: int = Field(16, ge=1, description="Texts embedded at once under grad_cache.")
     max_steps: int | None = Field(
