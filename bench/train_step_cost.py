@@ -41,6 +41,9 @@ CELLS: dict[str, dict[str, Any]] = {
     "no gradcache 1 neg": {"grad_cache": False, "hard_negatives": 1},
     "no gradcache doc 64 tok": {"grad_cache": False, "max_seq_length": 64},
     "gradcache 32": {"mini_batch_size": 32},
+    # scripts/demo.sh's recipe: one epoch, in-batch negatives only, 64 tokens
+    "demo recipe": {"hard_negatives": 0, "max_seq_length": 64},
+    "demo recipe no gradcache": {"hard_negatives": 0, "max_seq_length": 64, "grad_cache": False},
     "query tower lora": {"query": {"query_tower": "lora"}},
     "query tower full": {"query": {"query_tower": "full"}},
 }

@@ -114,3 +114,14 @@ def test_mined_negatives_use_the_given_similarity():
     )
     for i, negs in enumerate(mined):
         assert set(negs) <= {int(j) for j in np.argsort(-sims[i])[1:4]}
+
+
+@pytest.mark.parametrize("k", [1, 7, 50, 200])
+def test_top_ranked_is_the_prefix_of_a_full_stable_sort(k):
+    from training.train.negatives import top_ranked
+
+    rng = np.random.default_rng(3)
+    scores = rng.normal(size=(9, 200)).astype(np.float32)
+    scores[:, 10] = scores[:, 11]  # a tie inside the ranking keeps index order
+    expected = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    np.testing.assert_array_equal(top_ranked(scores, k), expected)

@@ -101,6 +101,22 @@ def random_negatives(
     return picked
 
 
+def top_ranked(scores: np.ndarray, k: int) -> np.ndarray:
+    """(c, k) column indices of each row's k highest scores, best first; equal scores in index order.
+
+    A partial selection, then a sort of those k only: ranking a 1M-document corpus for 256 queries is
+    ~40x cheaper than a full argsort of every row (bench/retrain_scale.py's 1M size). Of documents that
+    tie exactly at the k-th score, which ones make the cut is unspecified.
+    """
+    k = min(k, scores.shape[1])
+    if k == scores.shape[1]:
+        return np.argsort(-scores, axis=1, kind="stable")
+    part = np.argpartition(-scores, k - 1, axis=1)[:, :k]  # (c, k) unordered
+    picked = np.take_along_axis(scores, part, axis=1)  # (c, k)
+    order = np.lexsort((part, -picked), axis=1)  # by score descending, then index
+    return np.take_along_axis(part, order, axis=1)
+
+
 def mine_hard_negatives(
     query_emb: np.ndarray,
     doc_emb: np.ndarray,
@@ -129,7 +145,7 @@ def mine_hard_negatives(
     mined: list[list[int]] = []
     for start in range(0, query_emb.shape[0], chunk):
         scores = similarity(query_emb[start : start + chunk], doc_emb)  # (c, N)
-        top = np.argsort(-scores, axis=1, kind="stable")[:, :rank_max]  # (c, rank_max) best first
+        top = top_ranked(scores, rank_max)  # (c, rank_max) best first
         for row in range(scores.shape[0]):
             i = start + row
             threshold = scores[row, positive_pos[i]] - margin
