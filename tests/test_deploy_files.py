@@ -141,7 +141,7 @@ def test_bootstrap_runs_the_pipeline_once(services: dict[str, Any]) -> None:
 
 
 # the demo's recipe, as scripts/demo.sh trains the demo dataset
-DEMO_RECIPE = "--epochs 1 --hard-negatives 0 --max-seq-length 64"
+DEMO_RECIPE = "--epochs 1 --hard-negatives 0 --max-seq-length 64 --no-grad-cache"
 
 
 def run_bootstrap(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
