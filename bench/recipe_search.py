@@ -60,9 +60,7 @@ def main() -> None:
     if base_pickle.exists():
         base_eval = pickle.loads(base_pickle.read_bytes())
     else:
-        base_eval = evaluate(
-            Encoder.load(config.base_model), load_beir(data, config.eval_split), cache=cache
-        )
+        base_eval = evaluate(Encoder.load(config.base_model), load_beir(data, config.eval_split), cache=cache)
         base_pickle.write_bytes(pickle.dumps(base_eval))
     load_before = os.getloadavg()[0]
     t0 = time.perf_counter()
