@@ -82,7 +82,7 @@ def main() -> None:
                 time.perf_counter() - started,
             )
         pairs, negatives, docs, prep_s = cache[key]
-        tower = query_tower(store.version_path(version) / MODEL_DIR, config)
+        tower = query_tower(store.version_path(version) / MODEL_DIR, config, seed=0)
         loop = fit_query_tower(
             tower.model, tower.params, pairs, docs, negatives, temperature=live.encoder.similarity.logit_divisor(),
             config=config, seed=0, validate=_validator(live, tower.model, val),

@@ -328,3 +328,21 @@ def test_train_tower_query_writes_a_two_tower_model_and_publishes_nothing(world,
          "--tower", "query"], capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert missing.returncode != 0 and "--tower query needs --bundles" in missing.stderr
+
+
+def test_one_seed_gives_one_lora_tower_whatever_the_process_drew_before():
+    import torch
+
+    from contract.encoding.encoder import default_model_path
+    from training.distill.query_tower import query_tower
+
+    config = QueryRetrainConfig(query_tower="lora", query_lora_rank=4)
+
+    def adapters(seed: int | None) -> list[torch.Tensor]:
+        torch.rand(1000)  # a draw before: a worker's earlier jobs
+        tower = query_tower(default_model_path(), config, seed=seed)
+        return [p.detach().clone() for p in tower.params]
+
+    first, again, other = adapters(0), adapters(0), adapters(1)
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(first, other, strict=True))

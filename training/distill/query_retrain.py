@@ -115,7 +115,7 @@ def query_side_retrain(
             with phase(timer, "query pairs + mine negatives (live index)"):
                 pairs, negatives, docs = _training_inputs(live, fit, config, train_config.seed)
             stop()
-            tower = query_tower(parent_dir / MODEL_DIR, config)
+            tower = query_tower(parent_dir / MODEL_DIR, config, seed=train_config.seed)
             validate = _validator(live, tower.model, val)
             loop = fit_query_tower(
                 tower.model, tower.params, pairs, docs, negatives,

@@ -44,9 +44,16 @@ class QueryTower:
     lora: Any = None  # the peft PeftModel around the transformer (its layers are replaced in place)
 
 
-def query_tower(model_dir: Path, config: QueryRetrainConfig) -> QueryTower:
-    """The trainable query tower of `config.query_tower`, starting from the model in `model_dir`."""
+def query_tower(model_dir: Path, config: QueryRetrainConfig, *, seed: int | None = None) -> QueryTower:
+    """The trainable query tower of `config.query_tower`, starting from the model in `model_dir`.
+
+    `seed`: torch's seed before the LoRA adapters are drawn, so one seed gives one tower; unseeded, their
+    initial values follow whatever the process drew before (a job's worker: its earlier jobs).
+    """
     from sentence_transformers import SentenceTransformer
+
+    if seed is not None:
+        torch.manual_seed(seed)
 
     if config.query_tower == "truncated":
         from training.distill.students import truncated_student
