@@ -5,8 +5,10 @@
 
 Reads rows that bench/recipe_search.py wrote (validation nDCG@10 of the base and tuned model on the same
 held-out carve, the training steps' seconds) and prints, per corpus, each recipe's gain over the base
-model, its training seconds and the gain per training minute. The rows compared must come from one
-machine in one sitting (their seconds are compared; recipe_search.py records threads and load). The
+model, its training seconds, the gain per training minute and the process's peak resident memory (base
+evaluation, steps and tuned corpus encode; rows written before recipe_search.py recorded it show –).
+The rows compared must come from one machine in one sitting (their seconds are compared;
+recipe_search.py records threads and load). The
 chosen recipe is the cheapest whose validation nDCG@10 is within `--tolerance` (the publish gate's, by
 default) of the best: the best nDCG per CPU-minute among recipes that are not clearly worse, rather than
 the best nDCG alone. The carve's paired differences (bench/recipe_compare.py) say how large "clearly" is.
@@ -34,15 +36,16 @@ def main() -> None:
         chosen = [rows[n] for n in names.split(",")] if names else list(rows.values())
         print(f"\n{Path(path).name}")
         print(
-            "| recipe | options | validation nDCG@10 base → tuned | gain | train s | gain per train minute | torch threads | load before → after |"
+            "| recipe | options | validation nDCG@10 base → tuned | gain | train s | gain per train minute | peak RSS MB | torch threads | load before → after |"
         )
-        print("|---|---|---|---:|---:|---:|---:|---|")
+        print("|---|---|---|---:|---:|---:|---:|---:|---|")
         best = max(r["validation"]["tuned"]["ndcg@10"] for r in chosen)
         for r in sorted(chosen, key=lambda r: r["train_seconds"]):
             base, tuned = r["validation"]["base"]["ndcg@10"], r["validation"]["tuned"]["ndcg@10"]
             gain = tuned - base
             print(f"| {r['name']} | {json.dumps(r['options'])} | {base:.4f} → {tuned:.4f} | {gain:+.4f} | "
-                  f"{r['train_seconds']:.0f} | {60 * gain / r['train_seconds']:+.4f} | {r.get('torch_threads', '?')} | "
+                  f"{r['train_seconds']:.0f} | {60 * gain / r['train_seconds']:+.4f} | {r.get('peak_rss_mb', '–')} | "
+                  f"{r.get('torch_threads', '?')} | "
                   f"{r['load_average_before']} → {r['load_average_after']} |")  # fmt: skip
         ties = [r for r in chosen if r["validation"]["tuned"]["ndcg@10"] >= best - args.tolerance]
         pick = min(ties, key=lambda r: r["train_seconds"])

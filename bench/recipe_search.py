@@ -56,7 +56,8 @@ def main() -> None:
         raise SystemExit("recipe_search selects on validation only: eval_split=test is refused")
     work.mkdir(parents=True, exist_ok=True)
     cache = EmbeddingCache(work / "embeddings")
-    base_pickle = work / f"base_eval_{config.eval_split}.pkl"
+    # per dataset: --data made one WORK_DIR able to hold runs of two corpora
+    base_pickle = work / f"base_eval_{data.name}_{config.eval_split}.pkl"
     if base_pickle.exists():
         base_eval = pickle.loads(base_pickle.read_bytes())
     else:
