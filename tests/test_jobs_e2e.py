@@ -26,6 +26,7 @@ from app.settings import Settings
 from contract.jobs.queue import JobQueue
 from tests.app.conftest import wait_until
 from tests.training.beir_slice import beir_slice
+from training.jobs.tasks import WORK_DIR
 
 pytestmark = pytest.mark.slow
 
@@ -223,6 +224,9 @@ def test_kill_9_mid_run_keeps_the_old_bundle_and_fails_the_job(env):
     worker.kill9()
 
     assert _current(bundles) == live and _versions(bundles) == versions
+    # the killed job's private folder (its base model copy, its run) outlives it, under the bundles folder
+    left = sorted((bundles / WORK_DIR).iterdir())
+    assert [p.name[: len("job-") + 8] for p in left] == [f"job-{job_id[:8]}"], left
     assert _served_version(client) == live
     # no worker is running: the API itself reports the job failed once its heartbeat expires
     job = _wait("heartbeat expiry", lambda: _finished(client, job_id), worker, HEARTBEAT_TIMEOUT_S + 30)
@@ -238,6 +242,10 @@ def test_kill_9_mid_run_keeps_the_old_bundle_and_fails_the_job(env):
     job = _wait("the resubmitted job", lambda: _finished(client, again), worker)
     assert job["state"] == "succeeded", (job, worker.tail())
     assert _current(bundles) == job["bundle_version"]
+    # the next job of the collection swept the dead one's folder, and removed its own when it finished
+    assert not any(p.exists() for p in left) and list((bundles / WORK_DIR).iterdir()) == []
+    swept = [line for line in worker.log.read_text(errors="replace").splitlines() if "did not finish" in line]
+    assert len(swept) == 1 and f"job-{job_id[:8]}" in swept[0], swept
 
 
 def test_a_retrain_of_one_collection_goes_live_only_there(env):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import shutil
 import socket
 import tempfile
 import time
@@ -53,11 +54,36 @@ MILVUS: BackendConfig | None = None
 # corpus embeddings shared by the jobs of one bundles folder (a retrain on an unchanged corpus reuses the
 # base model's); a dot folder, which the bundle store never takes for a version
 CACHE_DIR = ".cache/embeddings"
+# a retrain's private folder (its copy of the base model, the training run, ~90 MB) lives under its bundles
+# folder, not the system temp dir: a worker killed mid-job cannot remove it, and the next job of the same
+# collection removes it instead (sweep_work_dirs: it holds the collection's lock, so no job of the
+# collection is running); a dot folder, which the bundle store never takes for a version
+WORK_DIR = ".jobs-work"
 LOCK_POLL_S = 0.5
 
 
 def embedding_cache_dir(bundles_dir: str | Path) -> Path:
     return Path(bundles_dir) / CACHE_DIR
+
+
+def sweep_work_dirs(bundles_dir: Path) -> list[str]:
+    """Remove what jobs of this bundles folder left in its work folder; the caller holds the job lock."""
+    root = bundles_dir / WORK_DIR
+    left = sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+    for name in left:
+        path = root / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    if left:
+        logger.warning(
+            "removed %d work folder(s) left in %s by jobs that did not finish (a worker killed mid-job): %s",
+            len(left),
+            root,
+            ", ".join(left),
+        )
+    return left
 
 
 def worker_id() -> str:
@@ -126,6 +152,7 @@ def execute(job_id: str, records: RecordStore) -> None:
                 progress=Progress(phase=f"waiting: another job of collection {record.collection} is running"),
             )
             raise CollectionBusy(f"job {job_id}: collection {record.collection} is busy; re-queued")
+        sweep_work_dirs(folder)
         _run_locked(job_id, records)
 
 
@@ -229,7 +256,9 @@ def _retrain(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
     if "device" not in record.options:
         values["device"] = DEFAULT_DEVICE
     _, model = _confine(record, record.options)
-    with tempfile.TemporaryDirectory(prefix=f"job-{record.id[:8]}-") as work_dir:
+    work_root = Path(record.bundles_dir) / WORK_DIR
+    work_root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f"job-{record.id[:8]}-", dir=work_root) as work_dir:
         if model is not None:  # a private copy, every file read through the job's confined reader
             model = job_reader(record).copy_tree(model, Path(work_dir) / "base-model" / model.name)
         values["base_model"] = None if model is None else str(model)
