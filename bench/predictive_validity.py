@@ -300,9 +300,9 @@ def run_query_seed(
     """--tower query: a query tower trained on A against the live bundle's fixed document vectors, its report
     on (A, R); the same estimators, query tower and fixed vectors on U and T."""
     from contract.bundles.bundle import load_bundle
+    from contract.query_config import QueryRetrainConfig
     from training.bundle.store import BundleStore
     from training.data.validation_carve import carve_validation
-    from training.distill.query_config import QueryRetrainConfig
     from training.distill.query_report import query_gap_report
     from training.distill.query_retrain import query_side_retrain
     from training.distill.query_tower import fixed_vectors

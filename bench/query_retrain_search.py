@@ -54,8 +54,8 @@ def main() -> None:
 
     from contract.bundles.bundle import MODEL_DIR, load_bundle
     from contract.config import TrainConfig
+    from contract.query_config import QueryRetrainConfig
     from training.bundle.store import BundleStore
-    from training.distill.query_config import QueryRetrainConfig
     from training.distill.query_loop import fit_query_tower
     from training.distill.query_retrain import _encode, _splits, _training_inputs, _validator
     from training.distill.query_tower import query_tower

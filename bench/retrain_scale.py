@@ -101,8 +101,8 @@ def retrain(
 ) -> dict[str, Any]:
     from contract.bundles.bundle import read_manifest
     from contract.config import TrainConfig
+    from contract.query_config import QueryRetrainConfig
     from training.distill.config import DistillConfig
-    from training.distill.query_config import QueryRetrainConfig
     from training.publish.pipeline import run_pipeline
 
     started = time.perf_counter()

@@ -87,8 +87,8 @@ def run_cell(name: str, data: Path, steps: int) -> dict[str, Any]:
             times.append(time.perf_counter() - started)
     else:
         from contract.encoding.encoder import default_model_path
+        from contract.query_config import QueryRetrainConfig
         from training.distill.pairs import DistillPairs
-        from training.distill.query_config import QueryRetrainConfig
         from training.distill.query_loop import FixedDocs, _step
         from training.distill.query_tower import query_tower
 

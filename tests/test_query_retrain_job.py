@@ -22,6 +22,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
+from contract.bundles.bundle import read_manifest
 from tests.app.conftest import wait_until
 from tests.training.beir_slice import beir_slice
 
@@ -31,9 +32,10 @@ REPO = Path(__file__).resolve().parents[1]
 KEY = {"X-API-Key": "query-key"}
 HEARTBEAT_TIMEOUT_S = 15
 # a few steps at a small lr: the tower moves and stays within the gate's tolerance (the machinery is tested
-# here; what the query side gains is measured by bench/retrain_scale.py)
-QUERY_JOB = {"tower": "query", "max_steps": 2, "lr": 1e-7, "eval_max_queries": 10, "onnx": False,
-             "distill": False, "validation_fraction": 0.0}  # fmt: skip
+# here; what the query side gains is measured by bench/retrain_scale.py); the query-side knobs are job
+# options like TrainConfig's (contract/query_config.py), and the published version records them
+QUERY_JOB = {"tower": "query", "max_steps": 2, "query_lr": 1e-6, "query_lora_rank": 8, "query_batch_size": 8,
+             "eval_max_queries": 10, "onnx": False, "distill": False, "validation_fraction": 0.0}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +100,8 @@ def test_a_query_side_retrain_job_goes_live_without_encoding_a_document(env):
     assert job["state"] == "succeeded", (job, tail())  # any document encode would have failed it
     assert job["tower"] == "query" and job["live"] is True, job
     child = job["bundle_version"]
+    recorded = read_manifest(bundles / child).extras["query_retrain"]["config"]
+    assert (recorded["query_lr"], recorded["query_lora_rank"], recorded["query_batch_size"]) == (1e-6, 8, 8)
     for name in ("index.faiss", "ids.json", "docs.sqlite"):
         assert os.stat(bundles / first / name).st_ino == os.stat(bundles / child / name).st_ino, name
     wait_until(lambda: _served(client) == child, 60, "the app to serve the query-side version")
@@ -109,3 +113,10 @@ def test_a_query_side_retrain_job_goes_live_without_encoding_a_document(env):
         wait_until(lambda v=version: _served(client) == v, 60, f"the app to serve {version}")
     listing = client.get("/bundles").json()
     assert listing["live"] == child
+
+
+def test_a_bad_query_side_option_is_refused_at_submission_naming_it(env):
+    body = {"type": "retrain", "dataset": "mini", "options": {"tower": "query", "query_lora_rank": 0}}
+    r = env["client"].post("/jobs", json=body, headers=KEY)
+    assert r.status_code in (400, 422), r.text
+    assert "query_lora_rank" in r.text

@@ -43,6 +43,7 @@ from contract.jobs.records import (
     WorkerBeat,
     open_records,
 )
+from contract.query_config import QueryRetrainConfig
 
 logger = logging.getLogger(__name__)
 
@@ -65,9 +66,10 @@ __all__ = [
 ]
 
 
-class RetrainOptions(TrainConfig):
-    """retrain options: every TrainConfig field, plus what is retrained and how the candidate bundle is
-    indexed and gated."""
+class RetrainOptions(TrainConfig, QueryRetrainConfig):
+    """retrain options: every TrainConfig field (the full retrain's), every QueryRetrainConfig field (the
+    query-side retrain's: `query_lr`, `query_tower`, `query_epochs` …), plus what is retrained and how the
+    candidate bundle is indexed and gated."""
 
     # auto: a query-side retrain (only a query tower, against the live bundle's fixed document vectors and
     # index: no corpus encode, training/distill/query_retrain.py) when the live bundle holds this dataset's

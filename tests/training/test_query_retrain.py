@@ -21,10 +21,10 @@ from contract.config import TrainConfig
 from contract.encoding.encoder import Encoder
 from contract.errors import BundleInvalid, ConfigError
 from contract.mutations.rows import encoder_key
+from contract.query_config import QueryRetrainConfig
 from tests.doc_encode_guard import DocumentEncodeCalled, install
 from tests.training.beir_slice import beir_slice
 from training.bundle.store import BundleStore
-from training.distill.query_config import QueryRetrainConfig
 
 # no validation carve: early stopping (its own test below) would keep the live tower after 3 steps
 QUICK = TrainConfig(max_steps=3, eval_max_queries=10, seed=0, validation_fraction=0.0)

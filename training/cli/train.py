@@ -10,13 +10,13 @@ import typer
 
 from contract.config import TrainConfig
 from contract.log_setup import progress_bars_enabled
+from contract.query_config import QueryRetrainConfig
 from training.cards.metrics_table import text_table
 from training.cli.choices import LogLevelOpt
 from training.cli.config_options import ConfigFileOpt, given_config, load_config, with_config_options
 from training.cli.publish_options import PublishOptions
 from training.cli.settings_options import collection_backend, collection_folder, collection_option
 from training.cli.support import JsonOpt, QuietOpt, configure_logging, echo_json, fail, one_line_errors
-from training.distill.query_config import QueryRetrainConfig
 
 if TYPE_CHECKING:
     from training.publish.pipeline import PipelineResult

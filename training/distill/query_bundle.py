@@ -40,11 +40,11 @@ from contract.encoding.similarity import Similarity
 from contract.index.fusion import DEFAULT_DEPTH, MODES, FusionParams
 from contract.index.lexical_index import LexicalIndex
 from contract.index.vector_index import Ranking
+from contract.query_config import QueryRetrainConfig
 from training.bundle.portable_paths import portable
 from training.bundle.store import FINGERPRINT_KEY
 from training.cards.bundle_card import write_bundle_model_card
 from training.distill.pairs import DistillPairs
-from training.distill.query_config import QueryRetrainConfig
 from training.distill.query_loop import LoopResult
 from training.hybrid.fusion_tuning import metrics_of, runs_for_mode, tune
 

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from contract.query_config import QueryRetrainConfig
 from training.distill.pairs import DistillPairs
-from training.distill.query_config import QueryRetrainConfig
 from training.losses.info_nce import info_nce_loss
 from training.train.negatives import no_duplicate_batches
 from training.train.phase_timer import PhaseTimer, StepMeter

@@ -17,9 +17,9 @@ from contract.bundles.bundle import MODEL_DIR, Bundle
 from contract.bundles.report_schema import GapReport
 from contract.config import TrainConfig
 from contract.encoding.encoder import Encoder
+from contract.query_config import QueryRetrainConfig
 from training.bundle.portable_paths import relocate_report
 from training.data.retrieval_data import RetrievalData
-from training.distill.query_config import QueryRetrainConfig
 from training.distill.query_loop import LoopResult
 from training.distill.query_tower import fixed_vectors
 

@@ -44,6 +44,7 @@ from contract.config import TrainConfig
 from contract.encoding.encoder import Encoder
 from contract.encoding.similarity import SIMILARITY_FILE
 from contract.errors import ConfigError
+from contract.query_config import QueryRetrainConfig
 from training.bundle.store import BundleStore, PublishResult, evaluation_fingerprint
 from training.data.retrieval_data import RetrievalData
 from training.data.split import load_split
@@ -51,7 +52,6 @@ from training.data.validation_carve import carve_validation
 from training.distill.config import DistillConfig
 from training.distill.pairs import DistillPairs, distill_pairs
 from training.distill.query_bundle import dense_runs, link_shared, retune_modes, write_manifest, write_run
-from training.distill.query_config import QueryRetrainConfig
 from training.distill.query_eligibility import query_side_blocker
 from training.distill.query_loop import FixedDocs, LoopResult, fit_query_tower
 from training.distill.query_report import write_query_report

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from contract.errors import ConfigError
-from training.distill.query_config import QueryRetrainConfig
+from contract.query_config import QueryRetrainConfig
 
 logger = logging.getLogger(__name__)
 

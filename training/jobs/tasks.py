@@ -248,11 +248,13 @@ def _distill_config(distill: bool) -> Any:
 def _retrain(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
     from contract.config import TrainConfig
     from contract.jobs.queue import RetrainOptions
-    from training.distill.query_config import QueryRetrainConfig
+    from contract.query_config import QueryRetrainConfig
     from training.publish.pipeline import run_pipeline
 
     options = RetrainOptions.model_validate(record.options)
-    values = options.model_dump(exclude={"tower", "index_kind", "index_backend", "force", "onnx", "distill"})
+    given = options.model_dump()
+    query = QueryRetrainConfig(**{name: given[name] for name in QueryRetrainConfig.model_fields})
+    values = {name: given[name] for name in TrainConfig.model_fields}
     if "device" not in record.options:
         values["device"] = DEFAULT_DEVICE
     _, model = _confine(record, record.options)
@@ -279,7 +281,7 @@ def _retrain(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
             checkpoint=heartbeat.check_cancel,
             cache_dir=embedding_cache_dir(record.bundles_dir),
             backend=job_backend(options.index_backend, record.collection),
-            query=QueryRetrainConfig(tower=options.tower),
+            query=query,
         )
     logger.info("job %s retrained the %s tower (%s)", record.id, result.tower, result.tower_reason)
     return _publish_outcome(result.publish) | {"tower": result.tower}

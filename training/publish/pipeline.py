@@ -22,9 +22,9 @@ from typing import Any
 
 from contract.config import TrainConfig
 from contract.index.backend import BackendConfig
+from contract.query_config import QueryRetrainConfig
 from training.bundle.store import PublishResult
 from training.distill.config import DistillConfig
-from training.distill.query_config import QueryRetrainConfig
 from training.eval.embedding_cache import EmbeddingCache
 from training.export.corpus_encoder import corpus_encoder_for
 from training.publish.index_model import index_model

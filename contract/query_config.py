@@ -1,9 +1,10 @@
 """QueryRetrainConfig: every knob of the query-side retrain (training/distill/query_retrain.py).
 
-Each field is a `pipeline` option generated from it (training/cli/config_options.py), so the names carry a
-`query_` prefix where TrainConfig has the same word (`--query-lr` beside `--lr`). The retrain job reads
-`tower` from its options and takes the rest from here (seed, max_steps, splits and the validation carve
-from its TrainConfig)."""
+Each field is a `pipeline` option generated from it (training/cli/config_options.py) and a retrain job's
+option (contract/jobs/queue.py: RetrainOptions has every field of both configs, checked when the job is
+submitted), so the names carry a `query_` prefix where TrainConfig has the same word (`--query-lr` beside
+`--lr`). A query-side retrain takes its seed, max_steps, splits and validation carve from its TrainConfig.
+It lives in the contract, beside TrainConfig, because the API validates job options with it."""
 
 from __future__ import annotations
 
