@@ -35,11 +35,11 @@ from pathlib import Path
 from typing import Any
 
 from contract.atomic import fsync_dir, write_json_atomic
+from contract.defaults import DEFAULT_COLLECTION
 from contract.errors import CollectionConflict, CollectionNotFound, CollectionRefused
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_COLLECTION = "default"
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,62}$"
 NAME_RE = re.compile(NAME_PATTERN)
 DEFAULT_ROOT_NAME = "collections"  # under the default collection's folder unless SEARCH_COLLECTIONS_ROOT says

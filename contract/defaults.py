@@ -1,0 +1,34 @@
+"""The project's defaults that more than one module needs: each is defined here once, and every signature,
+Settings field and CLI option that offers it as a default reads it from here (tests/test_defaults_once.py
+greps the code for the literals). Standard library only: app/settings.py, the contract and training all
+import it without pulling anything else in.
+
+A default that only one module uses stays in that module, beside the code it tunes.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- publication (the bundle store and its quality gate) ---
+KEEP_VERSIONS: Final = 5
+"""Bundle versions a store keeps (the live one, its rollback target and candidates); older ones are pruned."""
+
+GATE_METRIC: Final = "ndcg@10"
+"""The held-out metric the quality gate compares a candidate with the live version on."""
+
+GATE_TOLERANCE: Final = 0.005
+"""How far below the live version's GATE_METRIC a candidate may score and still go live."""
+
+# --- the index ---
+TARGET_RECALL: Final = 0.95
+"""ANN recall@10 against exact search that an approximate index's search parameter is tuned to."""
+
+# --- query encoders ---
+MAX_NDCG_LOSS: Final = 0.005
+"""Largest nDCG@10 loss against the full model for a faster encoder (ONNX, int8, static, routed) to be
+chosen by `auto`, on the serving side (Settings.max_ndcg_loss) and for the corpus encode alike."""
+
+# --- collections ---
+DEFAULT_COLLECTION: Final = "default"
+"""The collection a request without a collection addresses (and the folder a single-collection store uses)."""
