@@ -13,7 +13,7 @@ RUN_DIR ?= var
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install chromium test-deps demo test demo-check container-test lint typecheck serve worker bench-load clean
+.PHONY: install chromium test-deps demo test demo-check container-test lint typecheck docs serve worker bench-load clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -58,7 +58,7 @@ test: install test-deps
 
 # A fresh clone of the committed HEAD (nothing beside it) runs its own `make demo` on a free port, and the page
 # in headless Chromium, with the key the demo printed, submits a reindex job, rolls back, activates and writes
-# a document (tests/e2e/test_fresh_clone_demo.py). About 14 min on 2 cores (README); `make test` deselects it.
+# a document (tests/e2e/test_fresh_clone_demo.py). About 14 min on 2 cores (docs/development.md); `make test` deselects it.
 demo-check: install test-deps
 	$(BIN)/python -m pytest -m fresh_clone tests/e2e
 
@@ -75,6 +75,12 @@ lint: install
 
 typecheck: install
 	$(BIN)/mypy
+
+# the documentation site (mkdocs.yml): the benchmark plots drawn again from bench/results, then the pages
+# built offline into var/site; --strict fails on a broken link or a page missing from the nav
+docs: install
+	$(BIN)/python scripts/benchmark_plots.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # the load benchmark drives uvicorn with wrk (C, light on the shared cores); it falls back to httpx without it
 bench-load: install

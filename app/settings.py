@@ -229,7 +229,7 @@ class Settings(JobSettings):
 
 
 def settings_table() -> str:
-    """Markdown table of every setting (variable, default, meaning), for the README."""
+    """Markdown table of every setting (variable, default, meaning), for docs/settings.md."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]
     for name, field in Settings.model_fields.items():
         default = "" if field.default is None else f"`{field.default}`"
@@ -238,4 +238,4 @@ def settings_table() -> str:
 
 
 if __name__ == "__main__":
-    print(settings_table())  # noqa: T201 - `python -m app.settings` prints the README table
+    print(settings_table())  # noqa: T201 - `python -m app.settings` prints the table of docs/settings.md

@@ -2,7 +2,7 @@
 
     flock BENCH_LOCK .venv/bin/python bench/demo_bench.py OUT_DIR [docs=N] [key=value ...]
 
-Prints the phase table of the pipeline, the time until `POST /search` answers (the README's "make demo
+Prints the phase table of the pipeline, the time until `POST /search` answers (docs/benchmarks.md's "make demo
 to a serving API", install excluded), base vs tuned nDCG@10 on the demo's test split with a paired
 bootstrap 95% CI of the difference (queries resampled), and the CPU other processes used meanwhile
 (this machine is shared). key=value pairs override TrainConfig fields (JSON values: epochs=1).

@@ -25,7 +25,7 @@ if [ -z "$data" ]; then
     "$py" -m training demo-data --out "$data"
     "$py" -m training demo-data --out "$family" --modules "$NET_MODULES" --docs 289 --test-queries 70
     # one epoch, in-batch negatives only, 64-token training inputs: the demo reaches a serving API in
-    # minutes on 2 CPU cores and still gains clearly over the base model (bench/demo_bench.py, README).
+    # minutes on 2 CPU cores and still gains clearly over the base model (bench/demo_bench.py, docs/benchmarks.md).
     # Its 64 short texts a step fit without GradCache: 2.2 s and 2.1 GB a step vs 2.9 s and 1.4 GB with
     # it (bench/train_step_cost.py --data <demo> --cells 'demo recipe,demo recipe no gradcache')
     train_opts=(--epochs 1 --hard-negatives 0 --max-seq-length 64 --no-grad-cache)
@@ -71,5 +71,5 @@ trap 'kill $worker 2>/dev/null || true' EXIT INT TERM
 
 echo "== 3/3 API on http://$host:$port  (open http://$host:$port/ in a browser and pick a collection at the top, or: curl -s $host:$port/collections/net/generalization-gap; Ctrl-C stops)"
 echo "   $key_note. Paste it into the page's 'API key' box (top right) to activate, roll back, submit jobs and"
-echo "   write documents, or send it: curl -H \"X-API-Key: $key_ref\" … (see README, Quickstart)"
+echo "   write documents, or send it: curl -H \"X-API-Key: $key_ref\" … (see docs/getting-started.md)"
 "$py" -m app.serve --host "$host" --port "$port"   # workers and threads chosen for this machine

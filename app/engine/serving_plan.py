@@ -9,7 +9,7 @@ JSON). One process runs Python on one core at a time, so:
   clients and 1.70× at 32, with p99 53 ms vs 77 ms; it lost at 1 client (0.81×: each process has one core);
 - with a transformer encoder (torch, ONNX fp32/int8, the truncated `distilled` one) the encoder is most of
   a request and its own threads use every core: one process with intra-op threads = cores beat 2 workers ×
-  1 thread at every concurrency (1.15×, 1.31×, 1.46× at 1, 8, 32 clients; README, bench/load_bench.py).
+  1 thread at every concurrency (1.15×, 1.31×, 1.46× at 1, 8, 32 clients; docs/benchmarks.md, bench/load_bench.py).
 
 Which encoder `auto` will pick is read from the live bundle's manifest at start (the recorded nDCG@10
 losses and routing curves against SEARCH_MAX_NDCG_LOSS), before any model loads; the workers then choose

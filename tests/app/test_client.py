@@ -17,8 +17,8 @@ import uvicorn
 from app.main import create_app
 from infonce_search import AsyncClient, Client, RetryPolicy, errors, models
 from tests.app.conftest import make_settings, publish
+from tests.project.test_layering import imports_of
 from tests.servers import free_port
-from tests.test_layering import imports_of
 
 KEY = "test-key"
 

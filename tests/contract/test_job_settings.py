@@ -38,7 +38,9 @@ def _worker_effective(args: list[str]) -> JobSettings:
 def test_the_api_settings_are_job_settings_plus_serving_fields():
     assert issubclass(Settings, JobSettings)
     for name in SHARED:
-        assert Settings.model_fields[name].description, name  # documented once, in the README table
+        assert Settings.model_fields[name].description, (
+            name
+        )  # documented once, in the table of docs/settings.md
 
 
 def test_the_worker_reads_what_the_api_reads_for_every_shared_variable(env, tmp_path):

@@ -2,7 +2,7 @@
 
 The pipeline passes one `PhaseTimer` through training and indexing; each phase is a `with
 timer.phase(name):` block (repeated names add up). `python -m training pipeline` prints `table()` at
-the end and the run folder keeps `timings.json`, so the README's time claims come from a printout.
+the end and the run folder keeps `timings.json`, so the time claims in docs/benchmarks.md come from a printout.
 
 Loops that run in steps (training) also feed a `StepMeter`: while they run it logs, at most every
 `interval_s`, the steps done, steps/s and the projected time to finish; at the end the phase's steps/s goes
