@@ -23,6 +23,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from contract.defaults import DEFAULT_COLLECTION
+
 logger = logging.getLogger(__name__)
 LATENCY_BUCKETS = (0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 
@@ -32,7 +34,6 @@ ENCODE_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5,
 # here; process-wide, so every registry of this process drops them
 disable_created_metrics()
 
-DEFAULT_LABEL = "default"  # contract.bundles.collections.DEFAULT_COLLECTION (metrics is a base module)
 JobCounts = Callable[[], Iterable[tuple[str, str, int]]]  # (type, state, jobs)
 GateLog = Callable[[], list[dict[str, Any]]]
 
@@ -235,7 +236,7 @@ class CollectionSeries(Collector):
                 merged = families.get(family.name)
                 if merged is None:
                     merged = families[family.name] = Metric(family.name, family.documentation, family.type)
-                labels = {} if name == DEFAULT_LABEL else {"collection": name}
+                labels = {} if name == DEFAULT_COLLECTION else {"collection": name}
                 for sample in family.samples:
                     merged.add_sample(sample.name, {**labels, **sample.labels}, sample.value)
         yield from families.values()

@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from contract.defaults import MAX_DEPTH, MAX_NDCG_LOSS, MAX_QUERY_CHARS
 from contract.jobs.settings import JobSettings
 
 EncoderBackend = Literal[
@@ -30,15 +31,18 @@ class Settings(JobSettings):
         1_000_000, ge=1024, description="Largest accepted request body; larger is 413."
     )
     max_top_k: int = Field(
-        1000,
+        MAX_DEPTH,
         ge=1,
-        le=1000,
+        le=MAX_DEPTH,
         description="Upper bound for `top_k` in POST /search, and for `offset + top_k` (the deepest rank a "
         "page reaches).",
     )
     max_batch: int = Field(64, ge=1, le=4096, description="Most queries or vectors in one POST /search.")
     max_query_chars: int = Field(
-        2048, ge=1, le=2048, description="Longest query text accepted, in characters (at most 2048)."
+        MAX_QUERY_CHARS,
+        ge=1,
+        le=MAX_QUERY_CHARS,
+        description=f"Longest query text accepted, in characters (at most {MAX_QUERY_CHARS}).",
     )
     max_filter_fields: int = Field(
         32,
@@ -97,7 +101,7 @@ class Settings(JobSettings):
         "the bundle loads (GET /bundles shows the timings).",
     )
     max_ndcg_loss: float = Field(
-        0.005,
+        MAX_NDCG_LOSS,
         ge=0.0,
         description="Largest nDCG@10 loss vs the full model for `auto` to pick a query encoder.",
     )

@@ -29,6 +29,13 @@ MAX_NDCG_LOSS: Final = 0.005
 """Largest nDCG@10 loss against the full model for a faster encoder (ONNX, int8, static, routed) to be
 chosen by `auto`, on the serving side (Settings.max_ndcg_loss) and for the corpus encode alike."""
 
+# --- the search API's hard limits (each server's SEARCH_MAX_* setting may only lower them) ---
+MAX_QUERY_CHARS: Final = 2048
+"""Longest query text any server accepts, in characters (Settings.max_query_chars, the request schema)."""
+
+MAX_DEPTH: Final = 1000
+"""The deepest rank (offset + top_k) any server answers (Settings.max_top_k, the request schema)."""
+
 # --- collections ---
 DEFAULT_COLLECTION: Final = "default"
 """The collection a request without a collection addresses (and the folder a single-collection store uses)."""

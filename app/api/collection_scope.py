@@ -20,6 +20,7 @@ from fastapi import Path as PathParam
 from fastapi.routing import APIRoute
 
 from app.live.collections import CollectionRegistry
+from contract.defaults import DEFAULT_COLLECTION
 
 PREFIX = "/collections/{collection}"
 CollectionPath = Annotated[
@@ -28,7 +29,7 @@ CollectionPath = Annotated[
         max_length=256,
         description="A collection name, or an alias of one (`^[a-z0-9][a-z0-9_-]{0,62}$`; "
         "`default` is the collection the routes without this prefix serve).",
-        examples=["default"],
+        examples=[DEFAULT_COLLECTION],
     ),
 ]
 

@@ -28,6 +28,7 @@ from typing import Any
 from app.engine.query_routing import RoutedEncoder
 from contract.bundles.bundle import Bundle
 from contract.bundles.report_schema import Estimate, GapReport, ServedQueryEncoder
+from contract.defaults import MAX_NDCG_LOSS
 from contract.encoding.onnx_encoder import EXTRAS_KEY as ONNX_KEY
 from contract.encoding.onnx_encoder import FILES, ONNX_SUBDIR, OnnxQueryEncoder, Variant
 from contract.encoding.query_encoders import EXTRAS_KEY as QE_KEY
@@ -54,7 +55,7 @@ def load_encoder_backend(
     encoder_backend: str,
     *,
     threads: int = 0,
-    max_ndcg_loss: float = 0.005,
+    max_ndcg_loss: float = MAX_NDCG_LOSS,
     route_margin: float | None = None,
 ) -> Any:
     """The query encoder `encoder_backend` of `bundle` (ModelLoadError when the bundle does not carry it).

@@ -32,6 +32,7 @@ from app.engine.search_spec import Answer, EmbedAnswer, EmbedSpec, SearchAnswer,
 from app.schemas.search import Hit
 from contract.bundles import parts
 from contract.bundles.bundle import Bundle, mismatches
+from contract.defaults import MAX_NDCG_LOSS
 from contract.encoding.encoder import Encoder, TextKind
 from contract.errors import BundleDamaged
 from contract.index.vector_index import Rankings
@@ -364,7 +365,7 @@ def open_live_bundle(
     encoder_backend: str,
     *,
     threads: int = 0,
-    max_ndcg_loss: float = 0.005,
+    max_ndcg_loss: float = MAX_NDCG_LOSS,
     encode_batch_size: int | None = None,
     cache: QueryCache | None = None,
     canary_query: str = "a query",

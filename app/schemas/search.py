@@ -9,9 +9,8 @@ from fastapi.openapi.models import Example
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from contract.bundles.report_schema import GapReport
+from contract.defaults import MAX_DEPTH, MAX_QUERY_CHARS
 
-MAX_QUERY_CHARS = 2048
-MAX_DEPTH = 1000  # the deepest rank (offset + top_k) any server answers; Settings.max_top_k lowers it
 SCORE_DOC = (
     "The model's learned similarity between query and document: cosine similarity for an InfoNCE "
     "model (metric 'cosine', in [-1, 1]); for an AnInfoNCE model (metric 'aninfonce') "

@@ -28,6 +28,7 @@ from huey.exceptions import RetryTask
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from contract.config import TrainConfig
+from contract.defaults import DEFAULT_COLLECTION
 from contract.errors import JobConflict, JobOptionsInvalid
 from contract.index.backend import IndexBackend, IndexKind
 from contract.jobs.confine import confine_dataset, confine_options, resolve_dataset
@@ -172,7 +173,7 @@ class JobQueue:
         data_root: str | Path,
         bundles_dir: str | Path,
         models_root: str | Path | None = None,
-        collection: str = "default",
+        collection: str = DEFAULT_COLLECTION,
     ) -> JobRecord:
         """Validate, record as `queued`, then enqueue (a worker that sees the message finds its record).
 

@@ -27,6 +27,7 @@ from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+from contract.defaults import DEFAULT_COLLECTION
 from contract.errors import JobNotFound
 
 logger = logging.getLogger(__name__)
@@ -62,7 +63,9 @@ class JobRecord(BaseModel):
     bundles_dir: (
         str  # bundle folder the job publishes into: its collection's (contract/bundles/collections.py)
     )
-    collection: str = "default"  # the collection it publishes into (records from before collections: default)
+    collection: str = (
+        DEFAULT_COLLECTION  # the collection it publishes into (records from before collections: default)
+    )
     data_root: str | None = None  # the root data_dir was confined to; the worker re-checks under it
     models_root: str | None = None  # the root options.base_model names a folder under
     state: JobState = "queued"

@@ -28,6 +28,7 @@ from contract.bundles.bundle import (
     checksums,
     new_version_id,
 )
+from contract.defaults import TARGET_RECALL
 from contract.encoding.encoder import Encoder, document_text
 from contract.errors import BundleInvalid, IndexBuildError
 from contract.index.docstore import write_docstore
@@ -72,7 +73,7 @@ def build_bundle(
     doc_embeddings: np.ndarray | None = None,
     index_kind: str = "auto",
     tune_queries: np.ndarray | None = None,
-    target_recall: float = 0.95,
+    target_recall: float = TARGET_RECALL,
     memory_budget_bytes: int | None = None,
     training_config: dict[str, Any] | None = None,
     metrics: dict[str, dict[str, float]] | None = None,

@@ -68,6 +68,7 @@ from contract.bundles.folder import (
     GateDecision,
 )
 from contract.bundles.parts import sha256_file
+from contract.defaults import GATE_METRIC, GATE_TOLERANCE, KEEP_VERSIONS
 from contract.errors import BundleInvalid
 from training.cards.bundle_card import write_bundle_card
 
@@ -123,7 +124,7 @@ class BundleStore(BundleFolder):
     def __init__(
         self,
         root: str | Path,
-        keep: int = 5,
+        keep: int = KEEP_VERSIONS,
         gate_log_max_bytes: int = GATE_LOG_MAX_BYTES,
         pointer: IndexPointer | None = None,
     ):
@@ -154,8 +155,8 @@ class BundleStore(BundleFolder):
         self,
         staging_dir: str | Path,
         *,
-        gate_metric: str = "ndcg@10",
-        tolerance: float = 0.005,
+        gate_metric: str = GATE_METRIC,
+        tolerance: float = GATE_TOLERANCE,
         force: bool = False,
         hook: StepHook | None = None,
     ) -> PublishResult:

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contract.defaults import KEEP_VERSIONS, TARGET_RECALL
 from contract.index.backend import BackendConfig, IndexBackend, IndexKind
 from contract.jobs.settings import env_name, field_default
 from training.cli.settings_options import job_settings
@@ -26,9 +27,9 @@ class PublishOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     index: IndexKind = Field("auto", description="FAISS index kind (auto picks by size and memory).")
-    target_recall: float = Field(0.95, description="ANN recall@10 vs exact search to tune to.")
+    target_recall: float = Field(TARGET_RECALL, description="ANN recall@10 vs exact search to tune to.")
     force: bool = Field(False, description="Make the bundle live even if the quality gate rejects it.")
-    keep: int = Field(5, description="Versions kept (the live one always is).")
+    keep: int = Field(KEEP_VERSIONS, description="Versions kept (the live one always is).")
     onnx: bool = Field(True, description="Export + score the ONNX query encoders into the bundle.")
     # on by default: a new user's demo serves the static tower (~0.06 ms a query) instead of ONNX int8
     # (~1.5 ms), at the cost printed in the phase table ("distill query encoders")

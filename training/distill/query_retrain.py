@@ -41,6 +41,7 @@ from contract.bundles.bundle import (
     load_bundle,
 )
 from contract.config import TrainConfig
+from contract.defaults import GATE_METRIC, GATE_TOLERANCE, KEEP_VERSIONS
 from contract.encoding.encoder import Encoder
 from contract.encoding.similarity import SIMILARITY_FILE
 from contract.errors import ConfigError
@@ -85,9 +86,9 @@ def query_side_retrain(
     onnx: bool = True,
     distill: DistillConfig | None = None,
     force: bool = False,
-    keep: int = 5,
-    gate_metric: str = "ndcg@10",
-    tolerance: float = 0.005,
+    keep: int = KEEP_VERSIONS,
+    gate_metric: str = GATE_METRIC,
+    tolerance: float = GATE_TOLERANCE,
     on_progress: ProgressFn | None = None,
     checkpoint: Callable[[], None] | None = None,
     timer: PhaseTimer | None = None,

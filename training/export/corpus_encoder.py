@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from contract.config import TrainConfig
+from contract.defaults import MAX_NDCG_LOSS
 from contract.encoding.encoder import Encoder, TextKind, document_text
 from contract.encoding.onnx_encoder import OnnxQueryEncoder
 from training.data.retrieval_data import RetrievalData
@@ -34,7 +35,6 @@ logger = logging.getLogger(__name__)
 MIN_DOCS = 5000
 PROBE_DOCS = 256
 PROBE_QUERIES = 64
-MAX_NDCG_LOSS = 0.005
 MIN_SPEEDUP = 1.15
 CHOICES = ("auto", "torch", "onnx", "onnx-int8")
 

@@ -31,6 +31,7 @@ from typing import Any, get_args
 import faiss
 import numpy as np
 
+from contract.defaults import TARGET_RECALL
 from contract.errors import IndexBuildError
 from contract.index.backend import IndexKind
 from contract.index.vector_index import IndexInfo, IndexMetric, VectorIndex, as_matrix, faiss_metric
@@ -117,7 +118,7 @@ def build_index(
     metric: IndexMetric = "ip",
     kind: IndexKind | str = "auto",
     tune_queries: np.ndarray | None = None,
-    target_recall: float = 0.95,
+    target_recall: float = TARGET_RECALL,
     memory_budget_bytes: int | None = None,
     seed: int = 0,
 ) -> VectorIndex:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from contract.defaults import TARGET_RECALL
 from contract.errors import IndexBuildError
 from contract.index.backend import MILVUS_EXTRAS, MILVUS_KIND, BackendConfig
 from contract.index.vector_index import IndexInfo, IndexMetric
@@ -92,7 +93,7 @@ def milvus_builder(
     *,
     metric: IndexMetric,
     index_kind: str = "auto",
-    target_recall: float = 0.95,
+    target_recall: float = TARGET_RECALL,
     seed: int = 0,
 ) -> IndexBuilder:
     """A build_bundle index builder that publishes the vectors to a new Milvus collection."""

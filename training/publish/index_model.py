@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from contract.defaults import GATE_METRIC, GATE_TOLERANCE, KEEP_VERSIONS, TARGET_RECALL
 from contract.encoding.encoder import Encoder
 from contract.errors import ConfigError, DataError, ModelLoadError
 from contract.index.backend import BackendConfig
@@ -74,12 +75,12 @@ def index_model(
     bundles_dir: str | Path,
     *,
     index_kind: str = "auto",
-    target_recall: float = 0.95,
+    target_recall: float = TARGET_RECALL,
     split: str = "test",
     force: bool = False,
-    keep: int = 5,
-    gate_metric: str = "ndcg@10",
-    tolerance: float = 0.005,
+    keep: int = KEEP_VERSIONS,
+    gate_metric: str = GATE_METRIC,
+    tolerance: float = GATE_TOLERANCE,
     memory_budget_bytes: int | None = None,
     onnx: bool = True,
     distill: DistillConfig | None = None,

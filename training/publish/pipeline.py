@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.config import TrainConfig
+from contract.defaults import GATE_METRIC, GATE_TOLERANCE, KEEP_VERSIONS, TARGET_RECALL
 from contract.index.backend import BackendConfig
 from contract.query_config import QueryRetrainConfig
 from training.bundle.store import PublishResult
@@ -60,11 +61,11 @@ def run_pipeline(
     config: TrainConfig,
     work_dir: str | Path,
     index_kind: str = "auto",
-    target_recall: float = 0.95,
+    target_recall: float = TARGET_RECALL,
     force: bool = False,
-    keep: int = 5,
-    gate_metric: str = "ndcg@10",
-    tolerance: float = 0.005,
+    keep: int = KEEP_VERSIONS,
+    gate_metric: str = GATE_METRIC,
+    tolerance: float = GATE_TOLERANCE,
     onnx: bool = True,
     distill: DistillConfig | None = None,
     distill_optional: bool = False,

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.api.deps import ApiKeyDep, CollectionScope, SettingsDep, has_api_key
 from app.settings import Settings
+from contract.defaults import DEFAULT_COLLECTION
 from contract.errors import JobNotFound
 from contract.jobs.queue import (
     JobQueue,
@@ -77,7 +78,7 @@ class JobSummary(BaseModel):
 
     id: str
     type: JobType
-    collection: str = Field("default", description="The collection it publishes into.")
+    collection: str = Field(DEFAULT_COLLECTION, description="The collection it publishes into.")
     state: JobState
     progress: Progress
     cancel_requested: bool
@@ -197,7 +198,7 @@ def submit_job(
         data_root=settings.data_root,
         bundles_dir=settings.bundles_dir,  # the collection's folder (app/api/collection_scope.py)
         models_root=settings.models_root,
-        collection=collection or "default",
+        collection=collection or DEFAULT_COLLECTION,
     )
     return job_view(record, settings, detailed=True)  # type: ignore[return-value]
 
