@@ -207,3 +207,9 @@ class TrainConfig(BaseModel):
         if self.decoupled and self.debiased_tau_plus > 0:
             raise ValueError("choose decoupled or debiased, not both")
         return self
+
+
+def as_in_training(field: str) -> str:
+    """The description of a TrainConfig field, for another config's field that means the same (the query-side
+    retrain's and distillation's options then read the same help as training's)."""
+    return str(TrainConfig.model_fields[field].description)

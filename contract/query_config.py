@@ -12,15 +12,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contract.config import TrainConfig
+from contract.config import as_in_training
 
 Tower = Literal["auto", "full", "query"]
 QueryTowerKind = Literal["lora", "full", "truncated"]
-
-
-def _as_in_training(field: str) -> str:
-    """The description of a TrainConfig field that means the same here (contract/config.py)."""
-    return str(TrainConfig.model_fields[field].description)
 
 
 class QueryRetrainConfig(BaseModel):
@@ -60,9 +55,9 @@ class QueryRetrainConfig(BaseModel):
         ge=0,
         description="Negatives per pair mined from the live index (a search, no corpus encode); 0 disables.",
     )
-    query_hard_negative_rank_min: int = Field(3, ge=0, description=_as_in_training("hard_negative_rank_min"))
-    query_hard_negative_rank_max: int = Field(50, ge=1, description=_as_in_training("hard_negative_rank_max"))
-    query_hard_negative_margin: float = Field(0.05, ge=0, description=_as_in_training("hard_negative_margin"))
+    query_hard_negative_rank_min: int = Field(3, ge=0, description=as_in_training("hard_negative_rank_min"))
+    query_hard_negative_rank_max: int = Field(50, ge=1, description=as_in_training("hard_negative_rank_max"))
+    query_hard_negative_margin: float = Field(0.05, ge=0, description=as_in_training("hard_negative_margin"))
     query_title_queries: int = Field(
         0, ge=0, description="Documents whose title becomes a pseudo-query (distill's pseudo-queries)."
     )

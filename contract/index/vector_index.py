@@ -140,18 +140,10 @@ class VectorIndex:
         return [self._row(dist[i], pos[i]) for i in range(len(q))]
 
     def _faiss_search(self, q: np.ndarray, k: int, params: Any = None) -> tuple[np.ndarray, np.ndarray]:
-        if len(q) >= SMALL_BATCH:
-            return self.index.search(q, k, params=params)
-        threads = faiss.omp_get_max_threads()
-        faiss.omp_set_num_threads(1)  # this thread's setting only (OpenMP per-thread ICV)
-        try:
-            return self.index.search(q, k, params=params)
-        finally:
-            faiss.omp_set_num_threads(threads)
+        return faiss_search(self.index, q, k, params)
 
     def _row(self, dist: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        keep = pos >= 0  # FAISS pads with −1 when it finds fewer than k
-        return pos[keep].astype(np.int64), index_scores(dist[keep].astype(np.float32), self.info.metric)
+        return hits_row(dist, pos, self.info.metric)
 
     def _search_allowed(
         self, q: np.ndarray, k: int, allowed: np.ndarray
@@ -285,3 +277,24 @@ def _kind_of(index: Any) -> str:
     if isinstance(index, faiss.IndexIVF):
         return "ivf"
     return "flat"
+
+
+def faiss_search(index: Any, q: np.ndarray, k: int, params: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """`index.search`, with a batch below SMALL_BATCH on one OpenMP thread (module docstring: the sgemm
+    threshold); the overlay's delta index searches through here too, so both run with the same team size
+    (switching it between the two cost 10 ms per query under load, bench/mutation_bench.py)."""
+    if len(q) >= SMALL_BATCH:
+        return index.search(q, k, params=params)
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)  # this thread's setting only (OpenMP per-thread ICV)
+    try:
+        return index.search(q, k, params=params)
+    finally:
+        faiss.omp_set_num_threads(threads)
+
+
+def hits_row(dist: np.ndarray, pos: np.ndarray, metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """One query's (positions, scores) from FAISS's row, without the −1 padding FAISS adds when it finds
+    fewer than k; scores on the similarity's scale (contract.encoding.similarity.index_scores)."""
+    keep = pos >= 0
+    return pos[keep].astype(np.int64), index_scores(dist[keep].astype(np.float32), metric)

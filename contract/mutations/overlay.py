@@ -41,12 +41,11 @@ import numpy as np
 
 from contract.bundles.bundle import seq_of_manifest
 from contract.encoding.encoder import document_text
-from contract.encoding.similarity import index_scores
 from contract.errors import ConfigError
 from contract.index.backend import search_with_filter
 from contract.index.docstore import INCLUDE_FIELDS, DocStore, compile_filter
 from contract.index.lexical_index import LexicalIndex, analyze
-from contract.index.vector_index import SMALL_BATCH, Rankings, VectorIndex, faiss_metric
+from contract.index.vector_index import Rankings, VectorIndex, faiss_metric, faiss_search, hits_row
 from contract.mutations.delta_lexical import DeltaLexical, merge
 from contract.mutations.rows import Mutation, encoder_key
 
@@ -291,25 +290,8 @@ class Overlay:
         kk = min(k, n)
         if kk == 0:
             return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(len(q))]
-        dist, ids = self._faiss_delta(q, kk, params)  # (nq, kk): slots
-        out = []
-        for i in range(len(q)):
-            keep = ids[i] >= 0
-            scores = index_scores(dist[i][keep].astype(np.float32), self.index.info.metric)  # as VectorIndex
-            out.append((ids[i][keep].astype(np.int64), scores))
-        return out
-
-    def _faiss_delta(self, q: np.ndarray, k: int, params: Any) -> tuple[np.ndarray, np.ndarray]:
-        if len(q) >= SMALL_BATCH:
-            return self._delta.search(q, k, params=params)
-        # like VectorIndex: small batches on one OpenMP thread. Switching the team size between the main
-        # search (1 thread) and this one cost 10 ms per query under load (bench/mutation_bench.py)
-        threads = faiss.omp_get_max_threads()
-        faiss.omp_set_num_threads(1)
-        try:
-            return self._delta.search(q, k, params=params)
-        finally:
-            faiss.omp_set_num_threads(threads)
+        dist, ids = faiss_search(self._delta, q, kk, params)  # (nq, kk): slots
+        return [hits_row(dist[i], ids[i], self.index.info.metric) for i in range(len(q))]
 
     # -- documents ----------------------------------------------------------------------------------
     def doc_id(self, key: int) -> str:

@@ -13,7 +13,7 @@ from contract.errors import InfonceSearchError
 from training.cli.choices import LogLevelOpt
 from training.cli.config_options import given_config, with_config_options
 from training.cli.settings_options import collection_folder, collection_option
-from training.cli.support import configure_logging, fail
+from training.cli.support import configure_command_output, fail
 from training.distill.config import DistillConfig
 
 
@@ -34,7 +34,7 @@ def distill_cmd(
     log_level: LogLevelOpt = "INFO",
     **overrides: Any,
 ) -> None:
-    configure_logging(log_level)
+    configure_command_output(log_level)
     config = given_config(DistillConfig, overrides)
     from training.data.split import load_split  # heavy imports only when the command runs
     from training.distill.bundle_step import distill_live_bundle

@@ -14,7 +14,7 @@ from training.cli.choices import LogLevelOpt
 from training.cli.config_options import given_config, with_config_options
 from training.cli.publish_options import PublishOptions
 from training.cli.settings_options import collection_backend, collection_folder, collection_option
-from training.cli.support import JsonOpt, QuietOpt, configure_logging, echo_json, fail
+from training.cli.support import JsonOpt, QuietOpt, configure_command_output, echo_json, fail
 
 
 @with_config_options(PublishOptions)
@@ -32,7 +32,7 @@ def index_cmd(
     as_json: JsonOpt = False,
     **overrides: Any,
 ) -> None:
-    configure_logging(log_level, quiet=quiet)
+    configure_command_output(log_level, quiet=quiet)
     publish = given_config(PublishOptions, overrides)
     folder = collection_folder(bundles, collection, create=True)
     from training.publish.index_model import index_model  # heavy imports only when the command runs

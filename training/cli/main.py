@@ -23,7 +23,7 @@ from training.cli.distill import distill_cmd
 from training.cli.index import index_cmd
 from training.cli.jobs import jobs_app, worker
 from training.cli.report import report_cmd
-from training.cli.support import configure_logging, fail
+from training.cli.support import configure_command_output, fail
 from training.cli.train import pipeline_cmd, train_cmd
 
 app = typer.Typer(
@@ -55,7 +55,7 @@ def demo_data_cmd(
     ] = None,
     log_level: LogLevelOpt = "INFO",
 ) -> None:
-    configure_logging(log_level)
+    configure_command_output(log_level)
     from training.data.demo_data import DEFAULT_DOCS, DEFAULT_TEST_QUERIES, build_demo_dataset
 
     families = [m.strip() for m in modules.split(",") if m.strip()] if modules else None
@@ -87,7 +87,7 @@ def man_data_cmd(
     ] = None,
     log_level: LogLevelOpt = "INFO",
 ) -> None:
-    configure_logging(log_level)
+    configure_command_output(log_level)
     from training.data.man_pages import DEFAULT_DOCS, DEFAULT_TEST_QUERIES, build_man_dataset
 
     try:

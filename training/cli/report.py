@@ -10,7 +10,7 @@ import typer
 
 from contract.errors import InfonceSearchError
 from training.cli.choices import LogLevelOpt
-from training.cli.support import JsonOpt, QuietOpt, configure_logging, echo_json, fail
+from training.cli.support import JsonOpt, QuietOpt, configure_command_output, echo_json, fail
 
 
 def report_cmd(
@@ -33,7 +33,7 @@ def report_cmd(
     quiet: QuietOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    configure_logging(log_level, quiet=quiet)
+    configure_command_output(log_level, quiet=quiet)
     from training.gap.report import run_report  # heavy imports only when the command runs
 
     try:

@@ -14,8 +14,7 @@ from pydantic import BaseModel, ValidationError
 
 from contract.config import TrainConfig
 from contract.errors import InfonceSearchError
-from contract.log_setup import configure_logging as setup_logging
-from contract.log_setup import silence_progress_bars
+from contract.log_setup import configure_logging, silence_progress_bars
 
 QuietOpt = Annotated[
     bool,
@@ -56,11 +55,11 @@ def bars_wanted(quiet: bool) -> bool:
     return not quiet and sys.stderr.isatty()
 
 
-def configure_logging(level: str, *, quiet: bool = False) -> None:
+def configure_command_output(level: str, *, quiet: bool = False) -> None:
     """Root at WARNING, the project's loggers at `level` (contract/log_setup.py says why); no progress bar
     at all, the libraries' included, with `quiet` or when stderr is not a terminal (`bars_wanted`; call
     before the command's heavy imports). Commands then ask `progress_bars_enabled()` for their own bars."""
-    setup_logging(level, datefmt="%H:%M:%S")
+    configure_logging(level, datefmt="%H:%M:%S")
     if not bars_wanted(quiet):
         silence_progress_bars()
 

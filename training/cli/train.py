@@ -16,7 +16,7 @@ from training.cli.choices import LogLevelOpt
 from training.cli.config_options import ConfigFileOpt, given_config, load_config, with_config_options
 from training.cli.publish_options import PublishOptions
 from training.cli.settings_options import collection_backend, collection_folder, collection_option
-from training.cli.support import JsonOpt, QuietOpt, configure_logging, echo_json, fail, one_line_errors
+from training.cli.support import JsonOpt, QuietOpt, configure_command_output, echo_json, fail, one_line_errors
 
 if TYPE_CHECKING:
     from training.publish.pipeline import PipelineResult
@@ -33,7 +33,7 @@ def _prepare_run(
     data: Path, config_file: Path | None, log_level: str, overrides: dict[str, Any], *, quiet: bool = False
 ) -> TrainConfig:
     """What `train` and `pipeline` do before a run: logging, the config, a dataset that exists."""
-    configure_logging(log_level, quiet=quiet)
+    configure_command_output(log_level, quiet=quiet)
     config = load_config(config_file, overrides)
     if not data.exists():
         fail(f"--data {data}: no such file or folder (expected a BEIR folder or a pairs JSONL file)")

@@ -15,7 +15,7 @@ from contract.encoding.encoder import document_text
 from training.data.retrieval_data import Pair, RetrievalData
 
 SENTENCE_QUERY_PREFIX = "sentence:"  # pseudo-query ids: "sentence:<doc id>"
-_SENTENCE = re.compile(r"(?<=[.!?])\s+")
+SENTENCE_BREAK = re.compile(r"(?<=[.!?])\s+")  # where a text splits into sentences (distill's pairs too)
 _WORDS = (6, 40)  # a query-like sentence: not a fragment, not a paragraph
 
 
@@ -28,7 +28,7 @@ def sentence_pairs(data: RetrievalData, n: int, rng: np.random.Generator) -> lis
     pairs: list[Pair] = []
     for i in picked:
         doc = docs[i]
-        sentences = _SENTENCE.split(doc.text.strip())
+        sentences = SENTENCE_BREAK.split(doc.text.strip())
         usable = [j for j, s in enumerate(sentences) if _WORDS[0] <= len(s.split()) <= _WORDS[1]]
         if len(sentences) < 2 or not usable:
             continue

@@ -57,7 +57,7 @@ def score_queries(
     )
 
 
-def per_query_ndcg(
+def served_ndcg_by_query(
     bundle: Any,
     query_emb: np.ndarray,
     qids: Sequence[str],
@@ -101,7 +101,7 @@ def _score_variant(
     emb = encoder.encode(texts, batch_size=1)  # (n, D)
     per_query_ms = (time.perf_counter() - started) * 1000 / max(1, len(texts))
     scores = score_queries(bundle, emb, qids, qrels)
-    mine = per_query_ndcg(bundle, emb, qids, qrels)
+    mine = served_ndcg_by_query(bundle, emb, qids, qrels)
     margins = top2_margins(bundle.index, bundle.encoder.to_index_space(emb))  # (n,)
     curve = routing_curve(margins, [mine[q] for q in qids], [full_per_query[q] for q in qids])
     return emb, {
@@ -143,7 +143,7 @@ def attach_query_encoders(
         texts = [queries[q] for q in qids]
         served_q = {"full": bundle.encoder.encode(texts, kind="query")}  # (n, D)
         full = score_queries(bundle, served_q["full"], qids, qrels)
-        full_per_query = per_query_ndcg(bundle, served_q["full"], qids, qrels)
+        full_per_query = served_ndcg_by_query(bundle, served_q["full"], qids, qrels)
         record: dict[str, Any] = {
             "full": full,
             "n_queries": len(qids),

@@ -7,14 +7,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from contract.config import TrainConfig
+from contract.config import as_in_training
 
 Variant = Literal["distilled", "static"]
-
-
-def _as_in_training(field: str) -> str:
-    """The description of a TrainConfig field that means the same here (contract/config.py)."""
-    return str(TrainConfig.model_fields[field].description)
 
 
 class DistillConfig(BaseModel):
@@ -54,9 +49,9 @@ class DistillConfig(BaseModel):
         description="Hard negatives per pair, mined from the full model's ranking (0 disables mining).",
     )
     # the rank window and margin of the same mining as fine-tuning's (mine_hard_negatives), its words too
-    hard_negative_rank_min: int = Field(3, ge=0, description=_as_in_training("hard_negative_rank_min"))
-    hard_negative_rank_max: int = Field(50, ge=1, description=_as_in_training("hard_negative_rank_max"))
-    hard_negative_margin: float = Field(0.05, ge=0, description=_as_in_training("hard_negative_margin"))
+    hard_negative_rank_min: int = Field(3, ge=0, description=as_in_training("hard_negative_rank_min"))
+    hard_negative_rank_max: int = Field(50, ge=1, description=as_in_training("hard_negative_rank_max"))
+    hard_negative_margin: float = Field(0.05, ge=0, description=as_in_training("hard_negative_margin"))
     title_queries: int = Field(5000, ge=0, description="Documents whose title becomes a pseudo-query.")
     sentence_queries: int = Field(5000, ge=0, description="Documents whose sentences become pseudo-queries.")
     sentences_per_doc: int = Field(3, ge=1, description="Sentences drawn from each of those documents.")

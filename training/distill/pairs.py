@@ -9,13 +9,13 @@ sentence-long ones that suit claims like scifact's.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from training.data.pseudo_pairs import SENTENCE_BREAK
 from training.data.retrieval_data import RetrievalData
 from training.distill.config import DistillConfig
 
@@ -28,9 +28,6 @@ class DistillPairs:
     positives: list[int]  # corpus position of each text's positive
     keys: list[str]  # query id (pseudo: "title:<doc>", "sentence:<doc>", "span:<doc>")
     known: dict[Hashable, set[Hashable]]  # every labelled positive (corpus position) of each key
-
-
-_SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
 def distill_pairs(
@@ -54,7 +51,7 @@ def distill_pairs(
     for doc in _pick(docs, config.title_queries, rng):
         add(f"title:{doc.id}", doc.title, doc.id)
     for doc in _pick(docs, config.sentence_queries, rng):
-        sentences = [s for s in _SENTENCE.split(doc.text) if 4 <= len(s.split()) <= 40]
+        sentences = [s for s in SENTENCE_BREAK.split(doc.text) if 4 <= len(s.split()) <= 40]
         # a prefix of one permutation: a larger sentences_per_doc keeps the smaller one's sentences
         for i in sorted(int(j) for j in rng.permutation(len(sentences))[: config.sentences_per_doc]):
             add(f"sentence:{doc.id}", sentences[i], doc.id)

@@ -80,7 +80,8 @@ def choose_kind(n: int, dim: int, memory_budget_bytes: int | None = None) -> str
     )
 
 
-def _nlist(n: int) -> int:
+def ivf_lists(n: int) -> int:
+    """IVF lists for n vectors (FAISS's and Milvus' IVF indexes alike)."""
     # FAISS wiki: K = 4·√N … 16·√N lists; k-means wants >= 39 training points per centroid
     return max(1, min(int(4 * math.sqrt(n)), n // 39))
 
@@ -102,7 +103,7 @@ def factory_string(kind: str, n: int, dim: int) -> str:
         return "Flat"
     if kind == "hnsw":
         return f"HNSW{HNSW_M},Flat"
-    nlist = _nlist(n)
+    nlist = ivf_lists(n)
     if kind == "ivf":
         return f"IVF{nlist},Flat"
     if kind == "ivfpq":
@@ -140,7 +141,7 @@ def build_index(
     index = faiss.index_factory(d, factory, faiss_metric(metric))
     if not index.is_trained:
         rng = np.random.default_rng(seed)
-        n_train = min(n, 256 * _nlist(n), 200_000)
+        n_train = min(n, 256 * ivf_lists(n), 200_000)
         sample = x[np.sort(rng.choice(n, n_train, replace=False))] if n_train < n else x
         logger.info("training %s on %d vectors", factory, len(sample))
         index.train(sample)

@@ -48,6 +48,7 @@ from training.export.index_factory import (
     AUTO_FLAT_MAX,
     KINDS,
     IndexBuilder,
+    ivf_lists,
     tune_to_recall,
 )
 from training.export.milvus_rows import CHUNK_ROWS, rows, schema, typed_fields
@@ -62,10 +63,6 @@ HNSW_BUILD = {"M": 32, "efConstruction": 200}  # M as training.export.index_fact
 INDEX_TYPES = {"flat": "FLAT", "hnsw": "HNSW", "ivf": "IVF_FLAT", "ivfpq": "IVF_PQ"}
 
 
-def _nlist(n: int) -> int:
-    return max(1, min(int(4 * math.sqrt(n)), n // 39))  # as training.export.index_factory (FAISS wiki rule)
-
-
 def index_plan(kind: str, n: int, dim: int) -> tuple[str, dict[str, int], list[dict[str, int]]]:
     """(Milvus index type, build params, search params to try cheapest first)."""
     if kind not in KINDS:
@@ -76,7 +73,7 @@ def index_plan(kind: str, n: int, dim: int) -> tuple[str, dict[str, int], list[d
         return index_type, {}, [{}]
     if index_type == "HNSW":
         return index_type, dict(HNSW_BUILD), [{"ef": ef} for ef in (16, 32, 64, 128, 256, 512, 1024, 2048)]
-    nlist = _nlist(n)
+    nlist = ivf_lists(n)
     probes = sorted({min(nlist, 2**i) for i in range(int(math.log2(nlist)) + 2)})
     build = {"nlist": nlist}
     if index_type == "IVF_PQ":
