@@ -80,45 +80,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     configure_logging(settings.log_level, settings.log_format)  # root WARNING, ours at log_level
     app_metrics = AppMetrics.for_app()  # each collection's own series are labelled into it
-
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[State]:
-        inference = Inference()
-        registry = CollectionRegistry(settings, app_metrics)
-        runner = _runner(settings, inference, app_metrics)
-        # the job store the worker reads (the same SEARCH_QUEUE_URL; contract.jobs.queue's defaults)
-        assert settings.queue_url is not None  # Settings fills in the default
-        job_queue = JobQueue(settings.queue_url, heartbeat_timeout_s=settings.job_heartbeat_timeout_s)
-        await runner.start()
-        hot_swap = (await registry.start()).hot_swap  # `default`, loaded as before collections
-        # series read at scrape time: gate decisions from the bundles folder, jobs from the job store
-        app_metrics.records.gate_log = partial(read_gate_log, hot_swap.folder.root)
-        app_metrics.records.job_counts = partial(jobs.job_counts, job_queue)
-        # also on app.state, for operators' scripts and tests that need to look inside
-        app.state.hot_swap, app.state.runner, app.state.inference = hot_swap, runner, inference
-        app.state.job_queue, app.state.collections = job_queue, registry
-        state: State = {
-            "settings": settings,
-            "hot_swap": hot_swap,
-            "runner": runner,
-            "metrics": app_metrics,
-            "job_queue": job_queue,
-            "collections": registry,
-            "collection": None,
-        }
-        try:
-            yield state
-        finally:
-            await registry.stop()
-            await runner.stop()
-            inference.shutdown()
-            job_queue.close()
-
     app = FastAPI(
         title="infonce-search",
         version="0.1.0",
         description=DESCRIPTION,
-        lifespan=lifespan,
+        lifespan=partial(_lifespan, settings=settings, app_metrics=app_metrics),
         docs_url=None,  # app/api/routes/docs.py serves /docs and /redoc without a CDN, under the page's CSP
         redoc_url=None,
         generate_unique_id_function=operation_id,  # `search`, `delete_document`: app/api/openapi_ids.py
@@ -126,6 +92,50 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     install_openapi(app, settings)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    scoped = _include_routes(app)
+    app.add_middleware(MetricsMiddleware, metrics=app_metrics, label_of=partial(_collection_label, scoped))
+    app.add_middleware(HeadAsGetMiddleware)  # outermost: HEAD runs the GET route, body dropped
+    return app
+
+
+@contextlib.asynccontextmanager
+async def _lifespan(app: FastAPI, *, settings: Settings, app_metrics: AppMetrics) -> AsyncIterator[State]:
+    """Load the live bundle(s), start the search runner, open the job store; all of it undone at shutdown."""
+    inference = Inference()
+    registry = CollectionRegistry(settings, app_metrics)
+    runner = _runner(settings, inference, app_metrics)
+    # the job store the worker reads (the same SEARCH_QUEUE_URL; contract.jobs.queue's defaults)
+    assert settings.queue_url is not None  # Settings fills in the default
+    job_queue = JobQueue(settings.queue_url, heartbeat_timeout_s=settings.job_heartbeat_timeout_s)
+    await runner.start()
+    hot_swap = (await registry.start()).hot_swap  # `default`, loaded as before collections
+    # series read at scrape time: gate decisions from the bundles folder, jobs from the job store
+    app_metrics.records.gate_log = partial(read_gate_log, hot_swap.folder.root)
+    app_metrics.records.job_counts = partial(jobs.job_counts, job_queue)
+    # also on app.state, for operators' scripts and tests that need to look inside
+    app.state.hot_swap, app.state.runner, app.state.inference = hot_swap, runner, inference
+    app.state.job_queue, app.state.collections = job_queue, registry
+    state: State = {
+        "settings": settings,
+        "hot_swap": hot_swap,
+        "runner": runner,
+        "metrics": app_metrics,
+        "job_queue": job_queue,
+        "collections": registry,
+        "collection": None,
+    }
+    try:
+        yield state
+    finally:
+        await registry.stop()
+        await runner.stop()
+        inference.shutdown()
+        job_queue.close()
+
+
+def _include_routes(app: FastAPI) -> set[str]:
+    """Every router, then the ones that serve one collection again under /collections/{collection}/;
+    returns the scoped route templates (the metrics label them with their collection)."""
     for module in (search, documents, gap, health, bundles, metrics):
         app.include_router(module.router)
     app.include_router(embed.router)  # POST /embed, POST /v1/embeddings: vectors in the index's space
@@ -133,8 +143,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ui.router)  # the web page at / and the report's plots
     app.include_router(docs.router)  # GET /docs, GET /redoc and their files
     app.include_router(collections.router)  # /collections, /aliases
-    # everything above that serves one collection, again under /collections/{collection}/
-    scoped = collection_scope.mount(
+    return collection_scope.mount(
         app,
         (
             search.router,
@@ -148,9 +157,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ),
         skip=("/healthz", "/", "/ui/assets/{name}"),
     )
-    app.add_middleware(MetricsMiddleware, metrics=app_metrics, label_of=partial(_collection_label, scoped))
-    app.add_middleware(HeadAsGetMiddleware)  # outermost: HEAD runs the GET route, body dropped
-    return app
 
 
 def _collection_label(scoped: set[str], scope: Any, template: str) -> str:
