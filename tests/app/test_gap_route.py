@@ -20,7 +20,7 @@ def aninfonce_bundle(tmp_path_factory, shared_encoder, slice_data, doc_embedding
     """The slice under a random anisotropic Λ, with its own gap report and a BM25 index (modes tuned)."""
     from training.bundle.build import build_bundle
     from training.data.validation_carve import carve_validation
-    from training.gap.report import compute_report, write_report
+    from training.gap.report import CorpusVectors, ReportOptions, compute_report, write_report
     from training.hybrid.lexical_step import attach_lexical
 
     lam = np.random.default_rng(0).uniform(5.0, 25.0, shared_encoder.dim)
@@ -28,8 +28,8 @@ def aninfonce_bundle(tmp_path_factory, shared_encoder, slice_data, doc_embedding
     encoder = Encoder(shared_encoder.model, similarity, source=shared_encoder.source)
     train, validation = carve_validation(slice_data, 0.5, seed=0)
     report = compute_report(
-        encoder, train, slice_data, k=7, n_boot=50, k_max=16,
-        doc_ids=list(slice_data.corpus), doc_embeddings=doc_embeddings,
+        encoder, train, slice_data, ReportOptions(k=7, n_boot=50, k_max=16),
+        corpus=CorpusVectors(list(slice_data.corpus), doc_embeddings),
     )  # fmt: skip
     root = tmp_path_factory.mktemp("gap-route")
     write_report(report, root / "report")

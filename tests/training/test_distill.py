@@ -102,7 +102,7 @@ def test_the_static_table_gets_sparse_gradients_only_when_asked(sparse):
 def test_fit_student_calls_on_step_after_every_step_and_learns():
     from tokenizers import Tokenizer
 
-    from training.distill.loop import fit_student
+    from training.distill.loop import DistillTargets, Student, fit_student
     from training.distill.pairs import DistillPairs
     from training.distill.students_fit import static_model
 
@@ -117,14 +117,9 @@ def test_fit_student_calls_on_step_after_every_step_and_learns():
     pairs = DistillPairs(texts, [0, 1, 2, 3], ["a", "b", "c", "d"], {k: {i} for i, k in enumerate("abcd")})
     seen: list[int] = []
     info = fit_student(
-        model,
-        params,
-        torch.optim.Adam(params, lr=0.05),
-        pairs,
-        docs,
-        docs.copy(),  # the teacher's query vectors: the positives themselves
-        [[] for _ in texts],
-        epochs=20,
+        Student(model, params, torch.optim.Adam(params, lr=0.05), epochs=20),
+        # the teacher's query vectors: the positives themselves
+        DistillTargets(pairs, docs, docs.copy(), [[] for _ in texts]),
         temperature=0.05,
         config=DistillConfig(batch_size=4),
         rng=rng,

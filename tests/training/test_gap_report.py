@@ -21,7 +21,7 @@ from training.data.query_sample import subset
 from training.data.retrieval_data import Document, RetrievalData
 from training.gap import bounds
 from training.gap.plots import risk_vs_k_figure
-from training.gap.report import compute_report, report_after_training, write_report
+from training.gap.report import ReportOptions, compute_report, report_after_training, write_report
 from training.gap.risk_vs_k import K_POOL_FRACTION
 from training.gap.training_k import K_RULE, actual_training_k, training_k
 
@@ -139,7 +139,7 @@ def _check_report(report: GapReport) -> None:
 
 def test_report_on_a_small_corpus_is_complete_and_consistent(shared_encoder, tmp_path):
     train, test = _toy_splits()
-    report = compute_report(shared_encoder, train, test, k=7, n_boot=300, k_max=64, seed=3)
+    report = compute_report(shared_encoder, train, test, ReportOptions(k=7, n_boot=300, k_max=64, seed=3))
     _check_report(report)
     assert (report.n_train, report.n_test) == (9, 6)  # q-volcano has two positives
     assert (report.n_train_queries, report.n_test_queries, report.pool_size) == (8, 6, 24)
@@ -192,7 +192,7 @@ def test_plugin_ce_inf_matches_a_brute_force_loop(shared_encoder):
     encoder = Encoder(
         shared_encoder.model, Similarity(metric="cosine", temperature=0.1), source=shared_encoder.source
     )
-    report = compute_report(encoder, train, test, k=3, n_boot=200, k_max=8)
+    report = compute_report(encoder, train, test, ReportOptions(k=3, n_boot=200, k_max=8))
     assert report.ce_inf_plugin.value == pytest.approx(_brute_ce_inf(shared_encoder, test, 0.1), rel=1e-4)
 
 
@@ -201,7 +201,7 @@ def test_aninfonce_models_use_their_learned_similarity(base_encoder):
     lam = rng.uniform(5.0, 25.0, base_encoder.dim)
     base_encoder.similarity = Similarity(metric="aninfonce", temperature=None, lam=lam.tolist())
     train, test = _toy_splits()
-    report = compute_report(base_encoder, train, test, k=7, n_boot=200, k_max=16)
+    report = compute_report(base_encoder, train, test, ReportOptions(k=7, n_boot=200, k_max=16))
     _check_report(report)
     assert report.model.metric == "aninfonce"
     assert report.model.temperature == 1.0
@@ -244,10 +244,10 @@ def test_report_after_training_uses_the_training_k_and_reuses_given_embeddings(s
 def test_bad_settings_are_refused_with_the_field_named(shared_encoder, base_encoder):
     train, test = _toy_splits()
     with pytest.raises(ConfigError, match="k must be >= 1"):
-        compute_report(shared_encoder, train, test, k=0)
+        compute_report(shared_encoder, train, test, ReportOptions(k=0))
     base_encoder.similarity = Similarity(metric="cosine", temperature=None)
     with pytest.raises(ConfigError, match="temperature"):
-        compute_report(base_encoder, train, test, k=3)
+        compute_report(base_encoder, train, test, ReportOptions(k=3))
 
 
 def test_training_k_counts_every_negative_a_row_is_scored_against():

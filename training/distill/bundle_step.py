@@ -15,6 +15,7 @@ import logging
 import shutil
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -82,19 +83,25 @@ def bundle_doc_embeddings(bundle: Any) -> np.ndarray:
     return bundle.encoder.encode([document_text(d.get("title"), d.get("text") or "") for d in docs])
 
 
+@dataclass(frozen=True)
+class _Judged:
+    """The judged queries every variant is scored on, with the full encoder's scores to compare against."""
+
+    texts: list[str]
+    qids: list[str]
+    qrels: Mapping[str, Mapping[str, int]]
+    full: dict[str, float]  # the full encoder's metrics
+    full_per_query: Mapping[str, float]  # its nDCG@10 per query id
+
+
 def _score_variant(
-    bundle: Any,
-    folder: Path,
-    variant: str,
-    info: dict[str, Any],
-    texts: list[str],
-    qids: list[str],
-    qrels: Mapping[str, Mapping[str, int]],
-    full: dict[str, float],
-    full_per_query: Mapping[str, float],
+    bundle: Any, folder: Path, variant: str, info: dict[str, Any], judged: _Judged
 ) -> tuple[np.ndarray, dict[str, Any]]:
-    """One variant's query vectors (n, D) and its record: scores, loss against `full`, build-time speed,
-    and its routing curve (contract/encoding/routing.py) against the full encoder's per-query nDCG@10."""
+    """One variant's query vectors (n, D) and its record: scores, loss against the full encoder, build-time
+    speed, and its routing curve (contract/encoding/routing.py) against the full encoder's per-query nDCG@10."""
+    texts, qids, qrels, full, full_per_query = (
+        judged.texts, judged.qids, judged.qrels, judged.full, judged.full_per_query
+    )  # fmt: skip
     encoder = load_variant(folder, variant)
     encoder.encode(texts[:3])  # warm-up
     started = time.perf_counter()
@@ -144,6 +151,7 @@ def attach_query_encoders(
         served_q = {"full": bundle.encoder.encode(texts, kind="query")}  # (n, D)
         full = score_queries(bundle, served_q["full"], qids, qrels)
         full_per_query = served_ndcg_by_query(bundle, served_q["full"], qids, qrels)
+        judged = _Judged(texts, qids, qrels, full, full_per_query)
         record: dict[str, Any] = {
             "full": full,
             "n_queries": len(qids),
@@ -153,7 +161,7 @@ def attach_query_encoders(
         }
         for variant, info in trained.items():
             served_q[variant], record["variants"][variant] = _score_variant(
-                bundle, folder, variant, info, texts, qids, qrels, full, full_per_query
+                bundle, folder, variant, info, judged
             )
         record["served_risk"] = _served_risk(bundle, served_q, doc_emb, qids, qrels, seed=config.seed)
         logger.info(

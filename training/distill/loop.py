@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,29 @@ from training.losses.info_nce import info_nce_loss
 from training.train.negatives import no_duplicate_batches
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Student:
+    """A student ready for `fit_student`: the model, what trains, its optimiser and epochs."""
+
+    model: Any
+    params: list[torch.nn.Parameter]
+    optimizer: torch.optim.Optimizer
+    epochs: int
+    info: dict[str, Any] = field(default_factory=dict)  # recorded with the variant
+    saved_len: int | None = None  # `distilled`: the model's max_seq_length, restored before saving
+
+
+@dataclass
+class DistillTargets:
+    """What a student learns from: the pairs, the fixed document vectors, the teacher's query vectors and
+    each pair's mined negatives (corpus rows)."""
+
+    pairs: DistillPairs
+    doc_emb: np.ndarray  # (n_docs, D) float32, fixed
+    teacher_q: np.ndarray  # (n_pairs, D) the full encoder's vectors of pairs.texts
+    negatives: list[list[int]]
 
 
 def student_loss(
@@ -36,15 +60,9 @@ def student_loss(
 
 
 def fit_student(
-    model: Any,
-    params: list[torch.nn.Parameter],
-    optimizer: torch.optim.Optimizer,
-    pairs: DistillPairs,
-    doc_emb: np.ndarray,
-    teacher_q: np.ndarray,
-    negatives: list[list[int]],
+    student: Student,
+    targets: DistillTargets,
     *,
-    epochs: int,
     temperature: float,
     config: DistillConfig,
     rng: np.random.Generator,
@@ -54,15 +72,16 @@ def fit_student(
 
     `on_step(step)` runs after every step (bench/distill_search.py scores a validation curve with it).
     """
+    model, pairs, negatives = student.model, targets.pairs, targets.negatives
     batches_per_epoch = [
         no_duplicate_batches(pairs.keys, pairs.positives, config.batch_size, rng, positives=pairs.known)
-        for _ in range(epochs)
+        for _ in range(student.epochs)
     ]
     total = sum(len(b) for b in batches_per_epoch)
     if config.max_steps is not None:
         total = min(total, config.max_steps)
-    scheduler = _warmup_then_linear(optimizer, total)
-    docs_t, teacher_t = torch.from_numpy(doc_emb), torch.from_numpy(teacher_q)
+    scheduler = _warmup_then_linear(student.optimizer, total)
+    docs_t, teacher_t = torch.from_numpy(targets.doc_emb), torch.from_numpy(targets.teacher_q)
     model.train()
     step, losses, started = 0, [], time.perf_counter()
     for batches in batches_per_epoch:
@@ -72,15 +91,10 @@ def fit_student(
             extra_pos = sorted({j for i in batch for j in negatives[i]})
             extra = docs_t[extra_pos] if extra_pos else None  # (M, D), fixed
             loss = _student_step(
-                model,
-                params,
-                optimizer,
+                student,
                 scheduler,
-                pairs,
-                batch,
-                docs_t,
-                teacher_t,
-                extra,
+                [pairs.texts[i] for i in batch],
+                (teacher_t[batch], docs_t[[pairs.positives[i] for i in batch]], extra),
                 temperature=temperature,
                 match_weight=config.match_weight,
             )
@@ -104,36 +118,26 @@ def _warmup_then_linear(optimizer: torch.optim.Optimizer, total: int) -> torch.o
 
 
 def _student_step(
-    model: Any,
-    params: list[torch.nn.Parameter],
-    optimizer: torch.optim.Optimizer,
+    student: Student,
     scheduler: torch.optim.lr_scheduler.LambdaLR,
-    pairs: DistillPairs,
-    batch: list[int],
-    docs_t: torch.Tensor,
-    teacher_t: torch.Tensor,
-    extra: torch.Tensor | None,
+    texts: list[str],
+    targets: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None],
     *,
     temperature: float,
     match_weight: float,
 ) -> float:
-    """One optimiser step on one batch (row indices into `pairs`); returns the batch loss."""
+    """One optimiser step on one batch of texts, against (teacher vectors (B, D), positives (B, D), extra
+    negatives (M, D) or None); returns the batch loss."""
     from training.train.step import embed
 
-    q = embed(model, [pairs.texts[i] for i in batch])  # (B, D)
-    loss = student_loss(
-        q,
-        teacher_t[batch],
-        docs_t[[pairs.positives[i] for i in batch]],
-        extra,
-        temperature=temperature,
-        match_weight=match_weight,
-    )
-    optimizer.zero_grad(set_to_none=True)
+    q = embed(student.model, texts)  # (B, D)
+    teacher, positives, extra = targets
+    loss = student_loss(q, teacher, positives, extra, temperature=temperature, match_weight=match_weight)
+    student.optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    if not any(p.grad is not None and p.grad.is_sparse for p in params):  # clipping needs dense grads
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-    optimizer.step()
+    if not any(p.grad is not None and p.grad.is_sparse for p in student.params):  # clipping needs dense grads
+        torch.nn.utils.clip_grad_norm_(student.params, 1.0)
+    student.optimizer.step()
     scheduler.step()
     return float(loss.detach())
 

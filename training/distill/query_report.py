@@ -93,7 +93,7 @@ def query_gap_report(
     vectors, over report_pool's pool. bench/predictive_validity.py --tower query applies it, unchanged, to
     queries the retrain never saw."""
     from contract.bundles.report_schema import Towers
-    from training.gap.report import compute_report
+    from training.gap.report import CorpusVectors, ReportOptions, compute_report
 
     ids, vectors = report_pool(live, fit, test, config.query_report_pool, train_config.seed)
     keep = set(ids)
@@ -101,11 +101,11 @@ def query_gap_report(
     pool_test = dataclasses.replace(test, corpus={d: test.corpus[d] for d in ids if d in test.corpus})
     pool_fit = _judged_in(pool_fit, keep)
     pool_test = _judged_in(pool_test, keep)
-    report = compute_report(
-        encoder, pool_fit, pool_test, k=k, seed=train_config.seed, doc_ids=ids, doc_embeddings=vectors,
+    options = ReportOptions(
+        k=k, k_rule=k_rule, seed=train_config.seed,
         max_test_queries=train_config.eval_max_queries, max_train_queries=train_config.eval_max_queries or 300,
-        k_rule=k_rule,
     )  # fmt: skip
+    report = compute_report(encoder, pool_fit, pool_test, options, corpus=CorpusVectors(ids, vectors))
     report.towers = Towers(
         query=f"tuned query tower ({config.query_tower}), trained against bundle {parent}'s fixed documents",
         documents=f"the fixed document embeddings of bundle {parent} (model/document/, not re-encoded)",

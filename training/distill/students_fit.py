@@ -24,7 +24,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,7 @@ from contract.encoding.encoder import Encoder
 from contract.errors import ConfigError
 from training.data.retrieval_data import RetrievalData
 from training.distill.config import DistillConfig, Variant
-from training.distill.loop import fit_student
+from training.distill.loop import DistillTargets, Student, fit_student
 from training.distill.pairs import DistillPairs, distill_pairs
 from training.distill.students import (
     pca_reduce,
@@ -49,30 +48,18 @@ from training.train.negatives import mine_hard_negatives
 logger = logging.getLogger(__name__)
 
 
-@dataclass
-class _Student:
-    """A student ready for `fit_student`: the model, what trains, its optimiser and epochs."""
-
-    model: Any
-    params: list[torch.nn.Parameter]
-    optimizer: torch.optim.Optimizer
-    epochs: int
-    info: dict[str, Any] = field(default_factory=dict)  # recorded with the variant
-    saved_len: int | None = None  # `distilled`: the model's max_seq_length, restored before saving
-
-
-def _distilled_student(model_dir: Path, config: DistillConfig) -> _Student:
+def _distilled_student(model_dir: Path, config: DistillConfig) -> Student:
     model = truncated_student(model_dir, config.layers)
     saved_len = model.max_seq_length
     model.max_seq_length = min(config.max_seq_length, saved_len or config.max_seq_length)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.01)
-    return _Student(model, params, optimizer, config.epochs, {"layers": config.layers}, saved_len)
+    return Student(model, params, optimizer, config.epochs, {"layers": config.layers}, saved_len)
 
 
 def _static_student(
     model_dir: Path, pairs: DistillPairs, corpus_texts: Sequence[str], config: DistillConfig
-) -> _Student:
+) -> Student:
     started = time.perf_counter()
     raw, counts = token_table(
         model_dir, [*corpus_texts, *pairs.texts], only_seen=config.static_init_vocab == "seen"
@@ -87,7 +74,7 @@ def static_student_of(
     counts: np.ndarray,
     config: DistillConfig,
     info: dict[str, Any] | None = None,
-) -> _Student:
+) -> Student:
     """A static student over the unweighted token table `raw_table` (vocab, D), with its optimiser.
 
     `counts` (vocab,) are the corpus counts of the SIF weights (config.static_weighting "corpus"); with
@@ -110,7 +97,7 @@ def static_student_of(
     optimizer = (torch.optim.SparseAdam if config.static_sparse else torch.optim.Adam)(
         params, lr=config.static_lr
     )
-    return _Student(model, params, optimizer, config.static_epochs, info or {})
+    return Student(model, params, optimizer, config.static_epochs, info or {})
 
 
 def static_model(
@@ -156,7 +143,7 @@ def folded_static(model: Any, tokenizer: Any) -> Any:
     return SentenceTransformer(modules=[StaticEmbedding(tokenizer, embedding_weights=full), Normalize()])
 
 
-def _save_student(variant: Variant, student: _Student, out_dir: Path) -> None:
+def _save_student(variant: Variant, student: Student, out_dir: Path) -> None:
     """A sentence-transformers folder (+ ONNX for `distilled`, at the model's own max_seq_length); a
     static student with a linear map is saved folded into one table (what the API serves)."""
     if variant == "distilled":
@@ -176,10 +163,7 @@ def train_variant(
     variant: Variant,
     model_dir: Path,
     out_dir: Path,
-    pairs: DistillPairs,
-    doc_emb: np.ndarray,
-    teacher_q: np.ndarray,
-    negatives: list[list[int]],
+    targets: DistillTargets,
     corpus_texts: Sequence[str],
     *,
     temperature: float,
@@ -191,21 +175,9 @@ def train_variant(
     if variant == "distilled":
         student = _distilled_student(model_dir, config)
     else:
-        student = _static_student(model_dir, pairs, corpus_texts, config)
+        student = _static_student(model_dir, targets.pairs, corpus_texts, config)
     info: dict[str, Any] = {"variant": variant, **student.info}
-    info |= fit_student(
-        student.model,
-        student.params,
-        student.optimizer,
-        pairs,
-        doc_emb,
-        teacher_q,
-        negatives,
-        epochs=student.epochs,
-        temperature=temperature,
-        config=config,
-        rng=rng,
-    )
+    info |= fit_student(student, targets, temperature=temperature, config=config, rng=rng)
     _save_student(variant, student, out_dir)
     logger.info("trained the %s query encoder in %s s (%d steps)", variant, info["seconds"], info["steps"])
     return info
@@ -271,15 +243,13 @@ def distill_query_encoders(
     corpus_texts = [document_text(d.title, d.text) for d in train.corpus.values()]
     temperature = encoder.similarity.logit_divisor()  # cosine: τ, or the default τ when none was recorded
     out: dict[str, dict[str, Any]] = {}
+    targets = DistillTargets(pairs, np.ascontiguousarray(doc_emb, dtype=np.float32), teacher_q, negatives)
     for variant in config.variants:
         out[variant] = train_variant(
             variant,
             model_dir,
             out_root / variant,
-            pairs,
-            np.ascontiguousarray(doc_emb, dtype=np.float32),
-            teacher_q,
-            negatives,
+            targets,
             corpus_texts,
             temperature=temperature,
             config=config,

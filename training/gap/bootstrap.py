@@ -114,6 +114,16 @@ def percentile_ci(samples: np.ndarray, level: float = 0.95) -> tuple[float, floa
 
 
 @dataclass(frozen=True)
+class Resampling:
+    """How one report draws its intervals: resamples per interval, their confidence level, and the one
+    random stream every section draws from in turn (so a seed fixes the whole report)."""
+
+    n_boot: int
+    level: float
+    rng: np.random.Generator
+
+
+@dataclass(frozen=True)
 class GapEstimate:
     train: float
     test: float

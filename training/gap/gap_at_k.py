@@ -6,8 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from contract.bundles.report_schema import Bound, Estimate
 from training.gap import bootstrap, bounds
 from training.gap import estimators as est
@@ -46,12 +44,11 @@ def gap_at_k_section(
     tau: float,
     tau_eff: float,
     delta: float,
-    n_boot: int,
-    level: float,
-    rng: np.random.Generator,
+    resampling: bootstrap.Resampling,
 ) -> GapAtK:
     """(a) R_train, R_test and their gap at the training k = n_negatives, bootstrap over queries; Hoeffding
     on R_test."""
+    n_boot, level, rng = resampling.n_boot, resampling.level, resampling.rng
     l_train = est.risk_with_random_negatives(a_train.sim, a_train.pos, a_train.exclude, n_negatives, tau, rng)
     l_test = est.risk_with_random_negatives(a_test.sim, a_test.pos, a_test.exclude, n_negatives, tau, rng)
     g = bootstrap.gap_with_ci(

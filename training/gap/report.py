@@ -49,6 +49,7 @@ from training.data.retrieval_data import Document, RetrievalData
 from training.data.split import load_split
 from training.data.validation_carve import carve_validation
 from training.gap.anchors import Anchors, build_anchors, pool_embeddings
+from training.gap.bootstrap import Resampling
 from training.gap.gap_at_k import gap_at_k_section, pool_notes
 from training.gap.mutual_info import MI_SAMPLER, MISection, mi_section
 from training.gap.risk_vs_k import risk_vs_k_section
@@ -74,57 +75,73 @@ class _Scored:
     a_test: Anchors
 
 
+@dataclass(frozen=True)
+class ReportOptions:
+    """How a report is computed: the k it is read at (and why that k), the query samples, the bootstrap,
+    the bounds' confidence and the risk-vs-k curve's reach and tolerance."""
+
+    k: int
+    k_rule: str = "given by the caller"
+    seed: int = 0
+    max_train_queries: int | None = 300
+    max_test_queries: int | None = None
+    k_max: int = 8192
+    n_boot: int = 2000
+    delta: float = 0.05
+    eps: float = 0.01
+    level: float = 0.95
+
+
+@dataclass(frozen=True)
+class CorpusVectors:
+    """A corpus encoding the caller already has (row i is document doc_ids[i]): the report reuses it."""
+
+    doc_ids: list[str]
+    embeddings: np.ndarray  # (n_docs, D)
+
+
 def compute_report(
     encoder: Encoder,
     train: RetrievalData,
     test: RetrievalData,
+    options: ReportOptions,
     *,
-    k: int,
-    seed: int = 0,
-    doc_ids: list[str] | None = None,
-    doc_embeddings: np.ndarray | None = None,
-    max_train_queries: int | None = 300,
-    max_test_queries: int | None = None,
-    k_max: int = 8192,
-    n_boot: int = 2000,
-    delta: float = 0.05,
-    eps: float = 0.01,
-    k_rule: str = "given by the caller",
-    level: float = 0.95,
+    corpus: CorpusVectors | None = None,
 ) -> GapReport:
     """The full report for `encoder` (Whiteley 2026, arXiv 2607.09405); see the module docstring for what it
     assumes. τ is the encoder's own (contract.encoding.similarity: risks divide by `logit_temperature`, the bound
     terms use `effective_temperature`)."""
+    o, k = options, options.k
     if k < 1:
         raise ConfigError(f"k must be >= 1, got {k}")
     identity = model_identity(encoder)
     tau, tau_eff = identity.logit_temperature, identity.model_temperature
-    rng = np.random.default_rng(seed)  # one stream, drawn in the order of the sections below
+    # one stream, drawn in the order of the sections below
+    resampling = Resampling(o.n_boot, o.level, np.random.default_rng(o.seed))
     n_train_split_queries = len(train.queries)
     scored = _score_splits(
         encoder,
-        sample_queries(train, max_train_queries, seed),
-        sample_queries(test, max_test_queries, seed),
-        doc_ids,
-        doc_embeddings,
+        sample_queries(train, o.max_train_queries, o.seed),
+        sample_queries(test, o.max_test_queries, o.seed),
+        corpus,
     )
     a_train, a_test, n_pool = scored.a_train, scored.a_test, len(scored.corpus)
     logger.info("gap report: %d train / %d test anchors, pool %d, k %d, τ %.4g", len(a_train.pos),
                 len(a_test.pos), n_pool, k, tau)  # fmt: skip
-    at_k = gap_at_k_section(a_train, a_test, k, tau, tau_eff, delta, n_boot, level, rng)  # (a)
-    curve = risk_vs_k_section(a_test, tau, k_max, n_boot, level, eps, rng)  # (b)
-    mi = mi_section(a_test, k, tau, n_boot, level, rng)  # (d), the positives' marginal
+    at_k = gap_at_k_section(a_train, a_test, k, tau, tau_eff, o.delta, resampling)  # (a)
+    curve = risk_vs_k_section(a_test, tau, o.k_max, o.n_boot, o.level, o.eps, resampling.rng)  # (b)
+    mi = mi_section(a_test, k, tau, o.n_boot, o.level, resampling.rng)  # (d), the positives' marginal
     retrieval = retrieval_section(
         encoder, scored.train, scored.test, scored.corpus, scored.doc_emb, scored.q_train, scored.q_test,
-        n_boot=n_boot, level=level, rng=rng,
+        resampling=resampling,
     )  # fmt: skip
     return GapReport(
-        model=identity, k=k, k_rule=k_rule, negative_sampler=NEGATIVE_SAMPLER, seed=seed, delta=delta,
-        n_bootstrap=n_boot, n_train_queries=a_train.n_queries, n_test_queries=a_test.n_queries,
+        model=identity, k=k, k_rule=o.k_rule, negative_sampler=NEGATIVE_SAMPLER, seed=o.seed, delta=o.delta,
+        n_bootstrap=o.n_boot, n_train_queries=a_train.n_queries, n_test_queries=a_test.n_queries,
         n_train_split_queries=n_train_split_queries, pool_size=n_pool,
         **at_k.report_fields(),
         **curve.report_fields(),
-        theory_terms=theory_section(tau_eff, k, n_train_split_queries, delta),  # (c)
+        theory_terms=theory_section(tau_eff, k, n_train_split_queries, o.delta),  # (c)
         **_mi_fields(mi, k, tau_eff),
         retrieval=retrieval,
         notes=list(curve.notes) + pool_notes(a_test, n_pool, k),
@@ -135,12 +152,12 @@ def _score_splits(
     encoder: Encoder,
     train: RetrievalData,
     test: RetrievalData,
-    doc_ids: list[str] | None,
-    doc_embeddings: np.ndarray | None,
+    known: CorpusVectors | None,
 ) -> _Scored:
     """Both splits' queries encoded and their anchors scored against the union of their corpora."""
     corpus = {**train.corpus, **test.corpus}
     column = {d: i for i, d in enumerate(corpus)}
+    doc_ids, doc_embeddings = (known.doc_ids, known.embeddings) if known is not None else (None, None)
     doc_emb = pool_embeddings(encoder, corpus, doc_ids, doc_embeddings)  # (n_pool, dim)
     show = progress_bars_enabled()
     q_train = encoder.encode(list(train.queries.values()), kind="query", show_progress=show)  # (nq, dim)
@@ -194,18 +211,17 @@ def report_after_training(
     """The report the trainer writes into `<out_dir>/report/`, at the k and τ it trained with (the actual
     k of `train_log` when given)."""
     k, k_rule = actual_training_k(train_log or [], config)
-    report = compute_report(
-        encoder,
-        train_data,
-        test_data,
+    options = ReportOptions(
         k=k,
         k_rule=k_rule,
         seed=config.seed,
-        doc_ids=doc_ids,
-        doc_embeddings=doc_embeddings,
         max_test_queries=config.eval_max_queries,
         max_train_queries=config.eval_max_queries or 300,
     )
+    corpus = (
+        CorpusVectors(doc_ids, doc_embeddings) if doc_ids is not None and doc_embeddings is not None else None
+    )
+    report = compute_report(encoder, train_data, test_data, options, corpus=corpus)
     write_report(report, Path(out_dir) / REPORT_DIR)
     return report
 
@@ -249,10 +265,7 @@ def run_report(
     train = load_split(data_dir, config.train_split, seed=config.seed)
     train = carve_validation(train, held_out, config.seed)[0]  # the queries the run was trained on
     test = load_split(data_dir, config.eval_split, seed=config.seed)
-    report = compute_report(
-        encoder,
-        train,
-        test,
+    options = ReportOptions(
         k=k if k is not None else run_k,
         k_rule="given on the command line" if k is not None else run_rule,
         seed=config.seed if seed is None else seed,
@@ -260,4 +273,5 @@ def run_report(
         max_test_queries=max_test_queries,
         n_boot=n_boot,
     )
+    report = compute_report(encoder, train, test, options)
     return write_report(report, out_dir)

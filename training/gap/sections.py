@@ -126,11 +126,10 @@ def retrieval_section(
     q_train: np.ndarray,
     q_test: np.ndarray,
     *,
-    n_boot: int,
-    level: float,
-    rng: np.random.Generator,
+    resampling: bootstrap.Resampling,
 ) -> RetrievalComparison:
     """nDCG@10, recall@10, MRR@10 on the train-query sample and the test queries, same pool and encoder."""
+    n_boot, level, rng = resampling.n_boot, resampling.level, resampling.rng
     results = []
     for data, q_emb in ((train, q_train), (test, q_test)):
         view = replace(data, corpus=corpus)  # both splits ranked over the same pool

@@ -23,6 +23,9 @@ from training.gap.bootstrap import bootstrap_means
 from training.gap.estimators import risk_with_random_negatives
 from training.gap.intervals import estimate_from_boot
 
+N_BOOT = 1000  # resamples per interval, at LEVEL: what every caller asked for when these were parameters
+LEVEL = 0.95
+
 
 def served_risks(
     query_emb: Mapping[str, np.ndarray],
@@ -34,13 +37,13 @@ def served_risks(
     similarity: Similarity,
     n_negatives: int,
     seed: int = 0,
-    n_boot: int = 1000,
-    level: float = 0.95,
 ) -> dict[str, Any]:
     """{"k", "temperature", "n_anchors", name: {"risk_test": {...}, "delta_vs_full": {...}}} for every
     encoder in `query_emb` ((n_queries, D) normalised rows in `qids` order; "full" is the reference),
     scored against `doc_emb` (normalised rows in `doc_ids` order) by `similarity`, the logits divided by
-    its `logit_divisor()`; `n_negatives` random pool negatives per anchor (the report's k)."""
+    its `logit_divisor()`; `n_negatives` random pool negatives per anchor (the report's k); N_BOOT resamples
+    for each interval at LEVEL."""
+    n_boot, level = N_BOOT, LEVEL
     column = {d: i for i, d in enumerate(doc_ids)}
     in_pool = {q: {d: r for d, r in qrels.get(q, {}).items() if d in column} for q in qids}
     tau = similarity.logit_divisor()

@@ -26,7 +26,7 @@ SAVED: list[Path] = []  # screenshots written in this session (the summary names
 def ui_staged(tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> dict[str, Path]:
     from training.bundle.build import build_bundle
     from training.data.validation_carve import carve_validation
-    from training.gap.report import compute_report, write_report
+    from training.gap.report import CorpusVectors, ReportOptions, compute_report, write_report
     from training.hybrid.lexical_step import attach_lexical
 
     ids = sorted(slice_data.queries)
@@ -43,12 +43,8 @@ def ui_staged(tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> d
         shared_encoder,
         split(ids[:half]),
         split(ids[half:]),
-        k=15,
-        n_boot=200,
-        k_max=64,
-        doc_ids=list(slice_data.corpus),
-        doc_embeddings=doc_embeddings,
-        k_rule="batch size 16 − 1 (test slice)",
+        ReportOptions(k=15, n_boot=200, k_max=64, k_rule="batch size 16 − 1 (test slice)"),
+        corpus=CorpusVectors(list(slice_data.corpus), doc_embeddings),
     )
     root = tmp_path_factory.mktemp("ui-staged")
     write_report(report, root / "report")
