@@ -8,6 +8,7 @@ import torch
 
 from contract.errors import ConfigError
 from training.experiments.aninfonce_synthetic import (
+    SyntheticSetup,
     linear_r2,
     match_features,
     run_experiment,
@@ -26,7 +27,7 @@ def one_thread():
 
 
 def test_aninfonce_recovers_lambda_and_latents(one_thread):
-    result = run_experiment(n_latent=6, steps=2500, batch=256, seed=0)
+    result = run_experiment(SyntheticSetup(n_latent=6, steps=2500, batch=256, seed=0))
     assert result["lam_spearman"] >= 0.9, result
     assert result["linear_r2"] >= 0.9, result
     # Λ̂ is on the scale of the truth (5…25), not stuck at its isotropic start Λ = 2
@@ -57,6 +58,6 @@ def test_scores_on_known_features():
 
 def test_bad_options_are_refused():
     with pytest.raises(ConfigError, match="lam_true"):
-        run_experiment(n_latent=3, lam_true=np.array([1.0, 2.0]), steps=1)
+        run_experiment(SyntheticSetup(n_latent=3, lam_true=np.array([1.0, 2.0]), steps=1))
     with pytest.raises(ConfigError, match="loss"):
-        run_experiment(n_latent=3, steps=1, loss="triplet")  # type: ignore[arg-type]
+        run_experiment(SyntheticSetup(n_latent=3, steps=1, loss="triplet"))  # type: ignore[arg-type]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -122,28 +123,9 @@ def match_features(features: np.ndarray, latents: np.ndarray) -> tuple[np.ndarra
     return cols[np.argsort(rows)], float(np.abs(corr[rows, cols]).mean())
 
 
-def run_experiment(
-    n_latent: int = 10,
-    lam_true: np.ndarray | None = None,
-    *,
-    steps: int = 3000,
-    batch: int = 256,
-    seed: int = 0,
-    loss: LossName = "aninfonce",
-    hidden: int = 128,
-    depth: int = 3,
-    lr: float = 3e-3,
-    lambda_lr: float = 5e-2,
-    init_temperature: float = 0.5,
-    learn_temperature: bool = True,
-    n_eval: int = 10_000,
-    threshold: float = 0.1,
-    progress: bool = False,
-) -> dict[str, Any]:
-    """Train f (and Λ̂ or τ) on the synthetic process; return the scores described in the module docstring.
-
-    `lam_true` defaults to linspace(5, 25, n_latent). For `loss="infonce"`, τ starts at
-    `init_temperature` and is learned when `learn_temperature` (at `lambda_lr`).
+@dataclass(frozen=True)
+class SyntheticSetup:
+    """One synthetic run: the latent process, the encoder, the loss and its optimisation.
 
     Why these defaults (CPU scale, a few thousand steps instead of the official long GPU runs): Λ starts
     low and isotropic (Λ = 1/0.5 = 2, the official code starts near softplus(0) ≈ 0.7) so the encoder
@@ -151,27 +133,55 @@ def run_experiment(
     to fit an isotropic kernel and Λ̂ stayed near-isotropic (rank correlation 0.1-0.6 in our runs).
     Learning rates are 30x/50x the official 1e-4/1e-3, with cosine decay so short runs end converged.
     """
-    lam_np = _checked_lam(n_latent, lam_true, loss)
-    torch.manual_seed(seed)
-    gen = torch.Generator().manual_seed(seed)
+
+    n_latent: int = 10
+    lam_true: np.ndarray | None = None  # default linspace(5, 25, n_latent)
+    steps: int = 3000
+    batch: int = 256
+    seed: int = 0
+    loss: LossName = "aninfonce"
+    hidden: int = 128
+    depth: int = 3
+    lr: float = 3e-3
+    lambda_lr: float = 5e-2  # Λ̂'s, or τ's for infonce when learn_temperature
+    init_temperature: float = 0.5
+    learn_temperature: bool = True
+    n_eval: int = 10_000
+    threshold: float = 0.1
+
+
+@dataclass
+class _Run:
+    """What one run trains: the encoder, the fixed mixing it sees the latents through, the loss module and
+    the optimiser over both."""
+
+    encoder: nn.Module
+    mixing: nn.Sequential
+    criterion: AnInfoNCELoss | InfoNCELoss
+    opt: torch.optim.Optimizer
+
+
+def run_experiment(setup: SyntheticSetup | None = None, *, progress: bool = False) -> dict[str, Any]:
+    """Train f (and Λ̂ or τ) on the synthetic process; return the scores described in the module docstring.
+    For `loss="infonce"`, τ starts at `init_temperature` and is learned when `learn_temperature`."""
+    c = setup or SyntheticSetup()
+    lam_np = _checked_lam(c.n_latent, c.lam_true, c.loss)
+    torch.manual_seed(c.seed)
+    gen = torch.Generator().manual_seed(c.seed)
     lam = torch.tensor(lam_np, dtype=torch.float32)  # (n,)
-    mixing = make_mixing(n_latent, gen)
-    encoder = MLPEncoder(n_latent, hidden, depth)
-    criterion, opt = _criterion_and_optimizer(
-        loss, encoder, n_latent, lr, lambda_lr, init_temperature, learn_temperature
-    )
+    mixing = make_mixing(c.n_latent, gen)
+    encoder = MLPEncoder(c.n_latent, c.hidden, c.depth)
+    criterion, opt = _criterion_and_optimizer(c, encoder)
     start = time.perf_counter()
-    losses = _train(
-        encoder, mixing, criterion, opt, lam, gen, steps, batch, threshold, progress, f"synthetic {loss}"
-    )
+    losses = _train(_Run(encoder, mixing, criterion, opt), c, lam, gen, progress)
     elapsed = time.perf_counter() - start
-    r2, mcc, matched = _score(encoder, mixing, n_latent, n_eval, gen)
+    r2, mcc, matched = _score(encoder, mixing, c.n_latent, c.n_eval, gen)
     result: dict[str, Any] = {
-        "loss": loss,
-        "n_latent": n_latent,
-        "steps": steps,
-        "batch": batch,
-        "seed": seed,
+        "loss": c.loss,
+        "n_latent": c.n_latent,
+        "steps": c.steps,
+        "batch": c.batch,
+        "seed": c.seed,
         "lam_true": lam_np.tolist(),
         "linear_r2": r2,
         "mcc": mcc,
@@ -205,15 +215,11 @@ def _log_summary(result: dict[str, Any]) -> None:
 
 
 def _criterion_and_optimizer(
-    loss: LossName,
-    encoder: nn.Module,
-    n_latent: int,
-    lr: float,
-    lambda_lr: float,
-    init_temperature: float,
-    learn_temperature: bool,
+    c: SyntheticSetup, encoder: nn.Module
 ) -> tuple[AnInfoNCELoss | InfoNCELoss, torch.optim.Adam]:
     """The loss module (Λ̂ or τ learned at `lambda_lr`) and one Adam over the encoder and the loss."""
+    loss, n_latent, lr, lambda_lr = c.loss, c.n_latent, c.lr, c.lambda_lr
+    init_temperature, learn_temperature = c.init_temperature, c.learn_temperature
     criterion: AnInfoNCELoss | InfoNCELoss
     if loss == "aninfonce":
         criterion = AnInfoNCELoss(n_latent, init_temperature=init_temperature, symmetric=True)
@@ -226,27 +232,16 @@ def _criterion_and_optimizer(
     return criterion, torch.optim.Adam(groups)
 
 
-def _train(
-    encoder: nn.Module,
-    mixing: nn.Sequential,
-    criterion: AnInfoNCELoss | InfoNCELoss,
-    opt: torch.optim.Optimizer,
-    lam: Tensor,
-    gen: torch.Generator,
-    steps: int,
-    batch: int,
-    threshold: float,
-    progress: bool,
-    desc: str,
-) -> list[float]:
+def _train(run: _Run, c: SyntheticSetup, lam: Tensor, gen: torch.Generator, progress: bool) -> list[float]:
     """`steps` Adam steps on fresh (z, z⁺) batches seen through the mixing; returns the loss per step."""
     # cosine decay: a few thousand CPU steps must end converged, not oscillating at a high rate
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=steps)
+    encoder, mixing, criterion, opt = run.encoder, run.mixing, run.criterion, run.opt
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=c.steps)
     n_latent = lam.shape[0]
     losses: list[float] = []
-    for _ in tqdm(range(steps), desc=desc, disable=not progress, mininterval=2.0):
-        z = sample_sphere(batch, n_latent, gen)  # (B, n)
-        z_pos = sample_positives(z, lam, gen, threshold=threshold)  # (B, n)
+    for _ in tqdm(range(c.steps), desc=f"synthetic {c.loss}", disable=not progress, mininterval=2.0):
+        z = sample_sphere(c.batch, n_latent, gen)  # (B, n)
+        z_pos = sample_positives(z, lam, gen, threshold=c.threshold)  # (B, n)
         with torch.no_grad():
             x, x_pos = mixing(z), mixing(z_pos)  # (B, n) each
         value = criterion(encoder(x), encoder(x_pos))
