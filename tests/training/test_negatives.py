@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from training.train.negatives import mine_hard_negatives, no_duplicate_batches, random_negatives
+from training.train.negatives import MiningWindow, mine_hard_negatives, no_duplicate_batches, random_negatives
 
 
 def _unit_rows(rng: np.random.Generator, n: int, d: int) -> np.ndarray:
@@ -71,7 +71,7 @@ def test_mined_negatives_respect_rank_window_margin_and_positives(rank_min, rank
     known = [{positive[i], int(order[i, rank_min]), int(order[i, rank_min + 1])} for i in range(30)]
     # When
     mined = mine_hard_negatives(
-        queries, docs, positive, known, n=4, rank_min=rank_min, rank_max=rank_max, margin=margin, rng=rng
+        queries, docs, positive, known, MiningWindow(4, rank_min, rank_max, margin), rng=rng
     )
     # Then: each negative is in the window, not a known positive, below positive − margin
     assert len(mined) == 30
@@ -105,10 +105,7 @@ def test_mined_negatives_use_the_given_similarity():
         d,
         positive,
         [{p} for p in positive],
-        n=3,
-        rank_min=1,
-        rank_max=4,
-        margin=0.0,
+        MiningWindow(n=3, rank_min=1, rank_max=4, margin=0.0),
         rng=rng,
         similarity=neg_sq_dist,
     )

@@ -43,7 +43,7 @@ from training.distill.students import (
     truncated_student,
     zipf_counts,
 )
-from training.train.negatives import mine_hard_negatives
+from training.train.negatives import MiningWindow, mine_hard_negatives
 
 logger = logging.getLogger(__name__)
 
@@ -212,10 +212,7 @@ def pair_negatives(
         doc_emb,  # (N, D)
         pairs.positives,
         [{int(j) for j in pairs.known[k]} for k in pairs.keys],  # type: ignore[call-overload]
-        n=config.hard_negatives,
-        rank_min=config.hard_negative_rank_min,
-        rank_max=config.hard_negative_rank_max,
-        margin=config.hard_negative_margin,
+        MiningWindow.of(config),
         rng=rng,
     )
 

@@ -14,7 +14,7 @@ from training.data.query_sample import sample_queries
 from training.data.retrieval_data import Pair, RetrievalData
 from training.eval.embedding_cache import EmbeddingCache
 from training.eval.evaluate import EvalResult, encode_corpus
-from training.train.negatives import mine_hard_negatives, random_negatives
+from training.train.negatives import MiningWindow, mine_hard_negatives, random_negatives
 
 logger = logging.getLogger(__name__)
 
@@ -88,35 +88,38 @@ def extra_negatives(
     return extra
 
 
+def mining_corpus(
+    encoder: Encoder,
+    train_data: RetrievalData,
+    base: EvalResult,
+    *,
+    show_progress: bool,
+    cache: EmbeddingCache | None = None,
+) -> np.ndarray:
+    """(N, D) the training corpus as the base model ranks it: the base evaluation's corpus embeddings when
+    it is the same corpus (no second encoding), else encoded (through the cache)."""
+    if base.doc_ids == list(train_data.corpus):
+        return base.doc_embeddings
+    return encode_corpus(encoder, train_data.corpus, show_progress=show_progress, cache=cache)[1]
+
+
 def mine_negatives(
     encoder: Encoder,
     pairs: list[Any],
-    train_data: RetrievalData,
-    base: EvalResult,
+    doc_emb: np.ndarray,
     position: dict[str, int],
     known: dict[str, set[int]],
     config: TrainConfig,
     rng: np.random.Generator,
-    show_progress: bool,
-    cache: EmbeddingCache | None = None,
 ) -> list[list[int]]:
-    """Hard negatives from the base model's ranking (the corpus embeddings of the base evaluation)."""
-    if base.doc_ids == list(position):
-        doc_emb = base.doc_embeddings  # (N, D) same corpus: no second encoding
-    else:
-        _, doc_emb = encode_corpus(
-            encoder, train_data.corpus, show_progress=show_progress, cache=cache
-        )  # (N, D)
+    """Hard negatives from the base model's ranking of `doc_emb` (N, D), the corpus in `position` order."""
     query_emb = encoder.encode([p.query for p in pairs], kind="query")  # (P, D)
     return mine_hard_negatives(
         query_emb,
         doc_emb,
         [position[p.positive_id] for p in pairs],
         [known[p.query_id] for p in pairs],
-        n=config.hard_negatives,
-        rank_min=config.hard_negative_rank_min,
-        rank_max=config.hard_negative_rank_max,
-        margin=config.hard_negative_margin,
+        MiningWindow.of(config),
         rng=rng,
         similarity=encoder.similarity_matrix,
     )

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -117,27 +119,46 @@ def top_ranked(scores: np.ndarray, k: int) -> np.ndarray:
     return np.take_along_axis(part, order, axis=1)
 
 
+@dataclass(frozen=True)
+class MiningWindow:
+    """Where hard negatives are drawn from: up to `n` per pair among the corpus ranks [rank_min, rank_max),
+    none scoring above the positive's score − margin (a guard against unlabelled positives)."""
+
+    n: int
+    rank_min: int
+    rank_max: int
+    margin: float
+
+    @classmethod
+    def of(cls, config: Any) -> MiningWindow:
+        """From a config with the training's `hard_negative*` fields (TrainConfig, DistillConfig)."""
+        return cls(
+            config.hard_negatives,
+            config.hard_negative_rank_min,
+            config.hard_negative_rank_max,
+            config.hard_negative_margin,
+        )
+
+
 def mine_hard_negatives(
     query_emb: np.ndarray,
     doc_emb: np.ndarray,
     positive_pos: Sequence[int],
     known_positives: Sequence[set[int]],
+    window: MiningWindow,
     *,
-    n: int,
-    rank_min: int,
-    rank_max: int,
-    margin: float,
     rng: np.random.Generator,
     similarity: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
     chunk: int = 256,
 ) -> list[list[int]]:
-    """Up to n hard negatives (corpus positions) per training pair.
+    """Up to window.n hard negatives (corpus positions) per training pair.
 
     query_emb: (P, D) one row per pair; doc_emb: (N, D) corpus; positive_pos[i]: the pair's positive;
     known_positives[i]: every labelled positive of the pair's query. Candidates are the corpus ranks
     [rank_min, rank_max) under `similarity` (default: inner product), minus known positives and minus any
     document scoring above score(positive) − margin. Pairs with fewer survivors get fewer negatives.
     """
+    n, rank_min, rank_max, margin = window.n, window.rank_min, window.rank_max, window.margin
     if not 0 <= rank_min < rank_max:
         raise ValueError("need 0 <= rank_min < rank_max")
     similarity = similarity or (lambda a, b: a @ b.T)
@@ -149,8 +170,8 @@ def mine_hard_negatives(
         for row in range(scores.shape[0]):
             i = start + row
             threshold = scores[row, positive_pos[i]] - margin
-            window = top[row, rank_min:rank_max]  # (≤ rank_max − rank_min,)
-            keep = [int(j) for j in window if int(j) not in known_positives[i] and scores[row, j] < threshold]
+            ranked = top[row, rank_min:rank_max]  # (≤ rank_max − rank_min,)
+            keep = [int(j) for j in ranked if int(j) not in known_positives[i] and scores[row, j] < threshold]
             take = min(n, len(keep))
             mined.append([keep[j] for j in rng.choice(len(keep), size=take, replace=False)] if take else [])
     found = sum(len(m) for m in mined)

@@ -8,6 +8,7 @@ import logging
 import platform
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -118,18 +119,24 @@ def run_metadata(config: TrainConfig, base_source: str) -> dict[str, Any]:
     }
 
 
+@dataclass(frozen=True)
+class TunedScores:
+    """The tuned model's evaluation: the eval split, the validation carve (base and tuned), every search
+    mode, and what encoded its corpus (torch or its ONNX export) when that was chosen."""
+
+    tuned: EvalResult
+    validation: dict[str, Any]
+    by_mode: dict[str, Any] | None
+    corpus_encoder: dict[str, Any] | None = None
+
+
 def write_run_files(
-    run: Run,
-    fitted: Fitted,
-    config: TrainConfig,
-    data_dir: str | Path,
-    out_dir: Path,
-    tuned: EvalResult,
-    validation: dict[str, Any],
-    tuned_modes: dict[str, Any] | None,
-    corpus_encoder: dict[str, Any] | None = None,
+    run: Run, fitted: Fitted, config: TrainConfig, data_dir: str | Path, out_dir: Path, scores: TunedScores
 ) -> tuple[Path, Path, Path]:
     """config.json, metrics.json and train_log.jsonl (each atomically); returns their paths."""
+    tuned, validation, tuned_modes, corpus_encoder = (
+        scores.tuned, scores.validation, scores.by_mode, scores.corpus_encoder
+    )  # fmt: skip
     config_path = write_json_atomic(
         out_dir / "config.json",
         run_config(config, run.base_source, fitted.loss_fn, data_dir, (len(run.pairs), run.n_pseudo), tuned),

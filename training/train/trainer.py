@@ -40,12 +40,13 @@ from training.train.examples import (
     extra_negatives,
     limit_queries,
     mine_negatives,
+    mining_corpus,
     title_pairs,
     with_pseudo_qrels,
 )
 from training.train.phase_timer import PhaseTimer, StepMeter, phase
 from training.train.phases import Fitted, LiveReference, Run
-from training.train.run_artifacts import gap_report, save_model, write_run_files
+from training.train.run_artifacts import TunedScores, gap_report, save_model, write_run_files
 from training.train.step import (
     ProgressFn,
     build_loss,
@@ -170,9 +171,8 @@ def prepare(
     mined: list[list[int]] = [[] for _ in pairs]
     if config.hard_negatives:
         with phase(timer, "mine negatives"):
-            mined = mine_negatives(
-                before, pairs, train_data, base, position, known, config, rng, show_progress, cache
-            )
+            corpus = mining_corpus(before, train_data, base, show_progress=show_progress, cache=cache)
+            mined = mine_negatives(before, pairs, corpus, position, known, config, rng)
     return Run(
         device, precision, rng, train_data, eval_data, encoder, encoder.source, encoder.model.max_seq_length,
         base, pairs, len(pseudo), doc_texts, position, qrels, known, mined,
@@ -265,9 +265,8 @@ def finalize(
         tuned_val = _validate(tuned_encoder, run.val_data, tuned) if run.val_data is not None else {}
         tuned_modes = run.modes.score(tuned_encoder, tuned.doc_embeddings) if run.modes is not None else None
     validation = {"base": run.base_val, "tuned": tuned_val} if run.base_val and tuned_val else {}
-    paths = write_run_files(
-        run, fitted, config, data_dir, out_dir, tuned, validation, tuned_modes, corpus_record
-    )
+    scores = TunedScores(tuned, validation, tuned_modes, corpus_record)
+    paths = write_run_files(run, fitted, config, data_dir, out_dir, scores)
     with phase(timer, "gap report"):
         report_dir = gap_report(
             tuned_encoder, run.train_data, run.eval_data, tuned, config, out_dir, fitted.log
