@@ -30,6 +30,7 @@ from app.engine.query_cache import QueryCache
 from app.engine.query_tokens import QueryTokenizer, TokenIds, encode_token_ids
 from app.engine.search_spec import Answer, EmbedAnswer, EmbedSpec, SearchAnswer, SearchSpec, Spec
 from app.schemas.search import Hit
+from app.settings import Settings
 from contract.bundles import parts
 from contract.bundles.bundle import Bundle, mismatches
 from contract.defaults import MAX_NDCG_LOSS
@@ -360,29 +361,50 @@ class LiveBundle:
         return out
 
 
+@dataclass(frozen=True)
+class EncoderOptions:
+    """How a bundle's query encoder is picked and run (Settings' encoder_* / routing fields): `threads` per
+    encoder; `max_ndcg_loss`: what `auto` may give up for speed; `encode_batch_size` None = per backend;
+    `routing`: `auto` may pick a routed encoder, `route_margin` sets its threshold by hand; the canary
+    query stands in when the bundle records no timing queries."""
+
+    threads: int = 0
+    max_ndcg_loss: float = MAX_NDCG_LOSS
+    encode_batch_size: int | None = None
+    canary_query: str = "a query"
+    routing: bool = True
+    route_margin: float | None = None
+
+    @classmethod
+    def of(cls, settings: Settings) -> EncoderOptions:
+        return cls(
+            threads=settings.encoder_threads,
+            max_ndcg_loss=settings.max_ndcg_loss,
+            encode_batch_size=settings.encode_batch_size,
+            canary_query=settings.canary_query,
+            routing=settings.routing,
+            route_margin=settings.route_margin,
+        )
+
+
 def open_live_bundle(
     bundle: Bundle,
     encoder_backend: str,
+    options: EncoderOptions | None = None,
     *,
-    threads: int = 0,
-    max_ndcg_loss: float = MAX_NDCG_LOSS,
-    encode_batch_size: int | None = None,
     cache: QueryCache | None = None,
-    canary_query: str = "a query",
-    routing: bool = True,
-    route_margin: float | None = None,
 ) -> LiveBundle:
-    """Pick and load the query encoder for `bundle` (blocking); `encode_batch_size` None = per backend.
-
-    `routing`: `auto` may pick a routed encoder; `route_margin`: a routed encoder's threshold by hand."""
+    """Pick and load the query encoder for `bundle` (blocking)."""
+    o = options or EncoderOptions()
+    threads, max_ndcg_loss, route_margin = o.threads, o.max_ndcg_loss, o.route_margin
     choice = None
     if encoder_backend == "auto":
         encoder_backend, encoder, choice = choose_encoder_backend(
             bundle,
             max_ndcg_loss=max_ndcg_loss,
             threads=threads,
-            fallback_query=canary_query,
-            routing=routing,
+            fallback_query=o.canary_query,
+            routing=o.routing,
         )
         if route_margin is not None and encoder_backend in ROUTED_BACKENDS:
             encoder, choice["routing"] = routed_encoder(
@@ -399,5 +421,5 @@ def open_live_bundle(
         choice = {"chosen": encoder_backend, "max_ndcg_loss": max_ndcg_loss, "routing": record}
     else:
         encoder = load_encoder_backend(bundle, encoder_backend, threads=threads)
-    batch = encode_batch_size or DEFAULT_ENCODE_BATCH_SIZE[encoder_backend]
+    batch = o.encode_batch_size or DEFAULT_ENCODE_BATCH_SIZE[encoder_backend]
     return LiveBundle(bundle, encoder, encoder_backend, batch, choice=choice, cache=cache)

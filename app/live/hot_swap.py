@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
-from app.engine.live_bundle import LiveBundle, open_live_bundle
+from app.engine.live_bundle import EncoderOptions, LiveBundle, open_live_bundle
 from app.engine.query_cache import QueryCache
 from app.engine.search_spec import SearchSpec
 from app.live.mutation_applier import MutationApplier
@@ -135,15 +135,7 @@ class HotSwap:
         if bundle.version != version:
             raise BundleInvalid(f"{bundle.path}: manifest says version {bundle.version}, folder is {version}")
         live = open_live_bundle(
-            bundle,
-            self.settings.encoder_backend,
-            threads=self.settings.encoder_threads,
-            max_ndcg_loss=self.settings.max_ndcg_loss,
-            encode_batch_size=self.settings.encode_batch_size,
-            cache=self.cache,
-            canary_query=self.settings.canary_query,
-            routing=self.settings.routing,
-            route_margin=self.settings.route_margin,
+            bundle, self.settings.encoder_backend, EncoderOptions.of(self.settings), cache=self.cache
         )
         self.mutations.replay(live)  # documents upserted / deleted after the bundle was built
         problems = live.consistency_problems()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from app.engine.batching import Inference, MicroBatcher, _Pending
-from app.engine.live_bundle import LiveBundle, SearchSpec, open_live_bundle
+from app.engine.live_bundle import EncoderOptions, LiveBundle, SearchSpec, open_live_bundle
 from app.metrics import AppMetrics
 from contract.bundles.bundle import load_bundle
 
@@ -17,7 +17,7 @@ from contract.bundles.bundle import load_bundle
 @pytest.fixture(scope="module")
 def live(staged) -> LiveBundle:
     # ONNX fp32: the torch vectors (test_onnx.py), loaded in a fraction of the torch model's time
-    return open_live_bundle(load_bundle(staged["A"]), "onnx", encode_batch_size=3)
+    return open_live_bundle(load_bundle(staged["A"]), "onnx", EncoderOptions(encode_batch_size=3))
 
 
 def batcher(*, max_wait_s: float = 0.0, max_size: int = 64) -> MicroBatcher:
@@ -100,4 +100,4 @@ def test_encode_batch_size_defaults_per_backend(staged):
     bundle = load_bundle(staged["A"])
     assert open_live_bundle(bundle, "torch").encode_batch_size == 8
     assert open_live_bundle(bundle, "onnx-int8").encode_batch_size == 1
-    assert open_live_bundle(bundle, "onnx-int8", encode_batch_size=16).encode_batch_size == 16
+    assert open_live_bundle(bundle, "onnx-int8", EncoderOptions(encode_batch_size=16)).encode_batch_size == 16
