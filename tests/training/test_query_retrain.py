@@ -209,7 +209,7 @@ def test_training_stops_early_and_keeps_the_best_weights(base_encoder):
     import torch
 
     from training.distill.pairs import DistillPairs
-    from training.distill.query_loop import FixedDocs, fit_query_tower
+    from training.distill.query_loop import FixedDocs, LoopControl, TowerTargets, fit_query_tower
     from training.distill.query_tower import QueryTower
 
     model = base_encoder.model
@@ -222,8 +222,8 @@ def test_training_stops_early_and_keeps_the_best_weights(base_encoder):
     scores = iter([0.5, 0.4, 0.3, 0.2, 0.1])
     config = QueryRetrainConfig(query_batch_size=4, query_eval_every=1, query_patience=2, query_lr=1e-3)
     tower = QueryTower(model, [p for p in model.parameters() if p.requires_grad])
-    loop = fit_query_tower(tower.model, tower.params, pairs, docs, [[] for _ in texts], temperature=0.05,
-                           config=config, seed=0, validate=lambda: next(scores))  # fmt: skip
+    loop = fit_query_tower(tower, TowerTargets(pairs, docs, [[] for _ in texts]), temperature=0.05,
+                           config=config, control=LoopControl(0, validate=lambda: next(scores)))  # fmt: skip
     assert loop.stopped_early and loop.steps == 2 and loop.best_step == 0
     assert [c["step"] for c in loop.curve] == [0, 1, 2]
     for p, p0 in zip(model.parameters(), start, strict=True):  # the two steps did move them; now back

@@ -26,6 +26,7 @@ import torch
 
 from contract.query_config import QueryRetrainConfig
 from training.distill.pairs import DistillPairs
+from training.distill.query_tower import QueryTower
 from training.losses.info_nce import info_nce_loss
 from training.train.negatives import no_duplicate_batches
 from training.train.phase_timer import PhaseTimer, StepMeter
@@ -48,6 +49,28 @@ class FixedDocs:
 
 
 @dataclass
+class TowerTargets:
+    """What the query tower learns from: the pairs, the fixed document vectors they point at and each
+    pair's negatives mined from the live index (corpus positions)."""
+
+    pairs: DistillPairs
+    docs: FixedDocs
+    negatives: list[list[int]]
+
+
+@dataclass
+class LoopControl:
+    """How the loop is steered from outside: its seed, a step cap (the retrain's max_steps), the
+    validation check early stopping reads, and the progress and phase-time sinks of a job or a CLI."""
+
+    seed: int
+    max_steps: int | None = None
+    validate: Callable[[], float] | None = None
+    on_progress: ProgressFn | None = None
+    timer: PhaseTimer | None = None
+
+
+@dataclass
 class LoopResult:
     steps: int
     seconds: float
@@ -59,67 +82,30 @@ class LoopResult:
 
 
 def fit_query_tower(
-    model: Any,
-    params: list[torch.nn.Parameter],
-    pairs: DistillPairs,
-    docs: FixedDocs,
-    negatives: list[list[int]],
+    tower: QueryTower,
+    targets: TowerTargets,
     *,
     temperature: float,
     config: QueryRetrainConfig,
-    seed: int,
-    max_steps: int | None = None,
-    validate: Callable[[], float] | None = None,
-    on_progress: ProgressFn | None = None,
-    timer: PhaseTimer | None = None,
+    control: LoopControl,
 ) -> LoopResult:
-    """Train `model`'s `params` in place; returns the loop's record. The model ends at its best check."""
-    rng = np.random.default_rng(seed)
-    torch.manual_seed(seed)
+    """Train the tower's `params` in place; returns the loop's record. The model ends at its best check."""
+    model, pairs = tower.model, targets.pairs
+    rng = np.random.default_rng(control.seed)
+    torch.manual_seed(control.seed)
     epochs = [
         no_duplicate_batches(pairs.keys, pairs.positives, config.query_batch_size, rng, positives=pairs.known)
         for _ in range(config.query_epochs)
     ]
-    total = sum(len(b) for b in epochs)
-    if max_steps is not None:
-        total = min(total, max_steps)
-    optimizer = torch.optim.AdamW(params, lr=config.query_lr, weight_decay=0.01)
-    warmup = max(1, total // 10)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: linear_schedule(s, warmup, total))
+    total = _total_steps(epochs, control)
     saved_len = model.max_seq_length
     model.max_seq_length = min(config.query_max_seq_length, saved_len or config.query_max_seq_length)
-    stopper = _Stopper(_at_length(model, saved_len, validate), config.query_patience, params)
+    stopper = _Stopper(_at_length(model, saved_len, control.validate), config.query_patience, tower.params)
     stopper.check(0)  # the live query tower's own score: a retrain that never beats it changes nothing
-    meter = StepMeter(PHASE, total, timer)
+    meter = StepMeter(PHASE, total, control.timer)
     started = time.perf_counter()
-    log: list[dict[str, Any]] = []
-    step = 0
-    model.train()
-    for epoch, batches in enumerate(epochs):
-        for batch in batches:
-            if step >= total or stopper.stop:
-                break
-            loss, n_extra = _step(
-                model, params, optimizer, pairs, docs, negatives, batch, temperature, config.query_symmetric
-            )
-            scheduler.step()
-            step += 1
-            meter.step()
-            log.append(
-                {"step": step, "epoch": epoch, "loss": loss, "n_negatives": len(batch) - 1 + n_extra,
-                 "temperature": temperature}
-            )  # fmt: skip
-            _progress(on_progress, log[-1], time.perf_counter() - started, total)
-            if config.query_eval_every and step % config.query_eval_every == 0:
-                model.eval()
-                stopper.check(step)
-                model.train()
-        if stopper.stop or step >= total:
-            break
-        if not config.query_eval_every:
-            model.eval()
-            stopper.check(step)
-            model.train()
+    log = _train_epochs(tower, targets, epochs, stopper, meter, temperature, config, control)
+    step = len(log)
     model.eval()
     if step and (not stopper.curve or stopper.curve[-1]["step"] != step):
         stopper.check(step)  # the last step's score, when the schedule ended between checks
@@ -127,8 +113,8 @@ def fit_query_tower(
     meter.close()
     model.max_seq_length = saved_len
     seconds = time.perf_counter() - started
-    if timer is not None:
-        timer.seconds[PHASE] = timer.seconds.get(PHASE, 0.0) + seconds
+    if control.timer is not None:
+        control.timer.seconds[PHASE] = control.timer.seconds.get(PHASE, 0.0) + seconds
     logger.info(
         "query tower: %d steps in %.0f s (%.2f steps/s), best validation nDCG@10 %s at step %d%s",
         step, seconds, step / max(seconds, 1e-9), stopper.best, stopper.best_step,
@@ -139,29 +125,77 @@ def fit_query_tower(
     )
 
 
+def _train_epochs(
+    tower: QueryTower,
+    targets: TowerTargets,
+    epochs: list[list[list[int]]],
+    stopper: _Stopper,
+    meter: StepMeter,
+    temperature: float,
+    config: QueryRetrainConfig,
+    control: LoopControl,
+) -> list[dict[str, Any]]:
+    """The steps, with validation checks for early stopping; returns the per-step log."""
+    model, total = tower.model, _total_steps(epochs, control)
+    optimizer = torch.optim.AdamW(tower.params, lr=config.query_lr, weight_decay=0.01)
+    warmup = max(1, total // 10)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: linear_schedule(s, warmup, total))
+    started, log = time.perf_counter(), list[dict[str, Any]]()
+    model.train()
+    for epoch, batches in enumerate(epochs):
+        for batch in batches:
+            if len(log) >= total or stopper.stop:
+                break
+            loss, n_extra = _step(tower, optimizer, targets, batch, temperature, config.query_symmetric)
+            scheduler.step()
+            meter.step()
+            log.append(
+                {"step": len(log) + 1, "epoch": epoch, "loss": loss, "n_negatives": len(batch) - 1 + n_extra,
+                 "temperature": temperature}
+            )  # fmt: skip
+            _progress(control.on_progress, log[-1], time.perf_counter() - started, total)
+            if config.query_eval_every and len(log) % config.query_eval_every == 0:
+                _check(model, stopper, len(log))
+        if stopper.stop or len(log) >= total:
+            break
+        if not config.query_eval_every:
+            _check(model, stopper, len(log))
+    return log
+
+
+def _total_steps(epochs: list[list[list[int]]], control: LoopControl) -> int:
+    total = sum(len(b) for b in epochs)
+    return total if control.max_steps is None else min(total, control.max_steps)
+
+
+def _check(model: Any, stopper: _Stopper, step: int) -> None:
+    """A validation check in eval mode, then back to training."""
+    model.eval()
+    stopper.check(step)
+    model.train()
+
+
 def _step(
-    model: Any,
-    params: list[torch.nn.Parameter],
+    tower: QueryTower,
     optimizer: torch.optim.Optimizer,
-    pairs: DistillPairs,
-    docs: FixedDocs,
-    negatives: list[list[int]],
+    targets: TowerTargets,
     batch: list[int],
     temperature: float,
     symmetric: bool = False,
 ) -> tuple[float, int]:
     """One optimiser step; returns (loss, extra negatives the batch's rows saw)."""
+    pairs, docs, negatives = targets.pairs, targets.docs, targets.negatives
     positives = [pairs.positives[i] for i in batch]
     # every row sees every extra negative: none may be a known positive of any query in the batch
     forbidden = set(positives).union(*(pairs.known.get(pairs.keys[i], set()) for i in batch))
     extra_pos = sorted({j for i in batch for j in negatives[i]} - forbidden)
-    q = embed(model, [pairs.texts[i] for i in batch])  # (B, D), the only side with gradients
+    q = embed(tower.model, [pairs.texts[i] for i in batch])  # (B, D), the only side with gradients
     d = docs.of(positives)  # (B, D) fixed
     extra = docs.of(extra_pos) if extra_pos else None  # (M, D) fixed
     loss = info_nce_loss(q, d, temperature=temperature, extra_docs=extra, symmetric=symmetric)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
-    torch.nn.utils.clip_grad_norm_(params, 1.0)
+    torch.nn.utils.clip_grad_norm_(tower.params, 1.0)
     optimizer.step()
     return float(loss.detach()), len(extra_pos)
 

@@ -54,7 +54,7 @@ from training.distill.config import DistillConfig
 from training.distill.pairs import DistillPairs, distill_pairs
 from training.distill.query_bundle import dense_runs, link_shared, retune_modes, write_manifest, write_run
 from training.distill.query_eligibility import query_side_blocker
-from training.distill.query_loop import FixedDocs, LoopResult, fit_query_tower
+from training.distill.query_loop import FixedDocs, LoopControl, LoopResult, TowerTargets, fit_query_tower
 from training.distill.query_report import write_query_report
 from training.distill.query_tower import fixed_vectors, merged, query_tower
 from training.eval.search_metrics import search_metrics
@@ -118,10 +118,10 @@ def query_side_retrain(
             stop()
             tower = query_tower(parent_dir / MODEL_DIR, config, seed=train_config.seed)
             validate = _validator(live, tower.model, val)
+            control = LoopControl(train_config.seed, train_config.max_steps, validate, on_progress, timer)
             loop = fit_query_tower(
-                tower.model, tower.params, pairs, docs, negatives,
-                temperature=live.encoder.similarity.logit_divisor(), config=config, seed=train_config.seed,
-                max_steps=train_config.max_steps, validate=validate, on_progress=on_progress, timer=timer,
+                tower, TowerTargets(pairs, docs, negatives),
+                temperature=live.encoder.similarity.logit_divisor(), config=config, control=control,
             )  # fmt: skip
             stop()
             with phase(timer, "stage version (shared files, metrics, report)"):
