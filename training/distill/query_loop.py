@@ -99,7 +99,7 @@ def fit_query_tower(
         for batch in batches:
             if step >= total or stopper.stop:
                 break
-            loss, n_extra = _step(
+            loss, n_extra = tower_step(
                 model, params, optimizer, pairs, docs, negatives, batch, temperature, config.query_symmetric
             )
             scheduler.step()
@@ -139,7 +139,7 @@ def fit_query_tower(
     )
 
 
-def _step(
+def tower_step(
     model: Any,
     params: list[torch.nn.Parameter],
     optimizer: torch.optim.Optimizer,

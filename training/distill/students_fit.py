@@ -50,7 +50,7 @@ logger = logging.getLogger(__name__)
 
 
 @dataclass
-class _Student:
+class Student:
     """A student ready for `fit_student`: the model, what trains, its optimiser and epochs."""
 
     model: Any
@@ -61,18 +61,18 @@ class _Student:
     saved_len: int | None = None  # `distilled`: the model's max_seq_length, restored before saving
 
 
-def _distilled_student(model_dir: Path, config: DistillConfig) -> _Student:
+def distilled_student(model_dir: Path, config: DistillConfig) -> Student:
     model = truncated_student(model_dir, config.layers)
     saved_len = model.max_seq_length
     model.max_seq_length = min(config.max_seq_length, saved_len or config.max_seq_length)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.01)
-    return _Student(model, params, optimizer, config.epochs, {"layers": config.layers}, saved_len)
+    return Student(model, params, optimizer, config.epochs, {"layers": config.layers}, saved_len)
 
 
 def _static_student(
     model_dir: Path, pairs: DistillPairs, corpus_texts: Sequence[str], config: DistillConfig
-) -> _Student:
+) -> Student:
     started = time.perf_counter()
     raw, counts = token_table(
         model_dir, [*corpus_texts, *pairs.texts], only_seen=config.static_init_vocab == "seen"
@@ -87,7 +87,7 @@ def static_student_of(
     counts: np.ndarray,
     config: DistillConfig,
     info: dict[str, Any] | None = None,
-) -> _Student:
+) -> Student:
     """A static student over the unweighted token table `raw_table` (vocab, D), with its optimiser.
 
     `counts` (vocab,) are the corpus counts of the SIF weights (config.static_weighting "corpus"); with
@@ -110,7 +110,7 @@ def static_student_of(
     optimizer = (torch.optim.SparseAdam if config.static_sparse else torch.optim.Adam)(
         params, lr=config.static_lr
     )
-    return _Student(model, params, optimizer, config.static_epochs, info or {})
+    return Student(model, params, optimizer, config.static_epochs, info or {})
 
 
 def static_model(
@@ -156,7 +156,7 @@ def folded_static(model: Any, tokenizer: Any) -> Any:
     return SentenceTransformer(modules=[StaticEmbedding(tokenizer, embedding_weights=full), Normalize()])
 
 
-def _save_student(variant: Variant, student: _Student, out_dir: Path) -> None:
+def _save_student(variant: Variant, student: Student, out_dir: Path) -> None:
     """A sentence-transformers folder (+ ONNX for `distilled`, at the model's own max_seq_length); a
     static student with a linear map is saved folded into one table (what the API serves)."""
     if variant == "distilled":
@@ -189,7 +189,7 @@ def train_variant(
     rng = np.random.default_rng(config.seed)
     torch.manual_seed(config.seed)
     if variant == "distilled":
-        student = _distilled_student(model_dir, config)
+        student = distilled_student(model_dir, config)
     else:
         student = _static_student(model_dir, pairs, corpus_texts, config)
     info: dict[str, Any] = {"variant": variant, **student.info}
