@@ -1,11 +1,11 @@
 """The distillation recipe chosen across corpora: every candidate scored on each corpus's own held-out split.
 
-    nice -n 10 env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 .venv/bin/python bench/distill_corpora.py prepare
-    nice -n 10 env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 .venv/bin/python bench/distill_corpora.py \\
+    nice -n 10 env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 .venv/bin/python -m bench distill_corpora prepare
+    nice -n 10 env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 .venv/bin/python -m bench distill_corpora \\
         run NAME '{"variants": ["static"], "static_pca_dims": 256}' [NAME CONFIG ...] [--corpora scifact,pydocs]
-    .venv/bin/python bench/distill_corpora.py table
+    .venv/bin/python -m bench distill_corpora table
 
-Three corpora of different kinds (bench/corpora.py builds and caches them under var/bench/corpora/):
+Three corpora of different kinds (bench/harness/corpora.py builds and caches them under var/bench/corpora/):
 scifact (claims → abstracts), pydocs (the demo's standard-library docstrings: summary → rest of the
 docstring) and manpages (the installed manual pages: NAME summary → DESCRIPTION;
 training/data/man_pages.py). A corpus whose source is missing is skipped with a line saying so.
@@ -15,7 +15,7 @@ that corpus's training queries minus a seeded validation carve (training.data.va
 seed 0) plus its pseudo-queries, against the base model's fixed document vectors, and scored on the
 carve's held-out queries by exact search: nDCG@10 next to the full query encoder's on the same queries,
 with a 95 % paired bootstrap interval of the difference. The test splits are never read here (the chosen
-recipe's test numbers come from the bundles bench/load_bench.py builds with the pipeline's distillation
+recipe's test numbers come from the bundles bench/serving/load_bench.py builds with the pipeline's distillation
 step). Per run it also measures routing (app/engine/query_routing.py): the student's top-1 − top-2 score
 margin, and the nDCG@10 when the queries with the smallest margins (10 … 50 %) are encoded by the full
 model instead, plus the smallest share that brings the loss within 0.005 and 0.01.

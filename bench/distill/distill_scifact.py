@@ -1,13 +1,13 @@
 """Distilled query encoders on scifact: nDCG@10 / recall@10 of each variant vs the full query encoder.
 
-    flock "$HEAVY_LOCK" .venv/bin/python bench/distill_scifact.py [--bundle DIR] [--layers 2] [--epochs 3]
+    flock "$HEAVY_LOCK" .venv/bin/python -m bench distill_scifact [--bundle DIR] [--layers 2] [--epochs 3]
 
 Takes a published bundle (default: the load bench's, var/bench/bundles, whole scifact corpus with the
-base all-MiniLM-L6-v2 and an exact index; built by bench/load_bench.py), copies it to a staging folder,
+base all-MiniLM-L6-v2 and an exact index; built by bench/serving/load_bench.py), copies it to a staging folder,
 distils the query encoders against its fixed document vectors on scifact's train queries plus corpus
 pseudo-queries, and scores them on the 300 test queries through the bundle's index. Prints one row per
 variant plus the training record; `--publish` publishes the result as a new version of that bundles folder
-(so bench/load_bench.py serves and times the variants).
+(so bench/serving/load_bench.py serves and times the variants).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     store = BundleStore(args.bundles)
     live = store.current_version()
     if live is None:
-        raise SystemExit(f"{args.bundles}: nothing is live; run bench/load_bench.py once to build it")
+        raise SystemExit(f"{args.bundles}: nothing is live; run bench/serving/load_bench.py once to build it")
     config = DistillConfig(
         variants=args.variants.split(","),
         layers=args.layers,

@@ -1,25 +1,25 @@
 """Search for the distillation recipe of the query encoders, selecting on a validation split only.
 
-    nice -n 5 .venv/bin/python bench/distill_search.py NAME '{"variants": ["static"], "static_lr": 0.05}' ...
+    nice -n 5 .venv/bin/python -m bench distill_search NAME '{"variants": ["static"], "static_lr": 0.05}' ...
 
 Each argument after the first is one configuration: JSON overrides of DistillConfig's defaults. Each is
 trained on scifact's qrels/train.tsv minus the seeded validation share (training.data.validation_carve, fraction 0.2,
-seed 0, as bench/recipe_search.py) plus corpus pseudo-queries, against the fixed document vectors of the
-load bench's bundle (var/bench/bundles, built by bench/load_bench.py), and scored on the held-out training
+seed 0, as bench/training/recipe_search.py) plus corpus pseudo-queries, against the fixed document vectors of the
+load bench's bundle (var/bench/bundles, built by bench/serving/load_bench.py), and scored on the held-out training
 queries: its nDCG@10 next to the full query encoder's on the same queries, and its wall time. Results are
 appended to bench/results/distill_search.json under NAME. The test split is never read, except by
 
-    nice -n 5 .venv/bin/python bench/distill_search.py --final NAME CONFIG ...
+    nice -n 5 .venv/bin/python -m bench distill_search --final NAME CONFIG ...
 
 run once for the chosen recipe: trained on every training query, scored on scifact's 300 test queries
-("test_runs"; bench/distill_scifact.py gives the same through the pipeline step, into a bundle), or
+("test_runs"; bench/distill/distill_scifact.py gives the same through the pipeline step, into a bundle), or
 
-    nice -n 5 .venv/bin/python bench/distill_search.py --score-test SAVED
+    nice -n 5 .venv/bin/python -m bench distill_search --score-test SAVED
 
 which scores a student saved by a validation run (var/bench/distill_search/students/SAVED) on the test
 queries without retraining it (for the truncated transformer, whose training is the costly part).
 
-    nice -n 5 .venv/bin/python bench/distill_search.py --compare SAVED SAVED ...
+    nice -n 5 .venv/bin/python -m bench distill_search --compare SAVED SAVED ...
 
 puts saved validation-run students side by side on the validation carve: each one's nDCG@10 difference to
 the first one and to the full encoder, with a 95% paired bootstrap interval over the queries (107 queries
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> None:
     store = BundleStore(BUNDLES)
     live = store.current_version()
     if live is None:
-        raise SystemExit(f"{BUNDLES}: nothing is live; run bench/load_bench.py once to build it")
+        raise SystemExit(f"{BUNDLES}: nothing is live; run bench/serving/load_bench.py once to build it")
     bundle = load_bundle(store.version_path(live), verify=False)
     doc_emb = np.ascontiguousarray(bundle_doc_embeddings(bundle), dtype=np.float32)  # (N, D)
     doc_ids = list(bundle.doc_ids)
@@ -300,7 +300,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         fit, val = carve_validation(load_beir(SCIFACT, "train"), VALIDATION_FRACTION, VALIDATION_SEED)
     model_dir = store.version_path(live) / MODEL_DIR
-    # the ONNX fp32 export of the same base model (cosine 1.0000 to torch, bench/load_bench.py), ~2x faster
+    # the ONNX fp32 export of the same base model (cosine 1.0000 to torch, bench/serving/load_bench.py), ~2x faster
     from contract.encoding.onnx_encoder import OnnxQueryEncoder
 
     teacher = TeacherCache(WORK / "teacher.npz", OnnxQueryEncoder.load(BASE_ONNX, variant="fp32"))
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> None:
             "fraction": VALIDATION_FRACTION,
             "seed": VALIDATION_SEED,
             "n_queries": len(val_texts),
-            "bundle": "scifact corpus, base all-MiniLM-L6-v2, exact index (bench/load_bench.py)",
+            "bundle": "scifact corpus, base all-MiniLM-L6-v2, exact index (bench/serving/load_bench.py)",
             "carve": CARVE,
             "full_val_ndcg@10": setup["full_val"],
         }

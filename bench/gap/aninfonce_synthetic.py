@@ -1,7 +1,7 @@
 """Full-size AnInfoNCE controlled experiment (Rusak et al. 2024/25, arXiv 2407.00143) for both losses.
 
 Usage (about 1.5 min of one core; on a shared machine run it under the team's heavy-job lock):
-    .venv/bin/python bench/aninfonce_synthetic.py [--steps N] [--json out.json]
+    .venv/bin/python -m bench aninfonce_synthetic [--steps N] [--json out.json]
 
 Prints Λ true vs learned (each true latent matched to one feature), the rank correlation, the linear
 readout R², the permutation disentanglement (MCC) and the time. Pass: Spearman >= 0.9 and R² >= 0.9.

@@ -1,6 +1,6 @@
 """Does the gap report predict how the model does on queries it has not seen? Many seeds, two corpora.
 
-    nice -n 10 env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 .venv/bin/python bench/predictive_validity.py OUT_DIR \
+    nice -n 10 env OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 .venv/bin/python -m bench predictive_validity OUT_DIR \
         [--corpora scifact,demo] [--seeds 10] [--tower full|query] [--results bench/results/predictive_validity.json]
 
 Per corpus and seed, the training queries are split, seeded, into three disjoint parts: A (half) to train on,

@@ -8,9 +8,9 @@
 
 Built datasets and the base model's document vectors are cached under var/bench/corpora/ (git-ignored).
 The vectors go into a training.eval.embedding_cache folder under the *torch* base encoder's key, so the
-pipeline's `index` (bench/load_bench.py builds each corpus's bundle with it) finds them instead of encoding
+pipeline's `index` (bench/serving/load_bench.py builds each corpus's bundle with it) finds them instead of encoding
 the corpus again. They are computed with the base model's ONNX fp32 export (cosine 1.0000 to torch,
-about 2x faster on this CPU; bench/load_bench.py), as the load bench always did.
+about 2x faster on this CPU; bench/serving/load_bench.py), as the load bench always did.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Corpus encoding throughput: torch vs onnxruntime fp32 of the same weights, at scifact passage lengths.
 
-    flock BENCH_LOCK .venv/bin/python bench/corpus_encode_bench.py [n=256] [batches=16,32,64]
+    flock BENCH_LOCK .venv/bin/python -m bench corpus_encode_bench [n=256] [batches=16,32,64]
 
 Passages are the first n scifact documents (document_text(title, abstract), up to 256 tokens) when
 ../shared/data/scifact exists, else the demo dataset's docstrings. Both encoders sort by length before

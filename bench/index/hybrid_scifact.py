@@ -1,6 +1,6 @@
 """scifact nDCG@10 per retrieval mode: dense, lexical (BM25), hybrid by RRF and by convex fusion.
 
-    .venv/bin/python bench/hybrid_scifact.py WORK_DIR [MODEL_DIR] [--seed 0 --validation-fraction 0.2]
+    .venv/bin/python -m bench hybrid_scifact WORK_DIR [MODEL_DIR] [--seed 0 --validation-fraction 0.2]
 
 MODEL_DIR: a training run (its config.json gives the validation carve it was trained without) or none
 for the base all-MiniLM-L6-v2. The fusion parameters are tuned on the validation queries carved from

@@ -15,8 +15,8 @@ search() call (the /search path), "b64" = 64 queries per call. Bytes/vector: the
 N; for ivfpq also the resident part (PQ codes + ids) when the re-ranking vectors are memory-mapped.
 
 Run it under the team's heavy-job flock (it needs minutes of both cores), smaller N first:
-    flock <heavy-job lock> .venv/bin/python bench/index_bench.py --n 200000
-    flock <heavy-job lock> .venv/bin/python bench/index_bench.py --skip-real --n 1000000
+    flock <heavy-job lock> .venv/bin/python -m bench index_bench --n 200000
+    flock <heavy-job lock> .venv/bin/python -m bench index_bench --skip-real --n 1000000
 """
 
 from __future__ import annotations

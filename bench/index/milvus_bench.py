@@ -5,7 +5,7 @@ Real embeddings (cached in bench/results/): the scifact test queries, their rele
 the shared 2 cores), embedded with the packaged all-MiniLM-L6-v2.
 
 Part 1, synthetic: N vectors (default 100k) from the Gaussian mixture fitted to those embeddings
-(bench/index_bench.py's sampler), queries fresh draws: half tune each ANN index to the recall
+(bench/index/index_bench.py's sampler), queries fresh draws: half tune each ANN index to the recall
 target (FAISS through training.export.index_factory, Milvus through training.export.milvus_build), the other half
 measure recall@10 against exact search. Per backend and index type it prints build time (for Milvus:
 insert + index + load + tuning), recall@10, QPS with 1 and 8 client threads issuing one query per call,
@@ -17,7 +17,7 @@ exactly FAISS exact search's top-10 ids from Milvus FLAT and from Milvus HNSW tu
 are the vectors POST /search sends to the index (encoder.to_index_space of the query); /search adds only
 the document lookup.
 
-    flock /tmp/bench.lock .venv/bin/python bench/milvus_bench.py [--n 100000] [--skip-scifact]
+    flock /tmp/bench.lock .venv/bin/python -m bench milvus_bench [--n 100000] [--skip-scifact]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The demo end to end: build the stdlib-docstring dataset, run the pipeline, start the API, time it all.
 
-    flock BENCH_LOCK .venv/bin/python bench/demo_bench.py OUT_DIR [docs=N] [key=value ...]
+    flock BENCH_LOCK .venv/bin/python -m bench demo_bench OUT_DIR [docs=N] [key=value ...]
 
 Prints the phase table of the pipeline, the time until `POST /search` answers (the README's "make demo
 to a serving API", install excluded), base vs tuned nDCG@10 on the demo's test split with a paired

@@ -1,6 +1,6 @@
 """Single-query latency while a big batch runs, with and without fair slicing (app/engine/token_slicing.py).
 
-    flock "$BENCH_LOCK" .venv/bin/python -u bench/fairness_bench.py [--docs 300] [--n 30]
+    flock "$BENCH_LOCK" .venv/bin/python -u -m bench fairness_bench [--docs 300] [--n 30]
 
 Builds (once, cached under var/bench/, git-ignored) a bundle of the first --docs scifact documents with
 the base all-MiniLM-L6-v2 (torch query encoder: the slowest, so the worst case) and a flat index. Then,

@@ -1,9 +1,9 @@
 """Where hybrid search spends its time beyond dense, in process: the micro-batch path without HTTP.
 
-    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python bench/hybrid_profile.py [--bundles var/bench/corpora/scifact/bundles]
+    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python -m bench hybrid_profile [--bundles var/bench/corpora/scifact/bundles]
         [--encoder static] [--batch 1,32] [--rounds 20] [--old]
 
-Loads the live bundle of a bundles folder (bench/load_bench.py builds one per corpus) with a query encoder
+Loads the live bundle of a bundles folder (bench/serving/load_bench.py builds one per corpus) with a query encoder
 (`--encoder`, default the static table: the cheapest, so what is left is search), and times
 `LiveBundle.answer_batch` for batches of dense and of hybrid requests (the corpus's test queries, top 10,
 no filter), per query; then each part of hybrid on its own for the same queries: the encoder, the FAISS

@@ -1,7 +1,7 @@
 """Documents without a retrain: upsert throughput, time until a second replica serves a write, and the
 cost of a delta on /search.
 
-    flock "$BENCH_LOCK" .venv/bin/python -u bench/mutation_bench.py [--docs 1000] [--poll 2.0] [--visible 30]
+    flock "$BENCH_LOCK" .venv/bin/python -u -m bench mutation_bench [--docs 1000] [--poll 2.0] [--visible 30]
 
 Builds (once, cached under var/bench/ by fairness_bench.bundle, git-ignored) a bundle of the first --docs scifact documents with
 the base all-MiniLM-L6-v2 (torch, flat index), copies it into a fresh bundles folder, and starts two real

@@ -1,6 +1,6 @@
-"""txtai's API as a peer of bench/load_bench.py, in a virtualenv of its own (never a project dependency).
+"""txtai's API as a peer of bench/serving/load_bench.py, in a virtualenv of its own (never a project dependency).
 
-    .venv/bin/python bench/txtai_peer.py --bundle var/bench/bundles/<version>   # install + build the index
+    .venv/bin/python -m bench txtai_peer --bundle var/bench/bundles/<version>   # install + build the index
 
 `ensure_venv` creates var/bench/txtai-venv and installs txtai there with pip. The venv sees the project
 venv's packages through a .pth file (torch, transformers, sentence-transformers and faiss are large and

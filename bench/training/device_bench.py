@@ -1,6 +1,6 @@
 """Training steps per second on each device torch sees (cpu, and cuda when present).
 
-    flock BENCH_LOCK .venv/bin/python bench/device_bench.py [steps=8] [batch_size=32] [max_seq_length=128]
+    flock BENCH_LOCK .venv/bin/python -m bench device_bench [steps=8] [batch_size=32] [max_seq_length=128]
 
 Batches are (summary, docstring body) pairs of the demo dataset (training/data/demo_data.py), with one extra
 random corpus negative per pair, so a step embeds 3 × batch_size texts as the default fine-tune does.

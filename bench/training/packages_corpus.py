@@ -1,15 +1,15 @@
 """A 15,000-document real corpus shaped like the retrain-cost issue's (short package text, 3,000 training
 queries), built from the docstrings of the Python packages installed beside the project.
 
-    .venv/bin/python bench/packages_corpus.py OUT [--docs 15000] [--train 3000] [--test 500] [--seed 0]
+    .venv/bin/python -m bench packages_corpus OUT [--docs 15000] [--train 3000] [--test 500] [--seed 0]
 
 The pairs are the demo dataset's (training/data/demo_data.py: docstring summary → the rest of the
 docstring, titled with the object's qualified name), harvested from site-packages instead of the standard
 library (~33k usable objects in this project's virtual environment), so the corpus is real text a tuned
-model can encode, unlike bench/retrain_scale.py's synthetic distractors. Every document is the positive of
+model can encode, unlike bench/training/retrain_scale.py's synthetic distractors. Every document is the positive of
 one query; a seeded `--train` of the training queries are kept in qrels/train.tsv and the rest dropped, so
 most documents are distractors to the training pairs, as in a real corpus. Feed OUT to
-`bench/retrain_scale.py WORK --data OUT --sizes 0 --full-sizes 0` to time both retrain shapes at 15k.
+`bench/training/retrain_scale.py WORK --data OUT --sizes 0 --full-sizes 0` to time both retrain shapes at 15k.
 The output depends on the installed packages (fixed by the project's pins) and the seed.
 """
 
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> None:
 
     def readme(n_usable: int, n_docs: int, n_train: int, n_test: int, seed: int) -> str:
         return (
-            "# Installed packages' docstrings (bench/packages_corpus.py)\n\n"
+            "# Installed packages' docstrings (bench/training/packages_corpus.py)\n\n"
             f"{n_usable} usable objects; {n_docs} sampled (seed {seed}); {args.train} of the {n_train} "
             f"training queries kept, {n_test} test queries. Query = docstring summary, document = the rest.\n"
         )

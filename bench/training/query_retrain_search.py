@@ -1,9 +1,9 @@
 """Choosing the query-side retrain's recipe on the validation carve (never on test).
 
-    nice -n 10 .venv/bin/python bench/query_retrain_search.py BUNDLES DATA [--recipes a,b] [--out FILE.json]
+    nice -n 10 .venv/bin/python -m bench query_retrain_search BUNDLES DATA [--recipes a,b] [--out FILE.json]
 
 BUNDLES holds a live bundle of DATA (e.g. the base model's, `python -m training index --model ''` or
-bench/retrain_scale.py's); nothing is published. The training pairs and the negatives mined from the live
+bench/training/retrain_scale.py's); nothing is published. The training pairs and the negatives mined from the live
 index are made once (training/distill/query_retrain.py); each recipe then trains a query tower from the
 live one with early stopping on the validation carve (training/distill/query_loop.py), and prints its
 validation curve's best nDCG@10, the step it was reached at, the loop's seconds, steps/s and (once, after

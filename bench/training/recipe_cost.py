@@ -1,9 +1,9 @@
 """nDCG per CPU-minute of fine-tuning recipes: the rule that chooses TrainConfig's defaults.
 
-    .venv/bin/python bench/recipe_cost.py bench/results/recipe_search.json:NAME,NAME \
+    .venv/bin/python -m bench recipe_cost bench/results/recipe_search.json:NAME,NAME \
         bench/results/recipe_search_demo.json:NAME,NAME [--tolerance 0.005]
 
-Reads rows that bench/recipe_search.py wrote (validation nDCG@10 of the base and tuned model on the same
+Reads rows that bench/training/recipe_search.py wrote (validation nDCG@10 of the base and tuned model on the same
 held-out carve, the training steps' seconds) and prints, per corpus, each recipe's gain over the base
 model, its training seconds, the gain per training minute and the process's peak resident memory (base
 evaluation, steps and tuned corpus encode; rows written before recipe_search.py recorded it show –).
@@ -11,7 +11,7 @@ The rows compared must come from one machine in one sitting (their seconds are c
 recipe_search.py records threads and load). The
 chosen recipe is the cheapest whose validation nDCG@10 is within `--tolerance` (the publish gate's, by
 default) of the best: the best nDCG per CPU-minute among recipes that are not clearly worse, rather than
-the best nDCG alone. The carve's paired differences (bench/recipe_compare.py) say how large "clearly" is.
+the best nDCG alone. The carve's paired differences (docs/bench-retired.md (recipe_compare)) say how large "clearly" is.
 With several corpora (the same recipe names in each), the default is the cheapest recipe that passes on
 every one.
 """

@@ -1,6 +1,6 @@
 """Search for the default fine-tuning recipe on scifact, selecting on a validation split only.
 
-    nice -n 5 .venv/bin/python bench/recipe_search.py WORK_DIR NAME [key=value ...] [--data DIR --results F]
+    nice -n 5 .venv/bin/python -m bench recipe_search WORK_DIR NAME [key=value ...] [--data DIR --results F]
     (two at once on a shared 2-core machine: OMP_NUM_THREADS=1 each)
 
 Trains one configuration (TrainConfig defaults + key=value overrides, JSON values) on scifact's (or
@@ -9,7 +9,7 @@ qrels/train.tsv minus the seeded validation share (TrainConfig.validation_fracti
 and appends its validation nDCG@10 (base and tuned, same held-out queries) to
 bench/results/recipe_search.json. The test split is never read: the run evaluates on the train split
 (eval_split=train), whose corpus encoding also serves the validation metrics. Report the test numbers once,
-for the chosen default, with bench/train_scifact.py.
+for the chosen default, with bench/training/train_scifact.py.
 
 WORK_DIR keeps the base model's evaluation (pickle) and the corpus embedding cache between runs, so each
 configuration costs its training steps plus one corpus encoding by its tuned model.

@@ -1,11 +1,11 @@
 """Retrain to live, full vs query-side, on the same training pairs and test queries as the corpus grows.
 
-    nice -n 10 .venv/bin/python bench/retrain_scale.py WORK [--data ../shared/data/scifact]
+    nice -n 10 .venv/bin/python -m bench retrain_scale WORK [--data ../shared/data/scifact]
         [--sizes 0,10000,100000,1000000] [--full-sizes 0] [--no-distill] [--no-onnx]
 
 Size 0 is the dataset itself (scifact: 5,183 abstracts; the demo corpus: its docstrings). Larger sizes add
 distractor documents to its corpus until it holds that many: their vectors cost nothing to make — drawn
-from a Gaussian mixture fitted to the real base-model embeddings (bench/index_bench.py's sampler) — and
+from a Gaussian mixture fitted to the real base-model embeddings (bench/index/index_bench.py's sampler) — and
 their texts are a few words drawn from the corpus' own vocabulary (so BM25 indexes realistic sparse
 rows). Queries, judgements and training pairs are the dataset's at every size.
 

@@ -1,6 +1,6 @@
 """Checks that need the scifact benchmark itself (../shared/data/scifact), moved out of the test suite.
 
-    .venv/bin/python bench/scifact_checks.py [--data ../shared/data/scifact]
+    .venv/bin/python -m bench scifact_checks [--data ../shared/data/scifact]
 
 The test suite runs on the project's own dataset (tests/conftest.py: the standard library's docstrings),
 so a clone with nothing beside it checks everything; what is left here asserts scifact's own numbers:

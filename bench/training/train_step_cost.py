@@ -1,6 +1,6 @@
 """What a training step costs: seconds, and the peak resident memory of a process that only trains.
 
-    flock BENCH_LOCK nice -n 10 .venv/bin/python bench/train_step_cost.py [--steps 3] [--data DIR] [--cells a,b]
+    flock BENCH_LOCK nice -n 10 .venv/bin/python -m bench train_step_cost [--steps 3] [--data DIR] [--cells a,b]
 
 One subprocess per cell (so each peak RSS is that cell's alone: ru_maxrss of a fresh process that loads the
 model and runs the steps). Cells of the full fine-tune (training/train/step.py's `optimizer_step`, the
