@@ -1,6 +1,6 @@
 """Full validation studies of the gap estimators on the synthetic sphere world (training/experiments/gap_simulation.py).
 
-    flock /tmp/infonce-heavy.lock .venv/bin/python -m bench gap_validation [--quick]
+    flock "$HEAVY_LOCK" .venv/bin/python -m bench gap_validation [--quick]
 
 Prints markdown tables: (1) CE∞ — closed form vs plug-in (raw and finite-pool corrected) vs the a + b/k fit,
 at τ ≥ 0.2 and at the default τ = 0.05 (d = 16, 64 and a 384-dimensional world with MiniLM-like positives);

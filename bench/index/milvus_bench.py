@@ -17,7 +17,7 @@ exactly FAISS exact search's top-10 ids from Milvus FLAT and from Milvus HNSW tu
 are the vectors POST /search sends to the index (encoder.to_index_space of the query); /search adds only
 the document lookup.
 
-    flock /tmp/bench.lock .venv/bin/python -m bench milvus_bench [--n 100000] [--skip-scifact]
+    flock BENCH_LOCK .venv/bin/python -m bench milvus_bench [--n 100000] [--skip-scifact]
 """
 
 from __future__ import annotations

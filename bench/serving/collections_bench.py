@@ -1,7 +1,7 @@
 """Many collections in one API process: how many, how fast, how much memory, and a retrain beside them.
 
     nice -n 10 .venv/bin/python -m bench collections_bench --prepare-only      # builds the bundles (CPU heavy)
-    flock /tmp/bench.lock .venv/bin/python -m bench collections_bench          # the timed part
+    flock BENCH_LOCK .venv/bin/python -m bench collections_bench          # the timed part
 
 What it builds (once, under --work; reused by later runs), from ../shared/data/scifact:
 

@@ -1,7 +1,7 @@
 """What lexical and hybrid search add to POST /search: p50 per query at one client, at scifact size and
 with the corpus repeated to ~100k documents.
 
-    flock /tmp/bench.lock .venv/bin/python -m bench hybrid_latency WORK_DIR [--scale 20] [--rounds 3]
+    flock BENCH_LOCK .venv/bin/python -m bench hybrid_latency WORK_DIR [--scale 20] [--rounds 3]
 
 Builds a bundle (flat exact index, BM25 index, base all-MiniLM-L6-v2; corpus embeddings from
 WORK_DIR/embeddings when cached), serves it with the real app in process (TestClient: lifespan,

@@ -1,6 +1,6 @@
 """Scale-out on loopback: two API processes on one bundles folder, one worker on a Redis queue.
 
-    flock /tmp/infonce-heavy.lock .venv/bin/python -m bench scaleout [--data ../shared/data/scifact]
+    flock "$HEAVY_LOCK" .venv/bin/python -m bench scaleout [--data ../shared/data/scifact]
 
 What it does, all on 127.0.0.1 and all stopped at the end (or after --max-seconds):
 

@@ -1,6 +1,6 @@
 """Fine-tune on scifact (qrels/train.tsv) and print base vs tuned test metrics and the wall time.
 
-    flock /tmp/infonce-heavy.lock .venv/bin/python -m bench train_scifact OUT_DIR [key=value ...]
+    flock "$HEAVY_LOCK" .venv/bin/python -m bench train_scifact OUT_DIR [key=value ...]
 
 key=value pairs override TrainConfig fields (JSON values: epochs=2 symmetric=true lr=3e-5).
 base_cache=FILE.pkl reuses (or creates) the base model's evaluation, so comparing several options does
