@@ -25,7 +25,7 @@ BUNDLES = REPO / "var" / "bench" / "bundles"
 DEFAULT = DistillConfig()
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument(
         "--bundles", type=Path, default=BUNDLES, help="bundles folder; its live bundle is used"
@@ -42,7 +42,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--sentences-per-doc", type=int, default=DEFAULT.sentences_per_doc)
     parser.add_argument("--static-sparse", action="store_true", help="sparse gradients for the static table")
     parser.add_argument("--publish", action="store_true", help="publish the bundle with its variants")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
 
     from training.bundle.store import BundleStore

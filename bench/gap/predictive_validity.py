@@ -638,7 +638,7 @@ def interval_check(out: Path, corpora: list[str], k: int, reps: int = 1000, n_bo
             )
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path, help="work folder (runs, per-seed records, embeddings)")
     parser.add_argument("--corpora", default="scifact,demo")
@@ -676,7 +676,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--decompose", action="store_true", help="only split the finished seeds' risk differences into terms"
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     if args.results is None:
         suffix = "" if args.tower == "full" else f"_{args.tower}"
         args.results = Path(f"bench/results/predictive_validity{suffix}.json")

@@ -46,7 +46,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.harness.paths import REPO, SCIFACT
+from bench.harness.paths import REPO, RESULTS, SCIFACT
 from bench.harness.ports import free_port
 
 KEY = "collections-bench"
@@ -58,18 +58,10 @@ def load_avg() -> str:
 
 
 # -- building ------------------------------------------------------------------------------------------
-def prepare(work: Path, n: int, k: int, n_docs: int) -> None:
-    from bench.harness.beir_slice import beir_slice
-    from contract.bundles.collections import Collections
-    from contract.encoding.encoder import Encoder, document_text
-    from training.bundle.build import build_bundle
-    from training.bundle.store import BundleStore
-    from training.data.beir import load_beir
+def corpus_embeddings(work: Path, encoder: Any, data: Any) -> np.ndarray:
+    """The scifact corpus encoded once (cached in work/corpus_emb.npy), (n_docs, dim)."""
+    from contract.encoding.encoder import document_text
 
-    data = load_beir(SCIFACT, "test")
-    ids = list(data.corpus)
-    encoder = Encoder.load()
-    encoder.model.max_seq_length = 128
     emb_file = work / "corpus_emb.npy"
     if not emb_file.exists():
         started = time.perf_counter()
@@ -77,47 +69,71 @@ def prepare(work: Path, n: int, k: int, n_docs: int) -> None:
         emb = encoder.encode(texts, kind="document", batch_size=32, show_progress=True)
         np.save(emb_file, emb)
         print(f"encoded {len(texts)} documents in {time.perf_counter() - started:.0f} s", flush=True)
-    emb = np.load(emb_file)
-    if not (work / "data" / "mini").exists():
-        beir_slice(SCIFACT, work / "data" / "mini", n_train=40, n_test=20, n_distractors=200)
+    return np.load(emb_file)
 
-    def build(root: Path, name: str, seed: int, enc: Any) -> Path:
-        collections = Collections(None, root)
-        if collections.exists(name) and (collections.folder(name) / "CURRENT").exists():
-            return collections.folder(name)
-        folder = collections.folder(name) if collections.exists(name) else collections.create(name)
-        rng = np.random.default_rng(seed)
-        pick = np.sort(rng.choice(len(ids), size=min(n_docs, len(ids)), replace=False))
-        corpus = {ids[i]: data.corpus[ids[i]] for i in pick}
-        staged = build_bundle(
-            enc,
-            corpus,
-            staging_dir=work / "staging" / name,
-            doc_embeddings=emb[pick],
-            index_kind="flat",
-            metrics={"test": {"ndcg@10": 0.5}},
-            show_progress=False,
-        )
-        BundleStore(folder).publish(staged, force=True)
-        return folder
 
-    shared_root = work / "shared" / "bundles"
-    shared_root.mkdir(parents=True, exist_ok=True)
-    for i in range(1, n + 1):
-        build(shared_root, f"c{i:02d}", i, encoder)
-    distinct_root = work / "distinct" / "bundles"
-    distinct_root.mkdir(parents=True, exist_ok=True)
+def build_collection(
+    work: Path, root: Path, name: str, seed: int, enc: Any, data: Any, emb: np.ndarray, n_docs: int
+) -> Path:
+    """One collection of n_docs seeded scifact documents (built once; kept when it already serves)."""
+    from contract.bundles.collections import Collections
+    from training.bundle.build import build_bundle
+    from training.bundle.store import BundleStore
+
+    collections = Collections(None, root)
+    if collections.exists(name) and (collections.folder(name) / "CURRENT").exists():
+        return collections.folder(name)
+    folder = collections.folder(name) if collections.exists(name) else collections.create(name)
+    ids = list(data.corpus)
+    rng = np.random.default_rng(seed)
+    pick = np.sort(rng.choice(len(ids), size=min(n_docs, len(ids)), replace=False))
+    corpus = {ids[i]: data.corpus[ids[i]] for i in pick}
+    staged = build_bundle(
+        enc,
+        corpus,
+        staging_dir=work / "staging" / name,
+        doc_embeddings=emb[pick],
+        index_kind="flat",
+        metrics={"test": {"ndcg@10": 0.5}},
+        show_progress=False,
+    )
+    BundleStore(folder).publish(staged, force=True)
+    return folder
+
+
+def perturbed(encoder: Any, seed: int) -> Any:
+    """A copy of the encoder with seeded noise on its weights: another encoder identity."""
     import copy
 
     import torch
 
+    other = copy.deepcopy(encoder)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in other.model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 1e-3)
+    return other
+
+
+def prepare(work: Path, n: int, k: int, n_docs: int) -> None:
+    from bench.harness.beir_slice import beir_slice
+    from contract.encoding.encoder import Encoder
+    from training.data.beir import load_beir
+
+    data = load_beir(SCIFACT, "test")
+    encoder = Encoder.load()
+    encoder.model.max_seq_length = 128
+    emb = corpus_embeddings(work, encoder, data)
+    if not (work / "data" / "mini").exists():
+        beir_slice(SCIFACT, work / "data" / "mini", n_train=40, n_test=20, n_distractors=200)
+    shared_root = work / "shared" / "bundles"
+    shared_root.mkdir(parents=True, exist_ok=True)
+    for i in range(1, n + 1):
+        build_collection(work, shared_root, f"c{i:02d}", i, encoder, data, emb, n_docs)
+    distinct_root = work / "distinct" / "bundles"
+    distinct_root.mkdir(parents=True, exist_ok=True)
     for i in range(1, k + 1):
-        other = copy.deepcopy(encoder)
-        gen = torch.Generator().manual_seed(i)
-        with torch.no_grad():
-            for p in other.model.parameters():
-                p.add_(torch.randn(p.shape, generator=gen) * 1e-3)
-        build(distinct_root, f"d{i:02d}", i, other)
+        build_collection(work, distinct_root, f"d{i:02d}", i, perturbed(encoder, i), data, emb, n_docs)
     shutil.rmtree(work / "staging", ignore_errors=True)
     print(f"prepared {n} shared-encoder and {k} distinct-encoder collections under {work}", flush=True)
 
@@ -314,7 +330,7 @@ def retrain_beside(work: Path, queries: list[str], nice: int, seconds: float) ->
 
 
 # -- report --------------------------------------------------------------------------------------------
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -326,7 +342,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="each 8-client run")
     parser.add_argument("--prepare-only", action="store_true")
     parser.add_argument("--skip-retrain", action="store_true")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def evictions(work: Path, names: list[str], queries: list[str]) -> list[dict[str, Any]]:
+    """With room for 4 collections loaded: what the first search of an evicted one costs, and a warm one."""
+    evicting = Server(work / "shared" / "bundles", work / "evicting.log", SEARCH_MAX_LOADED_COLLECTIONS="4")
+    rows = []
+    try:
+        with httpx.Client(base_url=evicting.base, timeout=300) as client:
+            for name in names[:5]:  # c01 is evicted by the fifth
+                search(client, f"/collections/{name}/search", queries[0])
+            for i, name in enumerate(names[:6]):  # each first search here finds it evicted
+                first_ms, r = search(client, f"/collections/{name}/search", queries[10 + i])
+                warm_ms, _ = search(client, f"/collections/{name}/search", queries[40 + i])
+                rows.append({"collection": name, "load_ms": float(r.headers.get("x-collection-load-ms", "nan")),
+                             "first_ms": first_ms, "warm_ms": warm_ms})  # fmt: skip
+    finally:
+        evicting.stop()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     work = args.work.resolve()
     work.mkdir(parents=True, exist_ok=True)
     prepare(work, args.collections, args.distinct, args.docs)
@@ -364,27 +402,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         d.stop()
 
-    evicting = Server(work / "shared" / "bundles", work / "evicting.log", SEARCH_MAX_LOADED_COLLECTIONS="4")
-    rows = []
-    try:
-        with httpx.Client(base_url=evicting.base, timeout=300) as client:
-            for name in names[:5]:  # c01 is evicted by the fifth
-                search(client, f"/collections/{name}/search", queries[0])
-            for i, name in enumerate(names[:6]):  # each first search here finds it evicted
-                first_ms, r = search(client, f"/collections/{name}/search", queries[10 + i])
-                warm_ms, _ = search(client, f"/collections/{name}/search", queries[40 + i])
-                rows.append({"collection": name, "load_ms": float(r.headers.get("x-collection-load-ms", "nan")),
-                             "first_ms": first_ms, "warm_ms": warm_ms})  # fmt: skip
-    finally:
-        evicting.stop()
-    result["evicted"] = rows
+    result["evicted"] = evictions(work, names, queries)
 
     if not args.skip_retrain:
         result["retrain"] = [retrain_beside(work, queries, nice, args.seconds) for nice in (0, 10)]
     result["load_avg_end"] = load_avg()
 
     print_tables(result, args)
-    out = REPO / "bench" / "results" / "collections_bench.json"
+    out = RESULTS / "collections_bench.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2, default=str))
     print(f"\nload average at end: {result['load_avg_end']}; results in {out.relative_to(REPO)}")

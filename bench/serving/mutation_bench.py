@@ -95,7 +95,66 @@ def upsert(client: httpx.Client, url: str, docs: list[dict]) -> dict:
     return r.json()
 
 
-def main(argv: list[str] | None = None) -> None:
+def time_to_visible(
+    client: httpx.Client, url_a: str, url_b: str, docs: list[dict], poll: float
+) -> list[float]:
+    """ms from A's answer to an upsert until B serves the document, one write at a time."""
+    visible = []
+    rng = random.Random(0)
+    for doc in docs:
+        # a random phase against B's poller: writing right after B's last tick would measure
+        # the worst case every time
+        time.sleep(rng.uniform(0, poll))
+        upsert(client, url_a, [doc])
+        t0 = time.perf_counter()
+        while client.get(f"{url_b}/documents/{doc['id']}").status_code != 200:
+            time.sleep(0.005)
+        visible.append((time.perf_counter() - t0) * 1000)
+    return visible
+
+
+def replace_one_percent(client: httpx.Client, url_a: str, args: argparse.Namespace, new_texts: list) -> None:
+    """1 % of the corpus replaced (new text for (document, text) pairs): that many delta documents and as
+    many tombstones; the documents the earlier cells added are deleted, so the delta is that 1 % alone."""
+    replaced = [{"id": d.id, "title": d.title, "text": text, "metadata": {}} for d, text in new_texts]
+    for start_i in range(0, len(replaced), 64):
+        upsert(client, url_a, replaced[start_i : start_i + 64])
+    added = [f"single-{i}" for i in range(args.singles)]
+    added += [f"batch{j}-{i}" for j in range(args.batches) for i in range(64)]
+    added += [f"visible-{i}" for i in range(args.visible)]
+    for start_i in range(0, len(added), 64):
+        r = client.post(url_a + "/documents/delete", json={"ids": added[start_i : start_i + 64]}, headers=KEY)
+        r.raise_for_status()
+
+
+def print_table(
+    args: argparse.Namespace,
+    single_rate: float,
+    batch_rate: float,
+    visible: list[float],
+    state: dict,
+    no_delta: tuple[float, float],
+    with_delta: tuple[float, float],
+) -> None:
+    (none_total, none_search), (delta_total, delta_search) = no_delta, with_delta
+    p50, p99 = np.percentile(visible, 50), np.percentile(visible, 99)
+    print(f"\nbundle: {args.docs} scifact documents, flat index, torch encoder; poll {args.poll} s")
+    print("| measure | value |")
+    print("|---|---:|")
+    print(f"| upserts/s, 1 document per request ({args.singles} requests, sequential) | {single_rate:.1f} |")
+    print(f"| upserts/s, 64 per request ({args.batches} requests) | {batch_rate:.1f} |")
+    print(f"| time to visible on replica B, p50 / p99 ms ({len(visible)} writes) | {p50:.0f} / {p99:.0f} |")
+    print(
+        f"| /search p50 ms end to end: no delta / {state['delta_docs']} delta docs + {state['tombstones']} "
+        f"tombstones | {none_total:.2f} / {delta_total:.2f} ({delta_total / none_total:.2f}x) |"
+    )
+    print(
+        f"| server search_ms p50: no delta / with it | {none_search:.3f} / {delta_search:.3f} "
+        f"({delta_search / max(none_search, 1e-9):.2f}x) |"
+    )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", type=int, default=1000, help="scifact documents in the bundle")
     ap.add_argument("--poll", type=float, default=2.0, help="SEARCH_RELOAD_POLL_SECONDS of both replicas")
@@ -103,7 +162,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--batches", type=int, default=5, help="64-document upsert requests")
     ap.add_argument("--visible", type=int, default=30, help="time-to-visible samples")
     ap.add_argument("--searches", type=int, default=200, help="search requests per /search cell")
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
 
     from training.data.beir import load_beir, load_corpus
 
@@ -142,35 +205,11 @@ def main(argv: list[str] | None = None) -> None:
                     upsert(client, url_a, new_docs(64, f"batch{j}"))
                 batch_rate = args.batches * 64 / (time.perf_counter() - t0)
 
-                visible = []
-                rng = random.Random(0)
-                for doc in new_docs(args.visible, "visible"):
-                    # a random phase against B's poller: writing right after B's last tick would measure
-                    # the worst case every time
-                    time.sleep(rng.uniform(0, args.poll))
-                    upsert(client, url_a, [doc])
-                    t0 = time.perf_counter()
-                    while client.get(f"{url_b}/documents/{doc['id']}").status_code != 200:
-                        time.sleep(0.005)
-                    visible.append((time.perf_counter() - t0) * 1000)
+                visible = time_to_visible(client, url_a, url_b, new_docs(args.visible, "visible"), args.poll)
 
-                # 1 % of the corpus replaced: that many delta documents and as many tombstones
-                n_delta = max(1, args.docs // 100)
-                replaced = [
-                    {"id": d.id, "title": d.title, "text": next(spare).text, "metadata": {}}
-                    for d in all_docs[:n_delta]
-                ]
-                for start_i in range(0, n_delta, 64):
-                    upsert(client, url_a, replaced[start_i : start_i + 64])
-                # the delta also holds the documents added above; drop them so the cell is the 1 % alone
-                added = [f"single-{i}" for i in range(args.singles)]
-                added += [f"batch{j}-{i}" for j in range(args.batches) for i in range(64)]
-                added += [f"visible-{i}" for i in range(args.visible)]
-                for start_i in range(0, len(added), 64):
-                    r = client.post(
-                        url_a + "/documents/delete", json={"ids": added[start_i : start_i + 64]}, headers=KEY
-                    )
-                    r.raise_for_status()
+                replace_one_percent(
+                    client, url_a, args, [(d, next(spare).text) for d in all_docs[: max(1, args.docs // 100)]]
+                )
                 state = client.get(url_a + "/bundles").json()["mutations"]
                 delta_total, delta_search = search_p50(client, url_a, queries)
         finally:
@@ -178,20 +217,8 @@ def main(argv: list[str] | None = None) -> None:
                 p.terminate()
                 p.wait(timeout=30)
 
-    p50, p99 = np.percentile(visible, 50), np.percentile(visible, 99)
-    print(f"\nbundle: {args.docs} scifact documents, flat index, torch encoder; poll {args.poll} s")
-    print("| measure | value |")
-    print("|---|---:|")
-    print(f"| upserts/s, 1 document per request ({args.singles} requests, sequential) | {single_rate:.1f} |")
-    print(f"| upserts/s, 64 per request ({args.batches} requests) | {batch_rate:.1f} |")
-    print(f"| time to visible on replica B, p50 / p99 ms ({len(visible)} writes) | {p50:.0f} / {p99:.0f} |")
-    print(
-        f"| /search p50 ms end to end: no delta / {state['delta_docs']} delta docs + {state['tombstones']} "
-        f"tombstones | {none_total:.2f} / {delta_total:.2f} ({delta_total / none_total:.2f}x) |"
-    )
-    print(
-        f"| server search_ms p50: no delta / with it | {none_search:.3f} / {delta_search:.3f} "
-        f"({delta_search / max(none_search, 1e-9):.2f}x) |"
+    print_table(
+        args, single_rate, batch_rate, visible, state, (none_total, none_search), (delta_total, delta_search)
     )
 
 

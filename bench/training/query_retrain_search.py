@@ -43,14 +43,18 @@ RECIPES: dict[str, dict[str, Any]] = {
 }
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("bundles", type=Path)
     parser.add_argument("data", type=Path)
     parser.add_argument("--recipes", default=",".join(RECIPES))
     parser.add_argument("--epochs", type=int, default=8, help="most epochs; early stopping decides")
     parser.add_argument("--out", type=Path)
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
 
     from contract.bundles.bundle import MODEL_DIR, load_bundle
     from contract.config import TrainConfig

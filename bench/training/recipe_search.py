@@ -40,15 +40,19 @@ from training.train.trainer import train
 RESULTS = Path(__file__).resolve().parent / "results" / "recipe_search.json"
 
 
-def main(argv: list[str] | None = None) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("work", type=Path)
     parser.add_argument("name")
     parser.add_argument("overrides", nargs="*", help="TrainConfig key=value (JSON values)")
     parser.add_argument("--data", type=Path, default=SCIFACT)
     parser.add_argument("--results", type=Path, default=RESULTS, help="JSON list the run's row joins")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    args = parse_args(argv)
     work, name, data, results_file = args.work, args.name, args.data, args.results
     overrides = {k: json.loads(v) for k, v in (arg.split("=", 1) for arg in args.overrides)}
     config = TrainConfig(**{"eval_split": "train", "report": False, **overrides})

@@ -130,7 +130,7 @@ def projection(full: dict[str, Any], n_full: int, setup: dict[str, Any], n: int)
     return float(full["seconds"] - encode - index + encode * n / n_full + setup_index)
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("work", type=Path)
     parser.add_argument("--data", type=Path, default=SCIFACT)
@@ -150,7 +150,11 @@ def main(argv: list[str] | None = None) -> None:
         help="comma-separated sizes to print a full-retrain projection for (index and BM25 phases scaled "
         "linearly from the nearest measured setup)",
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
     import logging
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
