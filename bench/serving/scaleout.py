@@ -38,7 +38,7 @@ from typing import Any
 
 import httpx
 
-from bench.harness.paths import REPO
+from bench.harness.paths import REPO, RESULTS, SCIFACT
 from bench.harness.ports import free_port
 
 API_KEY = "scaleout-bench"
@@ -191,48 +191,86 @@ def wait_serving(client: httpx.Client, bases: list[str], version: str, deadline:
     return [t for t in seen if t is not None]
 
 
+def start_processes(
+    args: argparse.Namespace,
+    work: Path,
+    data_root: Path,
+    bundles: Path,
+    procs: list[Proc],
+    deadline: Deadline,
+) -> tuple[list[str], Proc]:
+    """Redis, two APIs and a worker on loopback, each appended to procs as it starts (the caller stops them)."""
+    logs = work / "logs"
+    base_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    redis_port = free_port()
+    redis = Proc(
+        "redis",
+        [args.redis_server, "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", str(work)],
+        base_env, logs,
+    )  # fmt: skip
+    procs.append(redis)
+    wait_port(redis_port, redis, deadline)
+    env = {
+        **base_env,
+        "SEARCH_BUNDLES_DIR": str(bundles),
+        "SEARCH_DATA_ROOT": str(data_root),
+        "SEARCH_QUEUE_URL": f"redis://127.0.0.1:{redis_port}/0",
+        "SEARCH_API_KEY": API_KEY,
+        "SEARCH_RELOAD_POLL_SECONDS": "0.5",
+        "SEARCH_ENCODER_THREADS": "1",
+    }
+    ports = [free_port(), free_port()]
+    apis = []
+    for n, port in enumerate(ports, start=1):
+        cmd = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app",
+               "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
+        apis.append(Proc(f"api{n}", cmd, env, logs))
+    procs += apis
+    worker = Proc("worker", [sys.executable, "-m", "training", "worker"], env, logs)
+    procs.append(worker)
+    bases = [f"http://127.0.0.1:{port}" for port in ports]
+    for api, port in zip(apis, ports, strict=True):
+        wait_port(port, api, deadline)
+    return bases, worker
+
+
+def result_of(
+    outcomes: list, job: dict[str, Any], job_s: float, before: list, after: list, swap_lags: list[float]
+) -> dict[str, Any]:
+    failed = [o for o in outcomes if o[2] != 200]
+    served = [dict(Counter(o[3] for o in outcomes if o[1] == i and o[2] == 200)) for i in range(2)]
+    return {
+        "requests": len(outcomes),
+        "failed": len(failed),
+        "failures": [{"api": o[1] + 1, "status": o[2], "detail": o[3]} for o in failed[:20]],
+        "job_id": job["id"],
+        "job_seconds": round(job_s, 1),
+        "gate_reason": job.get("gate_reason"),
+        "apis": [
+            {
+                "api": i + 1,
+                "before": before[i],
+                "after": after[i],
+                "swap_lag_after_job_s": round(swap_lags[i], 2),
+                "answers_per_version": served[i],
+            }
+            for i in range(2)
+        ],
+    }
+
+
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     deadline = Deadline(args.max_seconds)
-    logs = work / "logs"
-    logs.mkdir(parents=True)
+    (work / "logs").mkdir(parents=True)
     data_root, bundles = work / "data", work / "bundles"
     bundles.mkdir()
     slice_dir, queries = build_slice(args.data, data_root)
     print(f"slice: {slice_dir} ({len(queries)} queries)", flush=True)
 
-    base_env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     procs: list[Proc] = []
     try:
-        redis_port = free_port()
-        redis = Proc(
-            "redis",
-            [args.redis_server, "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(work)],
-            base_env, logs,
-        )  # fmt: skip
-        procs.append(redis)
-        wait_port(redis_port, redis, deadline)
-        env = {
-            **base_env,
-            "SEARCH_BUNDLES_DIR": str(bundles),
-            "SEARCH_DATA_ROOT": str(data_root),
-            "SEARCH_QUEUE_URL": f"redis://127.0.0.1:{redis_port}/0",
-            "SEARCH_API_KEY": API_KEY,
-            "SEARCH_RELOAD_POLL_SECONDS": "0.5",
-            "SEARCH_ENCODER_THREADS": "1",
-        }
-        ports = [free_port(), free_port()]
-        apis = []
-        for n, port in enumerate(ports, start=1):
-            cmd = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app",
-                   "--host", "127.0.0.1", "--port", str(port)]  # fmt: skip
-            apis.append(Proc(f"api{n}", cmd, env, logs))
-        procs += apis
-        worker = Proc("worker", [sys.executable, "-m", "training", "worker"], env, logs)
-        procs.append(worker)
-        bases = [f"http://127.0.0.1:{port}" for port in ports]
-        for api, port in zip(apis, ports, strict=True):
-            wait_port(port, api, deadline)
+        bases, worker = start_processes(args, work, data_root, bundles, procs, deadline)
 
         with httpx.Client(timeout=30) as client:
             # First bundle: the APIs start on an empty folder (503) and pick it up when the job publishes,
@@ -253,27 +291,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 load.stop()
             after = [ready_version(client, base) for base in bases]
 
-        outcomes = load.outcomes
-        failed = [o for o in outcomes if o[2] != 200]
-        served = [dict(Counter(o[3] for o in outcomes if o[1] == i and o[2] == 200)) for i in range(2)]
-        return {
-            "requests": len(outcomes),
-            "failed": len(failed),
-            "failures": [{"api": o[1] + 1, "status": o[2], "detail": o[3]} for o in failed[:20]],
-            "job_id": job["id"],
-            "job_seconds": round(job_s, 1),
-            "gate_reason": job.get("gate_reason"),
-            "apis": [
-                {
-                    "api": i + 1,
-                    "before": before[i],
-                    "after": after[i],
-                    "swap_lag_after_job_s": round(swapped_at[i] - t_done, 2),
-                    "answers_per_version": served[i],
-                }
-                for i in range(2)
-            ],
-        }
+        return result_of(load.outcomes, job, job_s, before, after, [t - t_done for t in swapped_at])
     finally:
         for proc in reversed(procs):
             proc.stop()
@@ -281,12 +299,12 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data" / "scifact")
+    parser.add_argument("--data", type=Path, default=SCIFACT)
     parser.add_argument("--rate", type=float, default=10.0, help="search requests per second (all APIs)")
     parser.add_argument("--after-seconds", type=float, default=3.0, help="keep querying after both swapped")
     parser.add_argument("--max-seconds", type=float, default=900.0, help="hard stop for the whole run")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, bundles)")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "scaleout.json")
+    parser.add_argument("--out", type=Path, default=RESULTS / "scaleout.json")
     args = parser.parse_args(argv)
     args.redis_server = shutil.which("redis-server")
     if args.redis_server is None:

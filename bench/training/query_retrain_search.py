@@ -53,6 +53,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def print_row(name: str, row: dict[str, Any]) -> None:
+    print(f"{name:<26} pairs {row['pairs']:>6}  val {row['val_live']:.4f} -> {row['val_best']:.4f} "
+          f"(step {row['best_step']}/{row['steps']})  loop {row['loop_s']:7.1f} s  "
+          f"{row['steps_per_s']:.2f} steps/s  test {row['test_live']:.4f} -> {row['test']:.4f}  "
+          f"load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+
+
+def print_best(results: list[dict[str, Any]]) -> None:
+    best = max(results, key=lambda r: (r["val_best"], -r["loop_s"]))
+    per_minute = {r["recipe"]: (r["val_best"] - r["val_live"]) / max(r["loop_s"] / 60, 1e-9) for r in results}
+    print(f"best on validation: {best['recipe']}; validation gain per loop-minute: "
+          + ", ".join(f"{k} {v:+.4f}" for k, v in per_minute.items()))  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
 
@@ -106,16 +120,10 @@ def main(argv: list[str] | None = None) -> None:
             "curve": loop.curve,
         }  # fmt: skip
         results.append(row)
-        print(f"{name:<26} pairs {row['pairs']:>6}  val {row['val_live']:.4f} -> {row['val_best']:.4f} "
-              f"(step {row['best_step']}/{row['steps']})  loop {row['loop_s']:7.1f} s  "
-              f"{row['steps_per_s']:.2f} steps/s  test {row['test_live']:.4f} -> {row['test']:.4f}  "
-              f"load {os.getloadavg()[0]:.1f}", flush=True)  # fmt: skip
+        print_row(name, row)
         if args.out is not None:
             args.out.write_text(json.dumps(results, indent=1))
-    best = max(results, key=lambda r: (r["val_best"], -r["loop_s"]))
-    per_minute = {r["recipe"]: (r["val_best"] - r["val_live"]) / max(r["loop_s"] / 60, 1e-9) for r in results}
-    print(f"best on validation: {best['recipe']}; validation gain per loop-minute: "
-          + ", ".join(f"{k} {v:+.4f}" for k, v in per_minute.items()))  # fmt: skip
+    print_best(results)
     live.docstore.close()
 
 

@@ -51,13 +51,11 @@ CELLS: dict[str, dict[str, Any]] = {
 def run_cell(name: str, data: Path, steps: int) -> dict[str, Any]:
     """The cell in this process (called in a fresh subprocess): per-step seconds and peak RSS."""
     import numpy as np
-    import torch
 
     from contract.config import TrainConfig
-    from contract.encoding.encoder import Encoder, document_text
+    from contract.encoding.encoder import document_text
     from training.data.beir import load_beir
     from training.data.retrieval_data import training_pairs
-    from training.train.step import build_loss, build_optimizer, optimizer_step
     from training.train.trainer import seed_everything
 
     overrides = dict(CELLS[name])
@@ -68,52 +66,68 @@ def run_cell(name: str, data: Path, steps: int) -> dict[str, Any]:
     rng = np.random.default_rng(0)
     query = overrides.pop("query", None)
     config = TrainConfig(**overrides)
-    times: list[float] = []
     if query is None:
-        encoder = Encoder.load()
-        model = encoder.model
-        model.max_seq_length = config.max_seq_length
-        loss_fn = build_loss(config, encoder.dim)
-        optimizer = build_optimizer(model, loss_fn, config)
-        model.train()
-        for _ in range(steps + 1):
-            batch = [pairs[int(i)] for i in rng.choice(len(pairs), config.batch_size, replace=False)]
-            n_neg = config.batch_size * config.hard_negatives
-            negs = [docs[int(i)] for i in rng.choice(len(docs), n_neg, replace=False)] if n_neg else []
-            groups = [[p.query for p in batch], [p.positive for p in batch], negs]
-            started = time.perf_counter()
-            optimizer_step(model, loss_fn, optimizer, groups, config)
-            times.append(time.perf_counter() - started)
+        times = full_step_times(config, pairs, docs, rng, steps)
     else:
-        from contract.encoding.encoder import default_model_path
-        from contract.query_config import QueryRetrainConfig
-        from training.distill.pairs import DistillPairs
-        from training.distill.query_loop import FixedDocs, tower_step
-        from training.distill.query_tower import query_tower
-
-        qconfig = QueryRetrainConfig(**query)
-        tower = query_tower(default_model_path(), qconfig)
-        tower.model.max_seq_length = qconfig.query_max_seq_length
-        n = qconfig.query_batch_size
-        vectors = torch.nn.functional.normalize(
-            torch.randn(n * (1 + qconfig.query_hard_negatives), 384), dim=-1
-        )
-        fixed = FixedDocs(vectors, {i: i for i in range(len(vectors))})
-        optimizer = torch.optim.AdamW(tower.params, lr=qconfig.query_lr)
-        tower.model.train()
-        for _ in range(steps + 1):
-            batch = [pairs[int(i)] for i in rng.choice(len(pairs), n, replace=False)]
-            texts = [p.query for p in batch]
-            dp = DistillPairs(texts, list(range(n)), [f"q{i}" for i in range(n)], {})
-            negatives = [
-                [n + i * qconfig.query_hard_negatives + j for j in range(qconfig.query_hard_negatives)]
-                for i in range(n)
-            ]
-            started = time.perf_counter()
-            tower_step(tower.model, tower.params, optimizer, dp, fixed, negatives, list(range(n)), 0.05)
-            times.append(time.perf_counter() - started)
+        times = query_step_times(query, pairs, rng, steps)
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return {"cell": name, "step_s": statistics.median(times[1:]), "steps": times[1:], "peak_rss_mb": peak_mb}
+
+
+def full_step_times(config: Any, pairs: list, docs: list[str], rng: Any, steps: int) -> list[float]:
+    """Seconds of steps + 1 steps of the full fine-tune (the first is a warm-up)."""
+    from contract.encoding.encoder import Encoder
+    from training.train.step import build_loss, build_optimizer, optimizer_step
+
+    times: list[float] = []
+    encoder = Encoder.load()
+    model = encoder.model
+    model.max_seq_length = config.max_seq_length
+    loss_fn = build_loss(config, encoder.dim)
+    optimizer = build_optimizer(model, loss_fn, config)
+    model.train()
+    for _ in range(steps + 1):
+        batch = [pairs[int(i)] for i in rng.choice(len(pairs), config.batch_size, replace=False)]
+        n_neg = config.batch_size * config.hard_negatives
+        negs = [docs[int(i)] for i in rng.choice(len(docs), n_neg, replace=False)] if n_neg else []
+        groups = [[p.query for p in batch], [p.positive for p in batch], negs]
+        started = time.perf_counter()
+        optimizer_step(model, loss_fn, optimizer, groups, config)
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def query_step_times(query: dict[str, Any], pairs: list, rng: Any, steps: int) -> list[float]:
+    """Seconds of steps + 1 steps of the query-side retrain's tower, on fixed random document vectors."""
+    import torch
+
+    from contract.encoding.encoder import default_model_path
+    from contract.query_config import QueryRetrainConfig
+    from training.distill.pairs import DistillPairs
+    from training.distill.query_loop import FixedDocs, tower_step
+    from training.distill.query_tower import query_tower
+
+    times: list[float] = []
+    qconfig = QueryRetrainConfig(**query)
+    tower = query_tower(default_model_path(), qconfig)
+    tower.model.max_seq_length = qconfig.query_max_seq_length
+    n = qconfig.query_batch_size
+    vectors = torch.nn.functional.normalize(torch.randn(n * (1 + qconfig.query_hard_negatives), 384), dim=-1)
+    fixed = FixedDocs(vectors, {i: i for i in range(len(vectors))})
+    optimizer = torch.optim.AdamW(tower.params, lr=qconfig.query_lr)
+    tower.model.train()
+    for _ in range(steps + 1):
+        batch = [pairs[int(i)] for i in rng.choice(len(pairs), n, replace=False)]
+        texts = [p.query for p in batch]
+        dp = DistillPairs(texts, list(range(n)), [f"q{i}" for i in range(n)], {})
+        negatives = [
+            [n + i * qconfig.query_hard_negatives + j for j in range(qconfig.query_hard_negatives)]
+            for i in range(n)
+        ]
+        started = time.perf_counter()
+        tower_step(tower.model, tower.params, optimizer, dp, fixed, negatives, list(range(n)), 0.05)
+        times.append(time.perf_counter() - started)
+    return times
 
 
 def main(argv: list[str] | None = None) -> None:
