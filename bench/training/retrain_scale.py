@@ -153,54 +153,43 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
-    import logging
-
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    for name in ("training", "contract"):
-        logging.getLogger(name).setLevel(logging.INFO)
+def measure_size(
+    args: argparse.Namespace, size: int, results: dict[str, Any], results_file: Path, n_real: int, full: bool
+) -> None:
+    """One corpus size: its base bundle, then the query-side and (when asked) the full retrain, each
+    recorded in results_file as soon as it is done (a rerun resumes)."""
+    from contract.bundles.bundle import read_manifest
     from training.bundle.store import BundleStore
 
-    args.work.mkdir(parents=True, exist_ok=True)
-    results_file = args.work / "retrain_scale.json"
-    results: dict[str, Any] = json.loads(results_file.read_text()) if results_file.exists() else {}
-    n_real = sum(1 for _ in (args.data / "corpus.jsonl").open())
-    full_sizes = {int(s) for s in args.full_sizes.split(",") if s}
-    for size in [int(s) for s in args.sizes.split(",") if s]:  # "" prints the table of WORK only
-        key = str(size)
-        row = results.setdefault(key, {})
-        data, n_docs = make_dataset(args.data, args.work / f"data-{size}", size)
-        bundles = args.work / f"bundles-{size}"
-        row["n_docs"] = n_docs
-        if "setup" not in row:
-            shutil.rmtree(bundles, ignore_errors=True)
-            row["setup"] = base_bundle(data, bundles, args.work / "cache", n_real)
-            results_file.write_text(json.dumps(results, indent=1))
-        store = BundleStore(bundles)
-        from contract.bundles.bundle import read_manifest
+    key = str(size)
+    row = results.setdefault(key, {})
+    data, n_docs = make_dataset(args.data, args.work / f"data-{size}", size)
+    bundles = args.work / f"bundles-{size}"
+    row["n_docs"] = n_docs
+    if "setup" not in row:
+        shutil.rmtree(bundles, ignore_errors=True)
+        row["setup"] = base_bundle(data, bundles, args.work / "cache", n_real)
+        results_file.write_text(json.dumps(results, indent=1))
+    store = BundleStore(bundles)
+    base_m = read_manifest(bundles / row["setup"]["version"])
+    row["base_dense"] = base_m.metrics.get("test.dense", {}).get("ndcg@10")
+    row["base_served"] = base_m.metrics.get("test", {}).get("ndcg@10")
+    if "query" not in row and not args.skip_query:
+        store.activate(row["setup"]["version"])
+        row["query"] = retrain(data, bundles, args.work / f"runs-{size}", "query",
+                               onnx=not args.no_onnx, distill=not args.no_distill)  # fmt: skip
+        results_file.write_text(json.dumps(results, indent=1))
+    if full and "full" not in row:
+        if n_docs > n_real:
+            raise SystemExit(f"size {size}: a full retrain needs real texts; use --full-sizes 0")
+        store.activate(row["setup"]["version"])
+        row["full"] = retrain(data, bundles, args.work / f"runs-{size}", "full",
+                              onnx=not args.no_onnx, distill=not args.no_distill)  # fmt: skip
+        results_file.write_text(json.dumps(results, indent=1))
+    print(f"size {size}: {json.dumps({k: v for k, v in row.items() if k != 'setup'})[:400]}", flush=True)
 
-        base_m = read_manifest(bundles / row["setup"]["version"])
-        row["base_dense"] = base_m.metrics.get("test.dense", {}).get("ndcg@10")
-        row["base_served"] = base_m.metrics.get("test", {}).get("ndcg@10")
-        if "query" not in row and not args.skip_query:
-            store.activate(row["setup"]["version"])
-            row["query"] = retrain(data, bundles, args.work / f"runs-{size}", "query",
-                                   onnx=not args.no_onnx, distill=not args.no_distill)  # fmt: skip
-            results_file.write_text(json.dumps(results, indent=1))
-        if size in full_sizes and "full" not in row:
-            if n_docs > n_real:
-                raise SystemExit(f"size {size}: a full retrain needs real texts; use --full-sizes 0")
-            store.activate(row["setup"]["version"])
-            row["full"] = retrain(data, bundles, args.work / f"runs-{size}", "full",
-                                  onnx=not args.no_onnx, distill=not args.no_distill)  # fmt: skip
-            results_file.write_text(json.dumps(results, indent=1))
-        print(f"size {size}: {json.dumps({k: v for k, v in row.items() if k != 'setup'})[:400]}", flush=True)
-    for other in args.merge:  # rows of another WORK (e.g. its full retrain), this WORK's own first
-        for key, row in json.loads((other / "retrain_scale.json").read_text()).items():
-            for part, value in row.items():
-                results.setdefault(key, {}).setdefault(part, value)
-    measured = next((r for r in results.values() if "full" in r), None)
+
+def print_time_table(results: dict[str, Any], measured: dict[str, Any] | None) -> None:
     print("\n| documents | query-side to live (s) | query-side nDCG@10 dense (base → tuned) | full to live (s) "
           "| full nDCG@10 dense | query-side time / full | query-side gain / full gain |")  # fmt: skip
     print("|---:|---:|---|---:|---:|---:|---:|")
@@ -225,6 +214,9 @@ def main(argv: list[str] | None = None) -> None:
         ratio = f"{q['seconds'] / full_s:.3f}" if full_s else "–"
         print(f"| {row['n_docs']:,} | {q['seconds']:.0f} | {row['base_dense']:.4f} → {q['dense']:.4f} | {full_label} | "
               f"{'–' if full_dense is None else f'{full_dense:.4f}'} | {ratio} | {gain} |")  # fmt: skip
+
+
+def print_phase_table(results: dict[str, Any]) -> None:
     # the served mode is what the gate compares, and the static tower's distillation is part of both times
     print("\n| documents | retrain | to live (s) | of which: distill static tower (s) | served mode | nDCG@10 served "
           "(base → tuned) | live | peak RSS MB, the process so far |")  # fmt: skip
@@ -236,7 +228,10 @@ def main(argv: list[str] | None = None) -> None:
             distill = r["phases"].get("distill query encoders", 0.0)
             print(f"| {row['n_docs']:,} | {name} | {r['seconds']:.0f} | {distill:.0f} | {r['served_mode']} | "
                   f"{row['base_served']:.4f} → {r['served']:.4f} | {r['live']} | {r['peak_rss_mb']:.0f} |")  # fmt: skip
-    for size in [int(x) for x in args.project.split(",") if x]:
+
+
+def print_projections(results: dict[str, Any], measured: dict[str, Any] | None, project: str) -> None:
+    for size in [int(x) for x in project.split(",") if x]:
         if measured is None:
             break
         near = min(results.values(), key=lambda r: abs(r["n_docs"] - size))
@@ -245,6 +240,30 @@ def main(argv: list[str] | None = None) -> None:
         print(f"full retrain at {size:,} documents: {projection(measured['full'], measured['n_docs'], setup, size):.0f} s "
               f"(PROJECTION: measured full run at {measured['n_docs']:,} documents, corpus encode scaled linearly, "
               f"index and BM25 phases scaled from the setup at {near['n_docs']:,})")  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    import logging
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    for name in ("training", "contract"):
+        logging.getLogger(name).setLevel(logging.INFO)
+    args.work.mkdir(parents=True, exist_ok=True)
+    results_file = args.work / "retrain_scale.json"
+    results: dict[str, Any] = json.loads(results_file.read_text()) if results_file.exists() else {}
+    n_real = sum(1 for _ in (args.data / "corpus.jsonl").open())
+    full_sizes = {int(s) for s in args.full_sizes.split(",") if s}
+    for size in [int(s) for s in args.sizes.split(",") if s]:  # "" prints the table of WORK only
+        measure_size(args, size, results, results_file, n_real, size in full_sizes)
+    for other in args.merge:  # rows of another WORK (e.g. its full retrain), this WORK's own first
+        for key, row in json.loads((other / "retrain_scale.json").read_text()).items():
+            for part, value in row.items():
+                results.setdefault(key, {}).setdefault(part, value)
+    measured = next((r for r in results.values() if "full" in r), None)
+    print_time_table(results, measured)
+    print_phase_table(results)
+    print_projections(results, measured, args.project)
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 
