@@ -56,7 +56,9 @@ def main(argv: list[str] | None = None) -> None:
     store = BundleStore(args.bundles)
     live = store.current_version()
     if live is None:
-        raise SystemExit(f"{args.bundles}: nothing is live; run bench/serving/load_bench.py once to build it")
+        raise SystemExit(
+            f"{args.bundles}: nothing is live; run `python -m bench load_bench --bundles DIR` once to build it"
+        )
     config = DistillConfig(
         variants=args.variants.split(","),
         layers=args.layers,

@@ -132,6 +132,32 @@ def ndcg(query_emb: np.ndarray, doc_emb: np.ndarray, doc_ids: list[str], val: Re
     return round(float(np.mean(list(per_query_ndcg(query_emb, doc_emb, doc_ids, val).values()))), 4)
 
 
+def train_student(
+    student: Student,
+    pairs: Any,
+    teacher_q: np.ndarray,
+    negatives: Any,
+    setup: dict[str, Any],
+    config: DistillConfig,
+    rng: np.random.Generator,
+    on_step: Any,
+) -> dict[str, Any]:
+    return fit_student(
+        student.model,
+        student.params,
+        student.optimizer,
+        pairs,
+        setup["doc_emb"],
+        teacher_q,
+        negatives,
+        epochs=student.epochs,
+        temperature=setup["temperature"],
+        config=config,
+        rng=rng,
+        on_step=on_step,
+    )
+
+
 def run_config(
     overrides: dict[str, Any], fit: RetrievalData, val: RetrievalData, setup: dict[str, Any]
 ) -> dict[str, Any]:
@@ -150,10 +176,11 @@ def run_config(
     pairs = distill_pairs(fit, setup["doc_ids"], config, rng)
     teacher_q = setup["teacher"].encode(pairs.texts)
     negatives = pair_negatives(teacher_q, setup["doc_emb"], pairs, config, rng)
-    if variant == "static":
-        student = static_student(setup["model_dir"], setup["raw_table"], setup["counts"], config)
-    else:
-        student = distilled_student(setup["model_dir"], config)
+    student = (
+        static_student(setup["model_dir"], setup["raw_table"], setup["counts"], config)
+        if variant == "static"
+        else distilled_student(setup["model_dir"], config)
+    )
     val_texts = [val.queries[q] for q in val.queries if val.qrels.get(q)]
 
     def val_ndcg() -> float:
@@ -170,20 +197,7 @@ def run_config(
 
     info: dict[str, Any] = {"steps": 0, "seconds": 0.0, "loss_first": None, "loss_last": None}
     if not untrained:
-        info = fit_student(
-            student.model,
-            student.params,
-            student.optimizer,
-            pairs,
-            setup["doc_emb"],
-            teacher_q,
-            negatives,
-            epochs=student.epochs,
-            temperature=setup["temperature"],
-            config=config,
-            rng=rng,
-            on_step=on_step,
-        )
+        info = train_student(student, pairs, teacher_q, negatives, setup, config, rng, on_step)
     student.model.eval()
     saved = WORK / "students" / f"{setup['name']}-{setup['index']}"
     student.model.save(str(saved), safe_serialization=True)  # for a later --score-test
@@ -272,6 +286,27 @@ def compare_saved(saved: list[str]) -> None:
     write_json_atomic(RESULTS, results)
 
 
+def append_result(name: str, row: dict[str, Any], final: bool, n_val: int, full_val: float) -> None:
+    """The run's row appended to the results file (runs, or test_runs for --final), atomically."""
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    results.setdefault("runs", [])
+    results.setdefault("test_runs", [])
+    results["validation"] = {
+        "fraction": VALIDATION_FRACTION,
+        "seed": VALIDATION_SEED,
+        "n_queries": n_val,
+        "bundle": "scifact corpus, base all-MiniLM-L6-v2, exact index (bench/load_bench.py)",
+        "carve": CARVE,
+        "full_val_ndcg@10": full_val,
+    }
+    if final:
+        row = {k.replace("val_", "test_"): v for k, v in row.items()}
+        row["carve"] = "none: trained on every training query, scored on the test split"
+    results["test_runs" if final else "runs"].append({"name": name, **row})
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(RESULTS, results)
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if asked_for_help(argv, __doc__):
@@ -290,7 +325,9 @@ def main(argv: list[str] | None = None) -> None:
     store = BundleStore(BUNDLES)
     live = store.current_version()
     if live is None:
-        raise SystemExit(f"{BUNDLES}: nothing is live; run bench/serving/load_bench.py once to build it")
+        raise SystemExit(
+            f"{BUNDLES}: nothing is live; run `python -m bench load_bench --bundles DIR` once to build it"
+        )
     bundle = load_bundle(store.version_path(live), verify=False)
     doc_emb = np.ascontiguousarray(bundle_doc_embeddings(bundle), dtype=np.float32)  # (N, D)
     doc_ids = list(bundle.doc_ids)
@@ -321,23 +358,7 @@ def main(argv: list[str] | None = None) -> None:
         setup |= {"name": name, "index": index}
         row = run_config(overrides, fit, val, setup)
         print(json.dumps(row), flush=True)
-        results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-        results.setdefault("runs", [])
-        results.setdefault("test_runs", [])
-        results["validation"] = {
-            "fraction": VALIDATION_FRACTION,
-            "seed": VALIDATION_SEED,
-            "n_queries": len(val_texts),
-            "bundle": "scifact corpus, base all-MiniLM-L6-v2, exact index (bench/serving/load_bench.py)",
-            "carve": CARVE,
-            "full_val_ndcg@10": setup["full_val"],
-        }
-        if final:
-            row = {k.replace("val_", "test_"): v for k, v in row.items()}
-            row["carve"] = "none: trained on every training query, scored on the test split"
-        results["test_runs" if final else "runs"].append({"name": name, **row})
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        write_json_atomic(RESULTS, results)
+        append_result(name, row, final, len(val_texts), setup["full_val"])
 
 
 if __name__ == "__main__":
