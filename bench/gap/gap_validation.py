@@ -233,6 +233,68 @@ def _corpus_truth(world: SphereWorld | MixtureWorld, pool_vectors: np.ndarray, p
     )
 
 
+def coverage_cell(
+    world: SphereWorld | MixtureWorld,
+    name: str,
+    tau: float,
+    n_pool: int,
+    n: int,
+    n_runs: int,
+    n_boot: int,
+    seed: int,
+    truths: tuple[float, float, float],
+) -> None:
+    """One row of table 8: n_runs fresh (anchors, pool) draws of one world at one τ, pool size and n."""
+    truth, c1_true, pop_log_mu = truths
+    served, covered, old_cov, plug_cov = 0, 0, 0, 0
+    errors: list[float] = []
+    halves: list[float] = []
+    c1n, growth = [], []  # c1/N of the pool and its upper bound, per draw
+    reasons: dict[str, int] = {}
+    for r in tqdm(range(n_runs), desc=f"{name} τ={tau} N={n_pool} n={n}", leave=False):
+        rng = np.random.default_rng([seed, r, n_pool, n, int(tau * 100)])
+        anchors, positives, pool = world.sample_vectors(n, n_pool, rng)
+        a = Anchors(
+            sim=(anchors @ pool.T).astype(np.float32),  # (n, N)
+            pos=(anchors * positives).sum(1),
+            exclude=est.pad_exclusions([[] for _ in range(n)], n_pool),
+            groups=np.arange(n),
+            n_queries=n,
+            pos_col=np.zeros(n, dtype=np.int64),
+        )
+        c = risk_vs_k_section(a, tau, 2, n_boot, 0.95, 0.01, rng)
+        c1n.append(c.c1.value / n_pool)
+        growth.append(est.finite_pool_terms(a.sim, a.exclude, tau, rng).c1_upper() / n_pool)
+        corpus_truth = _corpus_truth(world, pool, pop_log_mu, rng)
+        plug_cov += c.ce_inf_plugin.ci_low <= corpus_truth <= c.ce_inf_plugin.ci_high
+        lo, hi = _old_corrected_interval(a, tau, n_boot, rng)
+        old_cov += lo <= truth <= hi
+        if isinstance(c.ce_inf_corrected, Estimate):
+            e = c.ce_inf_corrected
+            served += 1
+            covered += e.ci_low <= truth <= e.ci_high
+            errors.append(e.value - truth)
+            halves.append((e.ci_high - e.ci_low) / 2)
+        else:
+            key = "pool c1/N > 0.1" if c1n[-1] > MAX_FIRST_ORDER else "upper c1/N > 0.1"
+            reasons[key] = reasons.get(key, 0) + 1
+    if served:
+        p = covered / served
+        band = 1.96 * math.sqrt(p * (1 - p) / served)
+        cov_s = f"{covered}/{served} = {p:.1%}"
+        band_s = f"[{p - band:.3f}, {p + band:.3f}]"
+        err_s = f"{np.mean(errors):+.4f} | {np.std(errors):.4f} | {np.mean(halves):.4f}"
+    else:
+        cov_s, band_s, err_s = "—", "—", "— | — | —"
+    not_served = ", ".join(f"{v} {k}" for k, v in reasons.items())
+    print(
+        f"| {name} | {tau:g} | {n_pool} | {n} | {c1_true / n_pool:.4f} | {np.mean(c1n):.4f} | "
+        f"{np.mean(growth):.4f} | {served}/{n_runs}{' (' + not_served + ')' if not_served else ''} "
+        f"| {cov_s} | {band_s} | {err_s} | {old_cov / n_runs:.1%} | {plug_cov / n_runs:.1%} |",
+        flush=True,
+    )
+
+
 def two_way_coverage_table(
     n_runs: int,
     n_boot: int,
@@ -270,58 +332,8 @@ def two_way_coverage_table(
                 truth, c1_true, pop_log_mu = world.ce_inf(), world.c1(), world.log_mu()
             for n_pool in pools:
                 for n in (400, 4000):
-                    served, covered, old_cov, plug_cov, errors, halves, c1n, growth = (
-                        0,
-                        0,
-                        0,
-                        0,
-                        [],
-                        [],
-                        [],
-                        [],
-                    )
-                    reasons: dict[str, int] = {}
-                    for r in tqdm(range(n_runs), desc=f"{name} τ={tau} N={n_pool} n={n}", leave=False):
-                        rng = np.random.default_rng([seed, r, n_pool, n, int(tau * 100)])
-                        anchors, positives, pool = world.sample_vectors(n, n_pool, rng)
-                        a = Anchors(
-                            sim=(anchors @ pool.T).astype(np.float32),  # (n, N)
-                            pos=(anchors * positives).sum(1),
-                            exclude=est.pad_exclusions([[] for _ in range(n)], n_pool),
-                            groups=np.arange(n),
-                            n_queries=n,
-                            pos_col=np.zeros(n, dtype=np.int64),
-                        )
-                        c = risk_vs_k_section(a, tau, 2, n_boot, 0.95, 0.01, rng)
-                        c1n.append(c.c1.value / n_pool)
-                        growth.append(est.finite_pool_terms(a.sim, a.exclude, tau, rng).c1_upper() / n_pool)
-                        corpus_truth = _corpus_truth(world, pool, pop_log_mu, rng)
-                        plug_cov += c.ce_inf_plugin.ci_low <= corpus_truth <= c.ce_inf_plugin.ci_high
-                        lo, hi = _old_corrected_interval(a, tau, n_boot, rng)
-                        old_cov += lo <= truth <= hi
-                        if isinstance(c.ce_inf_corrected, Estimate):
-                            e = c.ce_inf_corrected
-                            served += 1
-                            covered += e.ci_low <= truth <= e.ci_high
-                            errors.append(e.value - truth)
-                            halves.append((e.ci_high - e.ci_low) / 2)
-                        else:
-                            key = "pool c1/N > 0.1" if c1n[-1] > MAX_FIRST_ORDER else "upper c1/N > 0.1"
-                            reasons[key] = reasons.get(key, 0) + 1
-                    if served:
-                        p = covered / served
-                        band = 1.96 * math.sqrt(p * (1 - p) / served)
-                        cov_s = f"{covered}/{served} = {p:.1%}"
-                        band_s = f"[{p - band:.3f}, {p + band:.3f}]"
-                        err_s = f"{np.mean(errors):+.4f} | {np.std(errors):.4f} | {np.mean(halves):.4f}"
-                    else:
-                        cov_s, band_s, err_s = "—", "—", "— | — | —"
-                    not_served = ", ".join(f"{v} {k}" for k, v in reasons.items())
-                    print(
-                        f"| {name} | {tau:g} | {n_pool} | {n} | {c1_true / n_pool:.4f} | {np.mean(c1n):.4f} | "
-                        f"{np.mean(growth):.4f} | {served}/{n_runs}{' (' + not_served + ')' if not_served else ''} "
-                        f"| {cov_s} | {band_s} | {err_s} | {old_cov / n_runs:.1%} | {plug_cov / n_runs:.1%} |",
-                        flush=True,
+                    coverage_cell(
+                        world, name, tau, n_pool, n, n_runs, n_boot, seed, (truth, c1_true, pop_log_mu)
                     )
 
 
