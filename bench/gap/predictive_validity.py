@@ -427,6 +427,64 @@ def print_table(summary: dict[str, Any]) -> None:
             )
 
 
+def rescored_section(
+    work: Path,
+    name: str,
+    seed: int,
+    encoder: Any,
+    a_sample: Any,
+    q_a: np.ndarray,
+    saved: tuple,
+    k: int,
+    n_boot: int,
+) -> Any:
+    """Section (a) of one held-out split (r, u or test) recomputed from the saved model and embeddings."""
+    meta, emb = saved
+    identity = model_identity(encoder)
+    held_out = sample_queries(load_beir(work / "data", name), None, seed)
+    corpus = {**a_sample.corpus, **held_out.corpus}
+    column = {d: i for i, d in enumerate(corpus)}
+    doc_emb = pool_embeddings(encoder, corpus, meta["doc_ids"], emb)  # (N, dim), report order
+    q_x = encoder.encode(list(held_out.queries.values()), kind="query", show_progress=False)
+    # gap_at_k_section's own steps, so that the percentile interval of the same replicates is at hand
+    rng = np.random.default_rng(seed)  # compute_report's stream: section (a) draws first
+    a_train = build_anchors(encoder.similarity, list(a_sample.queries), a_sample.qrels, q_a, doc_emb, column)
+    a_test = build_anchors(encoder.similarity, list(held_out.queries), held_out.qrels, q_x, doc_emb, column)
+    tau = identity.temperature
+    l_train = est.risk_with_random_negatives(a_train.sim, a_train.pos, a_train.exclude, k, tau, rng)
+    l_test = est.risk_with_random_negatives(a_test.sim, a_test.pos, a_test.exclude, k, tau, rng)
+    return bootstrap.gap_with_ci(
+        l_train,
+        l_test,
+        n_boot=n_boot,
+        rng=rng,
+        groups_train=a_train.groups,
+        groups_test=a_test.groups,
+    )
+
+
+def apply_sections(record: dict[str, Any], sections: dict[str, Any]) -> None:
+    """The recomputed risks and gap into the seed's record, the percentile intervals beside them."""
+    keys = (("report_r", "r"), ("measured_u", "u"), ("measured_t", "test"))
+    percentile: dict[str, Any] = {}
+    for key, name in keys:
+        g = sections[name]
+        lo, hi = bootstrap.percentile_ci(g.test_boot)
+        record[key] = {
+            **record[key],
+            "risk_test": {"value": g.test, "ci_low": g.test_ci[0], "ci_high": g.test_ci[1]},
+        }
+        percentile[key] = {**record[key], "risk_test": {"value": g.test, "ci_low": lo, "ci_high": hi}}
+    g = sections["r"]
+    record["report_r"]["risk_train"] = {
+        "value": g.train,
+        "ci_low": g.train_ci[0],
+        "ci_high": g.train_ci[1],
+    }
+    record["report_r"]["gap"] = {"value": g.gap, "ci_low": g.gap_ci[0], "ci_high": g.gap_ci[1]}
+    record["percentile"] = percentile
+
+
 def rescore(out: Path, corpora: list[str], n_boot: int) -> None:
     """Recompute every finished seed's section (a) — R_train, R_test and the gap — with the current
     estimators (studentized intervals), on R (the report) and on U and T (the measurements), from its saved
@@ -443,62 +501,62 @@ def rescore(out: Path, corpora: list[str], n_boot: int) -> None:
         meta = json.loads(path.with_name(f"{path.stem}.meta.json").read_text(encoding="utf-8"))
         emb = np.load(path.with_name(f"{path.stem}.npz"))["doc_emb"]
         encoder = Encoder.load(work / "run" / "model")
-        identity = model_identity(encoder)
         seed = int(record["seed"])
         a_sample = sample_queries(load_beir(work / "data", "a"), 300, seed)
         q_a = encoder.encode(list(a_sample.queries.values()), kind="query", show_progress=False)
         sections = {}
         for name in ("r", "u", "test"):
-            held_out = sample_queries(load_beir(work / "data", name), None, seed)
-            corpus = {**a_sample.corpus, **held_out.corpus}
-            column = {d: i for i, d in enumerate(corpus)}
-            doc_emb = pool_embeddings(encoder, corpus, meta["doc_ids"], emb)  # (N, dim), report order
-            q_x = encoder.encode(list(held_out.queries.values()), kind="query", show_progress=False)
-            # gap_at_k_section's own steps, so that the percentile interval of the same replicates is at hand
-            rng = np.random.default_rng(seed)  # compute_report's stream: section (a) draws first
-            a_train = build_anchors(
-                encoder.similarity, list(a_sample.queries), a_sample.qrels, q_a, doc_emb, column
+            sections[name] = rescored_section(
+                work, name, seed, encoder, a_sample, q_a, (meta, emb), record["k"], n_boot
             )
-            a_test = build_anchors(
-                encoder.similarity, list(held_out.queries), held_out.qrels, q_x, doc_emb, column
-            )
-            tau = identity.temperature
-            l_train = est.risk_with_random_negatives(
-                a_train.sim, a_train.pos, a_train.exclude, record["k"], tau, rng
-            )
-            l_test = est.risk_with_random_negatives(
-                a_test.sim, a_test.pos, a_test.exclude, record["k"], tau, rng
-            )
-            sections[name] = bootstrap.gap_with_ci(
-                l_train,
-                l_test,
-                n_boot=n_boot,
-                rng=rng,
-                groups_train=a_train.groups,
-                groups_test=a_test.groups,
-            )
-        keys = (("report_r", "r"), ("measured_u", "u"), ("measured_t", "test"))
-        percentile: dict[str, Any] = {}
-        for key, name in keys:
-            g = sections[name]
-            lo, hi = bootstrap.percentile_ci(g.test_boot)
-            record[key] = {
-                **record[key],
-                "risk_test": {"value": g.test, "ci_low": g.test_ci[0], "ci_high": g.test_ci[1]},
-            }
-            percentile[key] = {**record[key], "risk_test": {"value": g.test, "ci_low": lo, "ci_high": hi}}
-        g = sections["r"]
-        record["report_r"]["risk_train"] = {
-            "value": g.train,
-            "ci_low": g.train_ci[0],
-            "ci_high": g.train_ci[1],
-        }
-        record["report_r"]["gap"] = {"value": g.gap, "ci_low": g.gap_ci[0], "ci_high": g.gap_ci[1]}
-        record["percentile"] = percentile
+        apply_sections(record, sections)
         tmp = path.with_suffix(".tmp")  # atomic: a running worker aggregates these files after every seed
         tmp.write_text(json.dumps(record, indent=1), encoding="utf-8")
         tmp.replace(path)
         print(f"rescored {path.stem}", flush=True)
+
+
+def split_terms(
+    q_emb: np.ndarray,  # (n_queries, dim)
+    doc_emb: np.ndarray,  # (N, dim)
+    meta: dict[str, Any],
+    split: str,
+    column: dict[str, int],
+    k_tau: tuple[int, float],
+    seed: int,
+    replicates: int,
+) -> dict[str, float]:
+    """One split's mean held-out risk and its positive and negatives terms (the report's sampler)."""
+    from training.gap.estimators import infonce_risk, pad_exclusions, sample_negatives
+
+    k_seed, tau = k_tau
+    anchor_rows, cols, excl = [], [], []
+    for qi, qid in enumerate(meta[f"qids_{split}"]):
+        relevant = [column[d] for d in meta[f"qrels_{split}"].get(qid, {}) if d in column]
+        for c in relevant:
+            anchor_rows.append(qi)
+            cols.append(c)
+            excl.append(relevant)
+    sim = (q_emb @ doc_emb.T).astype(np.float64)[anchor_rows]  # (n_anchors, N)
+    pos = sim[np.arange(len(cols)), cols]  # (n_anchors,)
+    exclude = pad_exclusions(excl, doc_emb.shape[0])
+    rng = np.random.default_rng(seed)
+    loss = np.mean(  # averaged over draws of the negatives: only the anchors' own variation is left
+        [
+            infonce_risk(
+                pos,
+                np.take_along_axis(sim, sample_negatives(sim.shape[1], k_seed, exclude, rng), axis=1),
+                tau,
+            )
+            for _ in range(replicates)
+        ],
+        axis=0,
+    )  # (n_anchors,)
+    return {
+        "risk": loss.mean(),
+        "positive": (-pos / tau).mean(),
+        "negatives": (loss + pos / tau).mean(),
+    }
 
 
 def decompose(out: Path, corpora: list[str], k: int, seed: int = 0, replicates: int = 20) -> dict[str, Any]:
@@ -510,8 +568,6 @@ def decompose(out: Path, corpora: list[str], k: int, seed: int = 0, replicates: 
     draws of the negatives), and the differences
     measured − report are averaged over seeds with t intervals.
     """
-    from training.gap.estimators import infonce_risk, pad_exclusions, sample_negatives
-
     rows: dict[str, dict[str, list[float]]] = {}
     for meta_path in sorted((out / "seeds").glob("*.meta.json")):
         corpus = meta_path.name.split("-")[0]
@@ -526,34 +582,9 @@ def decompose(out: Path, corpora: list[str], k: int, seed: int = 0, replicates: 
         column = {d: i for i, d in enumerate(meta["doc_ids"])}
         terms = {}
         for split in ("r", "u", "t"):
-            q_emb = arrays[f"q_{split}"]  # (n_queries, dim)
-            anchor_rows, cols, excl = [], [], []
-            for qi, qid in enumerate(meta[f"qids_{split}"]):
-                relevant = [column[d] for d in meta[f"qrels_{split}"].get(qid, {}) if d in column]
-                for c in relevant:
-                    anchor_rows.append(qi)
-                    cols.append(c)
-                    excl.append(relevant)
-            sim = (q_emb @ doc_emb.T).astype(np.float64)[anchor_rows]  # (n_anchors, N)
-            pos = sim[np.arange(len(cols)), cols]  # (n_anchors,)
-            exclude = pad_exclusions(excl, doc_emb.shape[0])
-            rng = np.random.default_rng(seed)
-            loss = np.mean(  # averaged over draws of the negatives: only the anchors' own variation is left
-                [
-                    infonce_risk(
-                        pos,
-                        np.take_along_axis(sim, sample_negatives(sim.shape[1], k_seed, exclude, rng), axis=1),
-                        tau,
-                    )
-                    for _ in range(replicates)
-                ],
-                axis=0,
-            )  # (n_anchors,)
-            terms[split] = {
-                "risk": loss.mean(),
-                "positive": (-pos / tau).mean(),
-                "negatives": (loss + pos / tau).mean(),
-            }
+            terms[split] = split_terms(
+                arrays[f"q_{split}"], doc_emb, meta, split, column, (k_seed, tau), seed, replicates
+            )
         for split in ("u", "t"):
             for term in ("risk", "positive", "negatives"):
                 rows.setdefault(f"{corpus}:{split}:{term}", {"d": []})["d"].append(
