@@ -18,7 +18,7 @@ import logging
 import shutil
 from pathlib import Path
 
-from bench.harness.paths import REPO, SCIFACT
+from bench.harness.paths import REPO, require_scifact
 from training.distill.config import DistillConfig
 
 BUNDLES = REPO / "var" / "bench" / "bundles"
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
         sentences_per_doc=args.sentences_per_doc,
         static_sparse=args.static_sparse,
     )
-    train, test = load_beir(SCIFACT, "train"), load_beir(SCIFACT, "test")
+    train, test = load_beir(require_scifact(), "train"), load_beir(require_scifact(), "test")
     with store.build_dir() as staging:
         shutil.copytree(store.version_path(live), staging, dirs_exist_ok=True)
         shutil.rmtree(staging / "query_encoders", ignore_errors=True)

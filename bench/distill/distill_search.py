@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bench.harness.paths import REPO, SCIFACT
+from bench.harness.paths import REPO, require_scifact
 from bench.harness.usage import asked_for_help
 from contract.atomic import write_json_atomic
 from contract.bundles.bundle import MODEL_DIR, load_bundle
@@ -227,7 +227,7 @@ def score_saved_on_test(saved: str) -> None:
     store = BundleStore(BUNDLES)
     bundle = load_bundle(store.version_path(str(store.current_version())), verify=False)
     doc_emb = np.ascontiguousarray(bundle_doc_embeddings(bundle), dtype=np.float32)  # (N, D)
-    test = load_beir(SCIFACT, "test")
+    test = load_beir(require_scifact(), "test")
     texts = [test.queries[q] for q in test.queries if test.qrels.get(q)]
     full = bundle.encoder.encode(texts, kind="query")
     student = SentenceTransformer(str(WORK / "students" / saved), device="cpu")
@@ -256,7 +256,7 @@ def compare_saved(saved: list[str]) -> None:
     bundle = load_bundle(store.version_path(str(store.current_version())), verify=False)
     doc_emb = np.ascontiguousarray(bundle_doc_embeddings(bundle), dtype=np.float32)  # (N, D)
     doc_ids = list(bundle.doc_ids)
-    _, val = carve_validation(load_beir(SCIFACT, "train"), VALIDATION_FRACTION, VALIDATION_SEED)
+    _, val = carve_validation(load_beir(require_scifact(), "train"), VALIDATION_FRACTION, VALIDATION_SEED)
     texts = [val.queries[q] for q in val.queries if val.qrels.get(q)]
     full = per_query_ndcg(bundle.encoder.encode(texts, kind="query"), doc_emb, doc_ids, val)
     bundle.docstore.close()
@@ -333,9 +333,11 @@ def main(argv: list[str] | None = None) -> None:
     doc_ids = list(bundle.doc_ids)
     bundle.docstore.close()
     if final:  # the chosen recipe, once: trained on every training query, scored on the test split
-        fit, val = load_beir(SCIFACT, "train"), load_beir(SCIFACT, "test")
+        fit, val = load_beir(require_scifact(), "train"), load_beir(require_scifact(), "test")
     else:
-        fit, val = carve_validation(load_beir(SCIFACT, "train"), VALIDATION_FRACTION, VALIDATION_SEED)
+        fit, val = carve_validation(
+            load_beir(require_scifact(), "train"), VALIDATION_FRACTION, VALIDATION_SEED
+        )
     model_dir = store.version_path(live) / MODEL_DIR
     # the ONNX fp32 export of the same base model (cosine 1.0000 to torch, bench/serving/load_bench.py), ~2x faster
     from contract.encoding.onnx_encoder import OnnxQueryEncoder

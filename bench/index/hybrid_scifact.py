@@ -18,7 +18,7 @@ import logging
 import tempfile
 from pathlib import Path
 
-from bench.harness.paths import SCIFACT
+from bench.harness.paths import require_scifact
 from contract.atomic import write_json_atomic
 from contract.encoding.encoder import Encoder, document_text
 from contract.index.fusion import FusionParams
@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> None:
     model_path, run = (None, None) if args.model is None else resolve_run(args.model)
     training_config = json.loads((run / "config.json").read_text()) if run is not None else {}
     encoder = Encoder.load(model_path)
-    test = load_beir(SCIFACT, "test")
-    validation = validation_split(SCIFACT, training_config)
+    test = load_beir(require_scifact(), "test")
+    validation = validation_split(require_scifact(), training_config)
     assert validation is not None
     doc_ids, doc_emb = encode_corpus(encoder, test.corpus, cache=EmbeddingCache(args.work / "embeddings"))
     with tempfile.TemporaryDirectory() as tmp:

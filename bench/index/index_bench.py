@@ -30,7 +30,7 @@ import faiss
 import numpy as np
 
 import training.export.index_factory as build_mod
-from bench.harness.paths import REPO, SCIFACT
+from bench.harness.paths import REPO, SCIFACT, require_scifact
 from contract.index.vector_index import VectorIndex, set_flat_batch_threshold
 from training.export.index_factory import build_index
 
@@ -47,7 +47,7 @@ def real_embeddings() -> tuple[np.ndarray, np.ndarray]:
     from contract.encoding.encoder import Encoder, document_text
     from training.data.beir import load_corpus
 
-    corpus = load_corpus(SCIFACT / "corpus.jsonl")
+    corpus = load_corpus(require_scifact() / "corpus.jsonl")
     queries = [json.loads(line)["text"] for line in (SCIFACT / "queries.jsonl").open() if line.strip()]
     enc = Encoder.load()
     docs = enc.encode([document_text(d.title, d.text) for d in corpus.values()], show_progress=True)

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.harness.milvus import milvus_server
-from bench.harness.paths import REPO, SCIFACT
+from bench.harness.paths import REPO, require_scifact
 from bench.index.index_bench import mixture_sampler
 from contract.index.backend import MILVUS_EXTRAS, BackendConfig
 from contract.milvus.index import connect
@@ -56,7 +56,7 @@ def scifact_slice() -> tuple[np.ndarray, np.ndarray]:
     from training.data.beir import load_beir
     from training.data.query_sample import subset
 
-    data = subset(load_beir(SCIFACT, "test"), n_queries=10_000, n_distractors=DISTRACTORS, seed=0)
+    data = subset(load_beir(require_scifact(), "test"), n_queries=10_000, n_distractors=DISTRACTORS, seed=0)
     enc = Encoder.load()
     texts = [document_text(d.title, " ".join(d.text.split()[:MAX_WORDS])) for d in data.corpus.values()]
     docs = enc.encode(texts, kind="document", show_progress=True)

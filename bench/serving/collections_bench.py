@@ -46,7 +46,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from bench.harness.paths import REPO, RESULTS, SCIFACT
+from bench.harness.paths import REPO, RESULTS, require_scifact
 from bench.harness.ports import free_port
 
 KEY = "collections-bench"
@@ -120,12 +120,12 @@ def prepare(work: Path, n: int, k: int, n_docs: int) -> None:
     from contract.encoding.encoder import Encoder
     from training.data.beir import load_beir
 
-    data = load_beir(SCIFACT, "test")
+    data = load_beir(require_scifact(), "test")
     encoder = Encoder.load()
     encoder.model.max_seq_length = 128
     emb = corpus_embeddings(work, encoder, data)
     if not (work / "data" / "mini").exists():
-        beir_slice(SCIFACT, work / "data" / "mini", n_train=40, n_test=20, n_distractors=200)
+        beir_slice(require_scifact(), work / "data" / "mini", n_train=40, n_test=20, n_distractors=200)
     shared_root = work / "shared" / "bundles"
     shared_root.mkdir(parents=True, exist_ok=True)
     for i in range(1, n + 1):
@@ -372,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from training.data.beir import load_beir
 
-    queries = list(load_beir(SCIFACT, "test").queries.values())
+    queries = list(load_beir(require_scifact(), "test").queries.values())
     names = [f"c{i:02d}" for i in range(1, args.collections + 1)]
     distinct = [f"d{i:02d}" for i in range(1, args.distinct + 1)]
     marks = sorted({1, 2, 5, 10, args.collections, args.distinct})

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.harness.paths import CACHE, SCIFACT
+from bench.harness.paths import CACHE, require_scifact
 
 
 def bundle(n_docs: int) -> Path:
@@ -38,7 +38,7 @@ def bundle(n_docs: int) -> Path:
     if store.current_version():
         return bundles
     print(f"building a {n_docs}-document scifact bundle in {bundles} (once)", flush=True)
-    corpus = dict(list(load_corpus(SCIFACT / "corpus.jsonl").items())[:n_docs])
+    corpus = dict(list(load_corpus(require_scifact() / "corpus.jsonl").items())[:n_docs])
     with store.build_dir() as staging:
         build_bundle(Encoder.load(), corpus, staging_dir=staging, index_kind="flat", show_progress=False)
         store.publish(staging, force=True)
@@ -89,8 +89,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
 
     bundles = bundle(args.docs)
-    queries = list(load_queries(SCIFACT / "queries.jsonl").values())[: args.n]
-    abstracts = [d.text for d in list(load_corpus(SCIFACT / "corpus.jsonl").values())[:200]]
+    queries = list(load_queries(require_scifact() / "queries.jsonl").values())[: args.n]
+    abstracts = [d.text for d in list(load_corpus(require_scifact() / "corpus.jsonl").values())[:200]]
     long = [t for t in abstracts if len(t) > 1500][:16]
     big = {"queries": [t[:2048] for t in long], "top_k": 10}
     print(f"big request: {len(long)} queries of ~256 tokens; {len(queries)} single queries per cell")

@@ -27,7 +27,7 @@ from fastapi.testclient import TestClient
 
 from app.main import create_app
 from app.settings import Settings
-from bench.harness.paths import SCIFACT
+from bench.harness.paths import require_scifact
 from contract.encoding.encoder import Encoder
 from training.bundle.build import build_bundle
 from training.bundle.store import BundleStore
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--scale", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
-    data = load_beir(SCIFACT, "test")
+    data = load_beir(require_scifact(), "test")
     encoder = Encoder.load()
     _, emb = encode_corpus(encoder, data.corpus, cache=EmbeddingCache(args.work / "embeddings"))
     queries = list(data.queries.values())

@@ -46,7 +46,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from bench.harness.paths import CACHE, SCIFACT
+from bench.harness.paths import CACHE, require_scifact
 from bench.harness.ports import free_port
 from bench.harness.servers import APP, NAIVE_APP, on_port, service_env, start_server, stop_server, uvicorn_cmd
 from bench.harness.wrk import drive, drive_wrk, median_run, write_wrk_bodies
@@ -70,7 +70,7 @@ def build_bundle_if_needed(bundles: Path, distractors: int = 0, doc_embeddings: 
     from training.export.onnx_export import attach_onnx, export_onnx
 
     print(f"building the scifact bench bundle in {bundles} (once)", flush=True)
-    test = load_beir(SCIFACT, "test")
+    test = load_beir(require_scifact(), "test")
     base_onnx = CACHE / "base-onnx"
     if not (base_onnx / "onnx" / "model.onnx").exists():
         base_onnx.mkdir(parents=True, exist_ok=True)
@@ -160,7 +160,7 @@ def encode_costs(bundles: Path, version: str, backends: list[str], max_loss: flo
     ndcg |= {"onnx": extras.get("onnx", {}).get("ndcg@10", {}).get("fp32")}
     ndcg |= {"onnx-int8": extras.get("onnx", {}).get("ndcg@10", {}).get("int8")}
     ndcg |= {k: v["ndcg@10"] for k, v in (extras.get("query_encoders") or {}).get("variants", {}).items()}
-    test = list(load_beir(SCIFACT, "test").queries.values())[:100]
+    test = list(load_beir(require_scifact(), "test").queries.values())[:100]
     out = {}
     for backend in sorted(recorded_ndcg_losses(bundle)):
         ms = time_encoder(load_encoder_backend(bundle, backend), test)
@@ -371,13 +371,13 @@ def main(argv: list[str] | None = None) -> None:
 
     bundles = args.bundles or CACHE / ("bundles" if not args.distractors else f"bundles-{args.distractors}")
     version = build_bundle_if_needed(bundles, args.distractors, args.doc_embeddings)
-    queries = list(load_queries(SCIFACT / "queries.jsonl").values())
+    queries = list(load_queries(require_scifact() / "queries.jsonl").values())
     levels = [int(c) for c in args.concurrency.split(",")]
     client = load_client(args.client)
     print(f"load generator: {client}; bundle {version}", flush=True)
     backends = [b for b in args.backends.split(",") if b]
     costs = encode_costs(bundles, version, [b for b in backends if b != "auto"], float(args.max_ndcg_loss))
-    test_queries = list(load_beir(SCIFACT, "test").queries.values())
+    test_queries = list(load_beir(require_scifact(), "test").queries.values())
     if args.ceilings:
         print_ceilings(bundles, version, [b for b in backends if b != "auto"], queries)
     bodies = {

@@ -35,7 +35,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from bench.harness.paths import REPO, SCIFACT
+from bench.harness.paths import REPO, require_scifact
 from bench.harness.ports import free_port
 from bench.serving.fairness_bench import bundle as template
 
@@ -171,9 +171,9 @@ def main(argv: list[str] | None = None) -> None:
     from training.data.beir import load_beir, load_corpus
 
     src = template(args.docs)
-    all_docs = list(load_corpus(SCIFACT / "corpus.jsonl").values())
+    all_docs = list(load_corpus(require_scifact() / "corpus.jsonl").values())
     spare = iter(all_docs[args.docs :])  # documents not in the bundle
-    queries = list(load_beir(SCIFACT, "test").queries.values())
+    queries = list(load_beir(require_scifact(), "test").queries.values())
     queries = (queries * (args.searches // len(queries) + 1))[: args.searches]
 
     def new_docs(n: int, prefix: str) -> list[dict]:

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from bench.harness.paths import SCIFACT
+from bench.harness.paths import require_scifact
 from bench.harness.usage import asked_for_help
 from contract.config import TrainConfig
 from contract.encoding.encoder import Encoder
@@ -50,10 +50,10 @@ def main(argv: list[str] | None = None) -> None:
         if cache.exists():
             base_eval = pickle.loads(cache.read_bytes())
         else:
-            data = limit_queries(load_beir(SCIFACT, config.eval_split), config)
+            data = limit_queries(load_beir(require_scifact(), config.eval_split), config)
             base_eval = evaluate(Encoder.load(config.base_model), data, show_progress=False)
             cache.write_bytes(pickle.dumps(base_eval))
-    result = train(config, SCIFACT, out, show_progress=False, base_eval=base_eval)
+    result = train(config, require_scifact(), out, show_progress=False, base_eval=base_eval)
     wall = time.perf_counter() - t0
     foreign = (busy_cpu_seconds() - busy0 - (time.process_time() - own0)) / wall
     print(f"options: {json.dumps(overrides)}")
