@@ -42,13 +42,24 @@ def on_port(cmd: list[str], port: int) -> list[str]:
 
 
 def start_server(
-    cmd: list[str], env: dict[str, str], port: int, ready_path: str = "/readyz", timeout: float = 600
+    cmd: list[str],
+    env: dict[str, str],
+    port: int,
+    ready_path: str = "/readyz",
+    timeout: float = 600,
+    log: Path | None = None,
 ) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(cmd, cwd=REPO, env=env)
+    """Start cmd and wait until GET ready_path answers 200; its output goes to `log` when given."""
+    if log is None:
+        proc = subprocess.Popen(cmd, cwd=REPO, env=env)
+    else:
+        with open(log, "wb") as out:  # the child keeps its own descriptor
+            proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise SystemExit(f"{cmd[2:5]} exited with {proc.returncode}")
+            tail = f": {log.read_text()[-2000:]}" if log is not None else ""
+            raise SystemExit(f"{cmd[2:5]} exited with {proc.returncode}{tail}")
         try:
             if httpx.get(f"http://127.0.0.1:{port}{ready_path}", timeout=5).status_code == 200:
                 return proc

@@ -37,6 +37,7 @@ import numpy as np
 
 from bench.harness.paths import REPO, require_scifact
 from bench.harness.ports import free_port
+from bench.harness.servers import start_server
 from bench.serving.fairness_bench import bundle as template
 
 KEY = {"X-API-Key": "bench"}
@@ -62,20 +63,7 @@ def start(bundles: Path, poll: float, log: Path) -> tuple[subprocess.Popen[bytes
         "PYTHONPATH": str(REPO),
     }
     cmd = [sys.executable, "-m", "uvicorn", "--factory", "app.main:create_app", "--port", str(port)]
-    with open(log, "wb") as out:  # the child keeps its own descriptor
-        proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    end = time.monotonic() + 300
-    while time.monotonic() < end:
-        if proc.poll() is not None:
-            raise SystemExit(f"replica exited: {log.read_text()[-2000:]}")
-        try:
-            if httpx.get(url + "/readyz", timeout=5).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise SystemExit("replica did not become ready")
+    return start_server(cmd, env, port, "/readyz", timeout=300, log=log), f"http://127.0.0.1:{port}"
 
 
 def search_p50(client: httpx.Client, url: str, queries: list[str]) -> tuple[float, float]:
