@@ -110,7 +110,7 @@ class TrainConfig(BaseModel):
         "positive).",
     )
     # 3 mined negatives and lr 6e-5: scifact validation nDCG@10 0.6467 vs 0.6129 for 1 and 3e-5, paired
-    # bootstrap +0.013 .. +0.058 (bench/recipe_search.py, bench/recipe_compare.py). Per CPU-minute
+    # bootstrap +0.013 .. +0.058 (bench/recipe_search.py, docs/bench-retired.md, recipe_compare). Per CPU-minute
     # (bench/recipe_cost.py, bench/results/recipe_cost.txt): 1 negative ties on the demo corpus at 63 % of
     # the time but loses 0.030 on scifact; 64 training tokens halve a step and lose 0.005 / 0.008.
     hard_negatives: int = Field(

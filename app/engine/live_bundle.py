@@ -50,7 +50,7 @@ DEFAULT_ENCODE_BATCH_SIZE |= {"static-routed": 64, "distilled-routed": 1}
 # Documents per encoder call in encode_documents, the one document encoder of the API (upserts, /embed of
 # documents, log rows re-encoded for a new model). scifact passages (239 tokens on average) cost 131, 99
 # and 85 ms each in batches of 8, 16 and 32, and 171, 126, 126 ms with the order reversed
-# (bench/doc_encode_batch.py, 2 cores at load average 4-6, so noisy; 32 never lost). Upserts reach it in
+# (docs/bench-retired.md, doc_encode_batch, 2 cores at load average 4-6, so noisy; 32 never lost). Upserts reach it in
 # slices of 8 and /embed in token slices, so only bulk re-encoding sees the difference.
 DOCUMENT_ENCODE_BATCH = 32
 

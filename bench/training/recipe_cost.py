@@ -11,7 +11,7 @@ The rows compared must come from one machine in one sitting (their seconds are c
 recipe_search.py records threads and load). The
 chosen recipe is the cheapest whose validation nDCG@10 is within `--tolerance` (the publish gate's, by
 default) of the best: the best nDCG per CPU-minute among recipes that are not clearly worse, rather than
-the best nDCG alone. The carve's paired differences (docs/bench-retired.md (recipe_compare)) say how large "clearly" is.
+the best nDCG alone. The carve's paired differences (docs/bench-retired.md, recipe_compare) say how large "clearly" is.
 With several corpora (the same recipe names in each), the default is the cheapest recipe that passes on
 every one.
 """
