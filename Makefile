@@ -85,7 +85,7 @@ docs: install
 # the load benchmark drives uvicorn with wrk (C, light on the shared cores); it falls back to httpx without it
 bench-load: install
 	command -v wrk >/dev/null || (apt-get install -y wrk >/dev/null 2>&1 || echo "wrk not installed: using httpx")
-	$(BIN)/python bench/load_bench.py
+	$(BIN)/python -m bench load_bench
 
 clean:
 	rm -rf $(VENV) $(RUN_DIR) .pytest_cache .mypy_cache .ruff_cache

@@ -158,7 +158,7 @@ class Settings(JobSettings):
         True,
         description="Encode concurrent queries together and search them as one FAISS batch. "
         "Off: every request encodes and searches on its own. Measured at 32 clients on 2 cores "
-        "(bench/load_bench.py, scifact): 2.45x the req/s with torch, 1.2x with ONNX.",
+        "(bench/serving/load_bench.py, scifact): 2.45x the req/s with torch, 1.2x with ONNX.",
     )
     microbatch_max_size: int = Field(
         64, ge=1, le=4096, description="Most queries encoded in one micro-batch."

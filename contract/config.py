@@ -37,7 +37,7 @@ class TrainConfig(BaseModel):
         description="Local sentence-transformers model folder to start from; default (None): the packaged "
         "all-MiniLM-L6-v2.",
     )
-    # 128 halves the cost of a step on CPU (scifact: bench/train_scifact.py)
+    # 128 halves the cost of a step on CPU (scifact: bench/training/train_scifact.py)
     max_seq_length: int = Field(
         128,
         ge=16,
@@ -110,8 +110,8 @@ class TrainConfig(BaseModel):
         "positive).",
     )
     # 3 mined negatives and lr 6e-5: scifact validation nDCG@10 0.6467 vs 0.6129 for 1 and 3e-5, paired
-    # bootstrap +0.013 .. +0.058 (bench/recipe_search.py, bench/recipe_compare.py). Per CPU-minute
-    # (bench/recipe_cost.py, bench/results/recipe_cost.txt): 1 negative ties on the demo corpus at 63 % of
+    # bootstrap +0.013 .. +0.058 (bench/training/recipe_search.py, docs/bench-retired.md, recipe_compare). Per CPU-minute
+    # (bench/training/recipe_cost.py, bench/results/recipe_cost.txt): 1 negative ties on the demo corpus at 63 % of
     # the time but loses 0.030 on scifact; 64 training tokens halve a step and lose 0.005 / 0.008.
     hard_negatives: int = Field(
         3,
@@ -135,7 +135,7 @@ class TrainConfig(BaseModel):
     )
 
     # optimisation
-    # 2 epochs: scifact validation nDCG@10 0.6467 vs 0.6413 at 3 (bench/recipe_search.py)
+    # 2 epochs: scifact validation nDCG@10 0.6467 vs 0.6413 at 3 (bench/training/recipe_search.py)
     epochs: int = Field(2, ge=1, description="Passes over the training pairs.")
     batch_size: int = Field(
         32,
@@ -157,7 +157,7 @@ class TrainConfig(BaseModel):
         1.0, ge=0, description="Clip the encoder's gradient norm at this value; 0 disables clipping."
     )
     # on: a default step's peak resident memory 1.9 GB instead of 7.0 GB, for 1.39x its seconds (scifact,
-    # 32 pairs x 3 mined negatives, 128 tokens: bench/train_step_cost.py, bench/results/train_step_cost.txt)
+    # 32 pairs x 3 mined negatives, 128 tokens: bench/training/train_step_cost.py, bench/results/train_step_cost.txt)
     grad_cache: bool = Field(
         True,
         description="GradCache (Gao et al. 2021): exact large-batch gradients with the memory of "

@@ -39,7 +39,7 @@ class QueryRetrainConfig(BaseModel):
         64, gt=0, description="LoRA alpha: the adapters' update is scaled by alpha / r."
     )
     query_layers: int = Field(4, ge=1, le=12, description="Transformer layers a truncated query tower keeps.")
-    # 1e-3: the demo corpus' validation nDCG@10 0.7177 vs 0.7132 at 2e-4 (bench/query_retrain_search.py)
+    # 1e-3: the demo corpus' validation nDCG@10 0.7177 vs 0.7132 at 2e-4 (bench/training/query_retrain_search.py)
     query_lr: float = Field(1e-3, gt=0, description="Peak learning rate of the query tower (AdamW).")
     query_epochs: int = Field(4, ge=1, description="Most passes over the query-side training pairs.")
     query_batch_size: int = Field(

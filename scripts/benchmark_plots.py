@@ -21,7 +21,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 REPO = Path(__file__).resolve().parents[1]
-RETRAIN_CORPORA = {  # result file -> the corpus it measured (bench/retrain_scale.py)
+RETRAIN_CORPORA = {  # result file -> the corpus it measured (bench/training/retrain_scale.py)
     "retrain_scale_demo.json": "pydocs (1.1k docs)",
     "retrain_scale_scifact.json": "scifact (5.2k docs)",
     "retrain_scale_packages15k.json": "packages (15k docs)",
@@ -56,7 +56,7 @@ def retrain_cost(results: Path, out: Path) -> Path:
     for ax in (left, right):
         ax.set_xticks(list(x), labels, fontsize=8)
         ax.legend(title="retrain")
-    fig.suptitle("Full vs query-side retrain (bench/retrain_scale.py)")
+    fig.suptitle("Full vs query-side retrain (bench/training/retrain_scale.py)")
     return _save(fig, out / "retrain_cost.png")
 
 
@@ -76,7 +76,7 @@ def serving_throughput(results: Path, out: Path) -> Path:
         ax.set_title(run["corpus"])
     axes[0].set_ylabel("queries / s")
     axes[0].legend(fontsize=7)
-    fig.suptitle("POST /search throughput, same machine, same run (bench/load_bench.py)")
+    fig.suptitle("POST /search throughput, same machine, same run (bench/serving/load_bench.py)")
     return _save(fig, out / "serving_throughput.png")
 
 
@@ -93,7 +93,7 @@ def recipe_search(results: Path, out: Path) -> Path:
     ax.set_xlabel("training minutes (2 cores, machine shared)")
     ax.set_ylabel("validation nDCG@10")
     ax.legend(fontsize=8)
-    ax.set_title("Training recipes on scifact (bench/recipe_search.py)")
+    ax.set_title("Training recipes on scifact (bench/training/recipe_search.py)")
     return _save(fig, out / "recipe_search.png")
 
 

@@ -25,9 +25,9 @@ if [ -z "$data" ]; then
     "$py" -m training demo-data --out "$data"
     "$py" -m training demo-data --out "$family" --modules "$NET_MODULES" --docs 289 --test-queries 70
     # one epoch, in-batch negatives only, 64-token training inputs: the demo reaches a serving API in
-    # minutes on 2 CPU cores and still gains clearly over the base model (bench/demo_bench.py, docs/benchmarks.md).
+    # minutes on 2 CPU cores and still gains clearly over the base model (bench/serving/demo_bench.py, docs/benchmarks.md).
     # Its 64 short texts a step fit without GradCache: 2.2 s and 2.1 GB a step vs 2.9 s and 1.4 GB with
-    # it (bench/train_step_cost.py --data <demo> --cells 'demo recipe,demo recipe no gradcache')
+    # it (bench/training/train_step_cost.py --data <demo> --cells 'demo recipe,demo recipe no gradcache')
     train_opts=(--epochs 1 --hard-negatives 0 --max-seq-length 64 --no-grad-cache)
 elif [ ! -f "$data/corpus.jsonl" ] && [ ! -f "$data" ]; then
     echo "demo: no dataset at $data (expected a BEIR folder: corpus.jsonl, queries.jsonl, qrels/; or a pairs JSONL file)" >&2

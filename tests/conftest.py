@@ -2,7 +2,7 @@
 
 The dataset is the demo's (training/data/demo_data.py: this Python's standard-library docstrings, one
 relevant document per query), built once per session into a temporary folder, so the suite needs nothing
-beside the clone. Checks that need the scifact benchmark's own numbers live in bench/ (bench/scifact_checks.py).
+beside the clone. Checks that need the scifact benchmark's own numbers live in bench/ (bench/training/scifact_checks.py).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 KEY = {"X-API-Key": "query-key"}
 HEARTBEAT_TIMEOUT_S = 15
 # a few steps at a small lr: the tower moves and stays within the gate's tolerance (the machinery is tested
-# here; what the query side gains is measured by bench/retrain_scale.py); the query-side knobs are job
+# here; what the query side gains is measured by bench/training/retrain_scale.py); the query-side knobs are job
 # options like TrainConfig's (contract/query_config.py), and the published version records them
 QUERY_JOB = {"tower": "query", "max_steps": 2, "query_lr": 1e-6, "query_lora_rank": 8, "query_batch_size": 8,
              "eval_max_queries": 10, "onnx": False, "distill": False, "validation_fraction": 0.0}  # fmt: skip

@@ -2,7 +2,7 @@
 
 All model and FAISS work runs on one inference thread (`Inference.executor`): on a 2-core box the
 encoder's own intra-op threads already use both cores, and more request threads only thrash
-(bench/load_bench.py: torch throughput fell 10-17% from 8 to 32 concurrent requests).
+(bench/serving/load_bench.py: torch throughput fell 10-17% from 8 to 32 concurrent requests).
 
 `MicroBatcher`: requests wait in a bounded asyncio queue; one worker takes whatever is pending (up to
 `max_size` queries), encodes every text in one call and searches the batch as one FAISS call

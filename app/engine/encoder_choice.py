@@ -7,7 +7,7 @@ two exist only in bundles built with distillation (`training.distill.bundle_step
 `auto` takes every backend the bundle has whose nDCG@10 loss vs the full model, recorded in the manifest
 on the evaluation split, is within `max_ndcg_loss` (torch always qualifies: it *is* the full model), loads
 each, times it on this machine and serves the fastest. Timed, not assumed: on a CPU without VNNI the int8
-export is no faster than fp32 (bench/load_bench.py prints both), and which is faster depends on the
+export is no faster than fp32 (bench/serving/load_bench.py prints both), and which is faster depends on the
 machine. Each candidate encodes the recorded evaluation queries one at a time (the latency a lone client
 sees), after a warm-up; the mean ms per query decides. The choice and its timings show in GET /bundles.
 

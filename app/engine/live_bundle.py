@@ -41,7 +41,7 @@ from contract.mutations.overlay import Overlay
 
 logger = logging.getLogger(__name__)
 
-# Settings.encode_batch_size when unset. Measured on scifact queries (bench/load_bench.py prints it):
+# Settings.encode_batch_size when unset. Measured on scifact queries (bench/serving/load_bench.py prints it):
 # torch encodes one query in 11.9 ms but 4.9 ms/query in length-sorted chunks of 8; onnxruntime costs
 # about the same either way (int8 2.1 vs 1.9 ms), so for it batching texts only adds padding.
 # A distilled transformer is the ONNX case again; the static table costs microseconds either way.
@@ -52,7 +52,7 @@ DEFAULT_ENCODE_BATCH_SIZE |= {"static-routed": 64, "distilled-routed": 1}
 # Documents per encoder call in encode_documents, the one document encoder of the API (upserts, /embed of
 # documents, log rows re-encoded for a new model). scifact passages (239 tokens on average) cost 131, 99
 # and 85 ms each in batches of 8, 16 and 32, and 171, 126, 126 ms with the order reversed
-# (bench/doc_encode_batch.py, 2 cores at load average 4-6, so noisy; 32 never lost). Upserts reach it in
+# (docs/bench-retired.md, doc_encode_batch, 2 cores at load average 4-6, so noisy; 32 never lost). Upserts reach it in
 # slices of 8 and /embed in token slices, so only bulk re-encoding sees the difference.
 DOCUMENT_ENCODE_BATCH = 32
 
@@ -288,7 +288,7 @@ class LiveBundle:
         """(positions, scores) per query of each search spec: the plain ones (dense or hybrid, unfiltered) in
         one FAISS call (k = the largest top-k, or the fusion depth for hybrid) and one BM25 call, the rest
         alone. Before, every hybrid request searched FAISS and BM25 on its own: 237 CPU µs a query against
-        about 164 for its share of the batched search, BM25 and fusion (bench/hybrid_profile.py, demo corpus,
+        about 164 for its share of the batched search, BM25 and fusion (bench/serving/hybrid_profile.py, demo corpus,
         batches of 32: bench/results/hybrid_profile_demo.txt)."""
         rows: list[Rankings | Exception] = [[] for _ in specs]
         plain = {i: s for i, s in enumerate(specs) if isinstance(s, SearchSpec) and self._plain(s)}

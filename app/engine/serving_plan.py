@@ -5,11 +5,11 @@ JSON). One process runs Python on one core at a time, so:
 
 - with a static-table encoder (`static`, or `static-routed`, whose full-model share is small) a request
   is mostly Python: one worker process per core, one intra-op thread each, serves more. Measured on 2
-  cores (bench/load_bench.py, scifact, static): 2 workers × 1 thread gave 1.38× one process's req/s at 8
+  cores (bench/serving/load_bench.py, scifact, static): 2 workers × 1 thread gave 1.38× one process's req/s at 8
   clients and 1.70× at 32, with p99 53 ms vs 77 ms; it lost at 1 client (0.81×: each process has one core);
 - with a transformer encoder (torch, ONNX fp32/int8, the truncated `distilled` one) the encoder is most of
   a request and its own threads use every core: one process with intra-op threads = cores beat 2 workers ×
-  1 thread at every concurrency (1.15×, 1.31×, 1.46× at 1, 8, 32 clients; docs/benchmarks.md, bench/load_bench.py).
+  1 thread at every concurrency (1.15×, 1.31×, 1.46× at 1, 8, 32 clients; docs/benchmarks.md, bench/serving/load_bench.py).
 
 Which encoder `auto` will pick is read from the live bundle's manifest at start (the recorded nDCG@10
 losses and routing curves against SEARCH_MAX_NDCG_LOSS), before any model loads; the workers then choose

@@ -8,7 +8,7 @@ own tokenizer and truncation:
 - a request over `Settings.fair_chunk_tokens` is run as consecutive slices of at most that many tokens
   (at least one query each), each queued on its own behind whatever arrived meanwhile. Both runners
   are FIFO (the micro-batch queue; the one-thread executor), so a small request waits for at most one
-  slice of a big one, not for all of it. bench/fairness_bench.py measures single-query latency while
+  slice of a big one, not for all of it. bench/serving/fairness_bench.py measures single-query latency while
   a big batch runs.
 
 The answer of a sliced request is its slices' hits in order, with their encode and search times summed.

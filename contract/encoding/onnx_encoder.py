@@ -9,7 +9,7 @@ L2-normalised vector `Encoder.encode` returns (cosine ≈ 1.0 for fp32, checked 
 
 int8 is dynamic quantization of the MatMul weights, per channel (the per-tensor default loses far
 more: cosine to fp32 0.89-0.97 instead of ≥ 0.98 on short queries). int8 is not a drop-in swap
-(top-10 agreement 0.85-0.90, bench/corpus_encode_bench.py), which is why training.export.onnx_export's
+(top-10 agreement 0.85-0.90, bench/index/corpus_encode_bench.py), which is why training.export.onnx_export's
 `measure_onnx_quality` scores it on the
 task metric (nDCG@10) against torch, and the API's `auto` considers it only when that loss is within
 its budget (and then serves whichever candidate it times fastest).
@@ -72,7 +72,7 @@ class OnnxQueryEncoder:
         options = ort.SessionOptions()
         if threads > 0:
             options.intra_op_num_threads = threads
-        # Spinning stays on (onnxruntime's default), deliberately: bench/load_bench.py's concurrency runs suspected it,
+        # Spinning stays on (onnxruntime's default), deliberately: bench/serving/load_bench.py's concurrency runs suspected it,
         # but measured here it halves one short query's latency (int8, 15 tokens: 1.56 ms spinning vs 2.95 ms
         # not; end to end /search p50 2.7 vs 5.2 ms); at 32 clients req/s was within run-to-run noise.
         options.add_session_config_entry("session.intra_op.allow_spinning", "1")

@@ -4,7 +4,7 @@
 Many collections are built from the same encoder: the packaged base model indexed without fine-tuning,
 or a reindex of the same fine-tuned model. Loading all-MiniLM-L6-v2 costs ~90 MB and ~1 s each time;
 sharing it makes the memory of N such collections that of their indexes plus one model
-(bench/collections_bench.py prints the table). Each bundle still gets its own `Encoder` (its own `source`
+(bench/serving/collections_bench.py prints the table). Each bundle still gets its own `Encoder` (its own `source`
 folder, which readiness checks); only the torch module underneath, or a query encoder object, is shared.
 Serving never changes a model (inference only, on one inference thread), so sharing is safe.
 

@@ -55,7 +55,7 @@ def _ordered(positions: np.ndarray, scores: np.ndarray, top_k: int) -> Ranking:
 
     One sort and a segmented sum (a position has at most one term per list, so at most two terms, whose
     float32 sum does not depend on their order): about a third of np.unique + np.add.at's cost at the
-    ~200 candidates of a hybrid query, which runs once per query (bench/hybrid_latency.py)."""
+    ~200 candidates of a hybrid query, which runs once per query (bench/serving/hybrid_latency.py)."""
     if len(positions) == 0:
         return positions.astype(np.int64), np.zeros(0, dtype=np.float32)
     by_pos = np.argsort(positions, kind="stable")

@@ -10,7 +10,7 @@ matrices of precomputed term scores: for query terms t (distinct, after analysis
 
 Analysis (the same for documents and queries): lower-case, words of two or more word characters, English
 stop words removed, Snowball English stems (PyStemmer). Why bm25s rather than SQLite FTS5 in the
-document store: bench/lexical_choice.py prints both engines' scifact quality and query latency.
+document store: docs/bench-retired.md (lexical_choice) records both engines' scifact quality and query latency.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class LexicalIndex:
         contract.mutations.overlay.Scope.restriction() fills once for both indexes.
 
         Every text is scored in one sparse product, so each query costs its matching documents, not a
-        dense pass over the corpus (bench/hybrid_latency.py)."""
+        dense pass over the corpus (bench/serving/hybrid_latency.py)."""
         mask = None
         if allowed is not None:
             mask = np.zeros(self.n_docs, dtype=bool)

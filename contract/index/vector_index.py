@@ -9,7 +9,7 @@ learned similarity; the one conversion is contract.encoding.similarity.index_sco
 Process-global knob: ``faiss.cvar.distance_compute_blas_threshold``. FAISS only switches exact search
 from a per-query SIMD scan to one sgemm when nq·d >= 128000 (334 queries at d = 384), so batches of
 8-256 re-read the whole index per query. `set_flat_batch_threshold` lowers it to 20·d (batches of >= 20
-queries use sgemm: 7x faster for batches of 64, bench/index_bench.py); single queries are unaffected. It is
+queries use sgemm: 7x faster for batches of 64, bench/index/index_bench.py); single queries are unaffected. It is
 process-global, so it is set once on build/load and never raised again.
 
 Threads: searches of fewer than SMALL_BATCH queries (the ones below that sgemm threshold) run FAISS on
@@ -282,7 +282,7 @@ def _kind_of(index: Any) -> str:
 def faiss_search(index: Any, q: np.ndarray, k: int, params: Any = None) -> tuple[np.ndarray, np.ndarray]:
     """`index.search`, with a batch below SMALL_BATCH on one OpenMP thread (module docstring: the sgemm
     threshold); the overlay's delta index searches through here too, so both run with the same team size
-    (switching it between the two cost 10 ms per query under load, bench/mutation_bench.py)."""
+    (switching it between the two cost 10 ms per query under load, bench/serving/mutation_bench.py)."""
     if len(q) >= SMALL_BATCH:
         return index.search(q, k, params=params)
     threads = faiss.omp_get_max_threads()

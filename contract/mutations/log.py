@@ -19,7 +19,7 @@ Rows carry the index-space vector of an upsert and the key of the encoder that m
 text (a retrain changes the encoder, so its replicas must not mix vectors of two models) and keeps what
 it encoded in the `vectors` table, by (seq, encoder key): whoever serves that encoder next (a rollback,
 another replica) reads them instead of encoding the log again, so each row is encoded at most once per
-encoder (bench/activation_bench.py).
+encoder (docs/bench-retired.md, activation_bench).
 
 The `replicas` table is where each API process records the state it serves (version, applied seq, delta
 size), so GET /bundles on any replica shows every replica's log position.

@@ -1,6 +1,6 @@
 """Work budget, fair slicing and the response-size cap (issue 11, item 6), on the real app and encoder.
 
-Latency itself is measured by bench/fairness_bench.py (no timing thresholds here); the tests prove the
+Latency itself is measured by bench/serving/fairness_bench.py (no timing thresholds here); the tests prove the
 mechanisms: the budget counts tokens, slices give the same answers, a small request overtakes a big one.
 """
 

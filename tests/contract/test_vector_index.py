@@ -17,7 +17,7 @@ N, D, NQ, K = 2_000, 32, 40, 10
 
 
 def _clustered(n: int, d: int, seed: int) -> np.ndarray:
-    # a Gaussian mixture on the sphere: like text embeddings, unlike isotropic noise (bench/index_bench.py)
+    # a Gaussian mixture on the sphere: like text embeddings, unlike isotropic noise (bench/index/index_bench.py)
     rng = np.random.default_rng(seed)
     centres = rng.normal(size=(40, d))
     x = centres[rng.integers(0, 40, n)] + 0.6 * rng.normal(size=(n, d))

@@ -221,7 +221,7 @@ def test_a_real_slice_beats_random(demo_dataset: Path, shared_encoder) -> None:
     assert all(0.0 <= v <= 1.0 for v in result.metrics.values())
     assert result.metrics["recall@100"] >= result.metrics["recall@10"] >= result.metrics["recall@1"]
     # random ranking of 150 docs with one relevant per query gives nDCG@10 around 0.03 (base model: 0.86);
-    # the same check on scifact's numbers is bench/scifact_checks.py
+    # the same check on scifact's numbers is bench/training/scifact_checks.py
     assert result.metrics["ndcg@10"] > 0.4
 
 

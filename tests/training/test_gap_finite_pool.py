@@ -1,6 +1,6 @@
 """The finite pool's own contribution to CE∞ (training.gap.estimators.finite_pool_terms,
 training.gap.bootstrap.pool_bootstrap) against brute force and the closed forms of the synthetic worlds
-(training/experiments/gap_simulation.py); the full coverage table is bench/gap_validation.py, table 8."""
+(training/experiments/gap_simulation.py); the full coverage table is bench/gap/gap_validation.py, table 8."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Validation on a synthetic world with known truth (training/experiments/gap_simulation.py): fast versions of the
-studies in bench/gap_validation.py."""
+studies in bench/gap/gap_validation.py."""
 
 from __future__ import annotations
 

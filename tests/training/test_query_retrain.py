@@ -112,7 +112,7 @@ def test_its_report_scores_the_query_tower_against_the_fixed_documents(world):
 
 
 def test_its_report_is_query_gap_report_so_held_out_splits_are_measured_the_same_way(world):
-    """bench/predictive_validity.py --tower query measures unseen queries with query_gap_report: recomputed
+    """bench/gap/predictive_validity.py --tower query measures unseen queries with query_gap_report: recomputed
     from the published tower, the parent's fixed vectors and the report's k, it gives the published risks."""
     from training.data.split import load_split
     from training.distill.query_report import query_gap_report

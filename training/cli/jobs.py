@@ -223,7 +223,7 @@ def worker(
             min=0,
             max=19,
             help="Lower this worker's CPU priority by this much (os.nice): on a machine shared with the API, 10 "
-            "keeps searches' latency while a job trains (bench/collections_bench.py: p99 x1.08 during a retrain "
+            "keeps searches' latency while a job trains (bench/serving/collections_bench.py: p99 x1.08 during a retrain "
             "at 10, x1.64 at 0); on a machine of its own it costs nothing. 0 = unchanged.",
         ),
     ] = 10,

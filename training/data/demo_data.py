@@ -34,7 +34,7 @@ from training.data.beir import CORPUS_FILE, QRELS_DIR, QUERIES_FILE
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_DOCS = 1100  # 800 train + 300 test queries; chosen by bench/demo_bench.py (docs/benchmarks.md)
+DEFAULT_DOCS = 1100  # 800 train + 300 test queries; chosen by bench/serving/demo_bench.py
 DEFAULT_TEST_QUERIES = 300
 DEFAULT_SEED = 0
 MIN_SUMMARY_WORDS = 4

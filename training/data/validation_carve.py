@@ -3,12 +3,12 @@
 The pipeline holds out a seeded share of the training queries (`TrainConfig.validation_fraction`): the
 encoder is fine-tuned on the rest, and the held-out queries choose what the bundle serves (the retrieval
 mode and its fusion parameters, training.hybrid.fusion_tuning) and the default training recipe
-(bench/recipe_search.py). The carve depends only on the qrels, the fraction and the seed, so
+(bench/training/recipe_search.py). The carve depends only on the qrels, the fraction and the seed, so
 `python -m training index` re-creates the very split a run was trained without.
 
 Queries that share a relevant document are held out together or not at all. A held-out query whose
 document is also a positive of a query trained on rewards memorising training positives, which no test
-query of a BEIR split can (bench/carve_overlap.py: on scifact, a carve of single queries put 69 of its
+query of a BEIR split can (docs/bench-retired.md, carve_overlap: on scifact, a carve of single queries put 69 of its
 107 validation queries in that position and none of the 300 test queries; the recipe it chose, lr 1e-4,
 won on validation and lost on test, bench/results/recipe_search.json). When no such carve exists (every
 query in one group, or every group larger than the share), it falls back to single queries and says so.

@@ -39,7 +39,7 @@ class DistillConfig(BaseModel):
     )
     # 0 = InfoNCE only. 2.0 and sentences_per_doc 3 (with static_epochs 6): the static student's
     # validation nDCG@10 0.586 vs 0.554 with 1.0 / 1 / 3 (paired bootstrap +0.003..+0.064, 107 queries of a
-    # carve of whole query groups; bench/distill_search.py, bench/results/distill_search.json)
+    # carve of whole query groups; bench/distill/distill_search.py, bench/results/distill_search.json)
     match_weight: float = Field(
         2.0, ge=0, description="Weight of 1 - cos(student, full) added to InfoNCE (0 = InfoNCE only)."
     )

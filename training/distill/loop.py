@@ -70,7 +70,7 @@ def fit_student(
 ) -> dict[str, Any]:
     """The readable loop: batches without repeated queries or positives, one InfoNCE step each.
 
-    `on_step(step)` runs after every step (bench/distill_search.py scores a validation curve with it).
+    `on_step(step)` runs after every step (bench/distill/distill_search.py scores a validation curve with it).
     """
     model, pairs, negatives = student.model, targets.pairs, targets.negatives
     batches_per_epoch = [

@@ -146,7 +146,7 @@ def _train_epochs(
         for batch in batches:
             if len(log) >= total or stopper.stop:
                 break
-            loss, n_extra = _step(tower, optimizer, targets, batch, temperature, config.query_symmetric)
+            loss, n_extra = tower_step(tower, optimizer, targets, batch, temperature, config.query_symmetric)
             scheduler.step()
             meter.step()
             log.append(
@@ -175,7 +175,7 @@ def _check(model: Any, stopper: _Stopper, step: int) -> None:
     model.train()
 
 
-def _step(
+def tower_step(
     tower: QueryTower,
     optimizer: torch.optim.Optimizer,
     targets: TowerTargets,

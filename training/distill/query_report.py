@@ -90,7 +90,7 @@ def query_gap_report(
     k_rule: str = "given by the caller",
 ) -> GapReport:
     """The gap report of `encoder`'s query tower on (fit, test) against the live bundle's fixed document
-    vectors, over report_pool's pool. bench/predictive_validity.py --tower query applies it, unchanged, to
+    vectors, over report_pool's pool. bench/gap/predictive_validity.py --tower query applies it, unchanged, to
     queries the retrain never saw."""
     from contract.bundles.report_schema import Towers
     from training.gap.report import CorpusVectors, ReportOptions, compute_report

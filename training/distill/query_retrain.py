@@ -102,7 +102,7 @@ def query_side_retrain(
     stop = checkpoint or (lambda: None)
     store = BundleStore(bundles_dir, keep=keep)
     with phase(timer, "load data + live bundle"):
-        fit, val, test = _splits(data_dir, train_config)
+        fit, val, test = retrain_splits(data_dir, train_config)
         blocker = query_side_blocker(store, data_dir, train_config.eval_split, data=test)
         if blocker is not None:
             raise ConfigError(f"--tower query: {blocker}")
@@ -114,10 +114,10 @@ def query_side_retrain(
     try:
         with store.build_dir() as staging:
             with phase(timer, "query pairs + mine negatives (live index)"):
-                pairs, negatives, docs = _training_inputs(live, fit, config, train_config.seed)
+                pairs, negatives, docs = training_inputs(live, fit, config, train_config.seed)
             stop()
             tower = query_tower(parent_dir / MODEL_DIR, config, seed=train_config.seed)
-            validate = _validator(live, tower.model, val)
+            validate = carve_validator(live, tower.model, val)
             control = LoopControl(train_config.seed, train_config.max_steps, validate, on_progress, timer)
             loop = fit_query_tower(
                 tower, TowerTargets(pairs, docs, negatives),
@@ -152,14 +152,16 @@ def query_side_retrain(
     )
 
 
-def _splits(data_dir: str | Path, config: TrainConfig) -> tuple[RetrievalData, RetrievalData, RetrievalData]:
+def retrain_splits(
+    data_dir: str | Path, config: TrainConfig
+) -> tuple[RetrievalData, RetrievalData, RetrievalData]:
     """(pairs to fit, the validation carve, the whole evaluation split)."""
     train = load_split(data_dir, config.train_split, seed=config.seed)
     fit, val = carve_validation(train, config.validation_fraction, config.seed)
     return fit, val, load_split(data_dir, config.eval_split, seed=config.seed)
 
 
-def _training_inputs(
+def training_inputs(
     live: Bundle, fit: RetrievalData, config: QueryRetrainConfig, seed: int
 ) -> tuple[DistillPairs, list[list[int]], FixedDocs]:
     """The pairs, their negatives mined from the live index, and the fixed vectors both need."""
@@ -211,7 +213,7 @@ def mine_from_index(
     return mined
 
 
-def _validator(live: Bundle, tower: Any, val: RetrievalData) -> Callable[[], float] | None:
+def carve_validator(live: Bundle, tower: Any, val: RetrievalData) -> Callable[[], float] | None:
     """nDCG@10 of the validation carve through the live index, queries encoded by the tower as it is."""
     qids = [q for q in val.queries if val.qrels.get(q)]
     if not qids:
@@ -219,7 +221,7 @@ def _validator(live: Bundle, tower: Any, val: RetrievalData) -> Callable[[], flo
     texts = [val.queries[q] for q in qids]
 
     def score() -> float:
-        q = _encode(tower, texts)
+        q = encode_queries(tower, texts)
         return search_metrics(live.encoder.similarity, q, qids, val.qrels, live.doc_ids, index=live.index)[
             "ndcg@10"
         ]
@@ -227,7 +229,7 @@ def _validator(live: Bundle, tower: Any, val: RetrievalData) -> Callable[[], flo
     return score
 
 
-def _encode(model: Any, texts: Sequence[str]) -> np.ndarray:
+def encode_queries(model: Any, texts: Sequence[str]) -> np.ndarray:
     emb = model.encode(list(texts), batch_size=64, convert_to_numpy=True, normalize_embeddings=True)
     return np.ascontiguousarray(emb, dtype=np.float32)  # (n, D)
 

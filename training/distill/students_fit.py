@@ -48,7 +48,7 @@ from training.train.negatives import MiningWindow, mine_hard_negatives
 logger = logging.getLogger(__name__)
 
 
-def _distilled_student(model_dir: Path, config: DistillConfig) -> Student:
+def distilled_student(model_dir: Path, config: DistillConfig) -> Student:
     model = truncated_student(model_dir, config.layers)
     saved_len = model.max_seq_length
     model.max_seq_length = min(config.max_seq_length, saved_len or config.max_seq_length)
@@ -109,7 +109,7 @@ def static_model(
     A batch touches about a thousand of the 30k rows: with sparse gradients (lazy Adam) a step costs
     those rows, not the whole table, 2.6x faster steps on this CPU (measured under load), but on
     scifact's earlier single-query validation carve it scored 0.765 against dense Adam's 0.785
-    (bench/distill_search.py; not re-run on the carve of whole query groups).
+    (bench/distill/distill_search.py; not re-run on the carve of whole query groups).
     """
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Dense, Normalize, StaticEmbedding
@@ -173,7 +173,7 @@ def train_variant(
     rng = np.random.default_rng(config.seed)
     torch.manual_seed(config.seed)
     if variant == "distilled":
-        student = _distilled_student(model_dir, config)
+        student = distilled_student(model_dir, config)
     else:
         student = _static_student(model_dir, targets.pairs, corpus_texts, config)
     info: dict[str, Any] = {"variant": variant, **student.info}
@@ -186,7 +186,7 @@ def train_variant(
 def _teacher(encoder: Encoder, model_dir: Path) -> Any:
     """The full query encoder for the teacher vectors: the bundle's ONNX fp32 export when it has one.
 
-    It gives torch's vectors (cosine 1.0000 on scifact, bench/load_bench.py) at about half the cost, and
+    It gives torch's vectors (cosine 1.0000 on scifact, bench/serving/load_bench.py) at about half the cost, and
     tens of thousands of pseudo-queries make this encoding the longest part of distilling a static table.
     """
     from contract.encoding.onnx_encoder import FILES, ONNX_SUBDIR, OnnxQueryEncoder

@@ -4,7 +4,7 @@ VNNI), measured on the machine that runs it and gated on nDCG@10 like the query 
 The corpus encode is the one part of a full retrain that grows with the corpus (training/train/trainer.py
 encodes it once, with the tuned model, and the index is built from those vectors). On this project's
 2-core development CPU (AVX-512 VNNI) the int8 export encodes scifact abstracts ~2.5x faster than torch and
-fp32 ONNX ~1.4x (one thread, under load; bench/corpus_encode_bench.py measures fp32 vs torch), while the
+fp32 ONNX ~1.4x (one thread, under load; bench/index/corpus_encode_bench.py measures fp32 vs torch), while the
 int8 rows are not torch's (smallest cosine ~0.99 on scifact abstracts): so a candidate is used only when,
 on a probe pool (the judged documents of up to PROBE_QUERIES evaluation queries plus random others,
 PROBE_DOCS in all), its document vectors lose at most MAX_NDCG_LOSS nDCG@10 against torch's (the same torch

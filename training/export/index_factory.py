@@ -1,13 +1,13 @@
 """Build a FAISS index through a factory string: auto-choose the kind, build, tune to a recall target.
 
 Index kinds (FAISS wiki, "Guidelines to choose an index"; measured trade-offs:
-bench/index_bench.py):
+bench/index/index_bench.py):
 
 - ``flat``  : ``Flat``, exact. 4·d bytes/vector. Default below ~200k vectors.
 - ``hnsw``  : ``HNSW32,Flat``; knob efSearch. ~4·d + 2·32·4 bytes/vector, no training.
 - ``ivf``   : ``IVF{nlist},Flat`` with nlist ≈ 4·√N; knob nprobe.
 - ``ivfpq`` : ``IVF{nlist},PQ{m},RFlat``; knobs nprobe and k_factor. PQ alone caps at
-  R@10 ≈ 0.65 on text embeddings (bench/index_bench.py), so the top k·k_factor PQ candidates are
+  R@10 ≈ 0.65 on text embeddings (bench/index/index_bench.py), so the top k·k_factor PQ candidates are
   re-ranked exactly against the full vectors kept in the RFlat stage. Loaded with ``mmap=True`` those
   full vectors stay in the file's page cache, so resident memory is the PQ codes plus touched pages.
   OPQ in front (``USE_OPQ``) is off by default: its training took 35 s for 10k 16-d vectors on the
@@ -44,7 +44,7 @@ logger = logging.getLogger(__name__)
 IndexBuilder = Callable[[str, np.ndarray, np.ndarray | None], tuple[IndexInfo, dict[str, Any]]]
 
 KINDS: tuple[str, ...] = get_args(IndexKind)
-AUTO_FLAT_MAX = 200_000  # bench/index_bench.py: exact search stays < ~10 ms/query below this size
+AUTO_FLAT_MAX = 200_000  # bench/index/index_bench.py: exact search stays < ~10 ms/query below this size
 HNSW_M = 32
 TUNE_SAMPLE = 1_000
 RECALL_K = 10
@@ -61,7 +61,7 @@ def estimated_bytes_per_vector(kind: str, dim: int) -> float:
 
 
 def choose_kind(n: int, dim: int, memory_budget_bytes: int | None = None) -> str:
-    """FAISS guideline, adapted to bench/index_bench.py's timings: exact below ~200k, HNSW above, PQ if memory forces."""
+    """FAISS guideline, adapted to bench/index/index_bench.py's timings: exact below ~200k, HNSW above, PQ if memory forces."""
 
     def fits(kind: str) -> bool:
         return memory_budget_bytes is None or estimated_bytes_per_vector(kind, dim) * n <= memory_budget_bytes
@@ -87,7 +87,7 @@ def ivf_lists(n: int) -> int:
 
 
 def _pq_m(dim: int) -> int:
-    # ~8 dimensions per sub-quantizer (PQ48 at d = 384, bench/index_bench.py); m must divide d
+    # ~8 dimensions per sub-quantizer (PQ48 at d = 384, bench/index/index_bench.py); m must divide d
     m = max(1, dim // 8)
     while dim % m:
         m -= 1

@@ -195,7 +195,7 @@ def _index(client: Any, name: str, index_type: str, metric_type: str, build_para
 
     A create_index that outlives the client's deadline is retried by pymilvus, and the retry is refused
     with "index already exists" although the first call built it (seen with HNSW over 100k vectors on a
-    loaded milvus-lite, bench/milvus_bench.py): an existing index of the asked type is accepted.
+    loaded milvus-lite, bench/index/milvus_bench.py): an existing index of the asked type is accepted.
     """
     params = client.prepare_index_params()
     params.add_index(

@@ -2,7 +2,7 @@
 attaching it to a staged bundle. The runtime side is contract.encoding.onnx_encoder.
 
 Why not sentence-transformers' `backend="onnx"`: see contract.encoding.onnx_encoder's docstring. int8 is not a
-drop-in swap (top-10 agreement 0.85-0.90, bench/corpus_encode_bench.py), which is why
+drop-in swap (top-10 agreement 0.85-0.90, bench/index/corpus_encode_bench.py), which is why
 `measure_onnx_quality` scores it on nDCG@10 against torch.
 """
 

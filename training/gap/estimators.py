@@ -163,7 +163,7 @@ def first_order_terms(
 # FinitePool.c1_upper: the pool's c1 grew by D over the last doubling of the pool and by D/r over the one before.
 # With r < 1 the growth is taken to keep shrinking geometrically, but at most by a ratio C1_GROWTH_RATIO_CAP per
 # doubling (at most 3·D still to come); with r ≥ 1 no convergence is visible and C1_NO_CONVERGENCE_FACTOR·D is
-# added (ten more doublings of the same growth). Chosen on the worlds of bench/gap_validation.py, table 8: it
+# added (ten more doublings of the same growth). Chosen on the worlds of bench/gap/gap_validation.py, table 8: it
 # keeps c1_upper/N above 0.1 wherever the true c1/N is (d = 16, τ = 0.05, N = 2,048: truth 0.12–0.19, the
 # pool's own c1 0.055–0.07) and under it where the truth is 0.07 or less (d = 8, τ = 0.1, N = 200).
 C1_GROWTH_RATIO_CAP = 0.75

@@ -58,7 +58,7 @@ def gap_at_k_section(
     boot = (
         f"studentized bootstrap (bootstrap-t) over queries ({n_boot} resamples), k={n_negatives} random pool negatives "
         "per anchor: per-anchor losses are right-skewed, and the percentile interval missed the held-out "
-        "mean on the optimistic side (bench/predictive_validity.py)"
+        "mean on the optimistic side (bench/gap/predictive_validity.py)"
     )
     hw = bounds.hoeffding_halfwidth(tau_eff, a_test.n_queries, delta)
     return GapAtK(

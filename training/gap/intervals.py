@@ -27,7 +27,7 @@ def estimate_from_interval(value: float, lo: float, hi: float, level: float, met
 def widen(e: Estimate, *, low: float = 0.0, high: float = 0.0) -> Estimate:
     """`e` with its interval widened for a first-order correction's own error, which can go either way:
     with heavy-tailed e^{s/τ} the true c1/N overstates the finite-pool bias by up to about half of it
-    while c1/N ≤ MAX_FIRST_ORDER, and c1 estimated from the pool itself understates c1 (bench/gap_validation.py,
+    while c1/N ≤ MAX_FIRST_ORDER, and c1 estimated from the pool itself understates c1 (bench/gap/gap_validation.py,
     tables 4 and 5)."""
     return e.model_copy(
         update={

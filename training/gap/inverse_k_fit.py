@@ -48,7 +48,7 @@ def fit_inverse_k(
     `k_floor`: the smallest k a range may start at (the estimated d1): below it R̂(k) can look linear in
     1/k within the noise while still far from the regime, and the intercept is then wrong (at τ = 0.05,
     d = 16 a range from k = 64 with d1 ≈ 800 passed the linearity test and missed CE∞ by 9%,
-    bench/gap_validation.py table 1).
+    bench/gap/gap_validation.py table 1).
     """
     from scipy.stats import chi2
 

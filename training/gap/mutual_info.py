@@ -39,7 +39,7 @@ MI_SAMPLER = (
     "excluded from other queries' positives"
 )
 # largest first-order finite-pool correction (nats) we apply: beyond it the second-order terms, of the order of
-# the square of the correction and of higher moments of e^{s/τ}, are no longer small (bench/gap_validation.py)
+# the square of the correction and of higher moments of e^{s/τ}, are no longer small (bench/gap/gap_validation.py)
 MAX_FIRST_ORDER = 0.1
 
 

@@ -19,7 +19,7 @@ from training.gap.mutual_info import MAX_FIRST_ORDER
 # The grid of R̂(k) stops at k = pool/K_POOL_FRACTION: P1's negatives are fresh draws from an unbounded
 # population, and k draws with replacement from a pool of N documents repeat one with probability ≈ k/N per
 # draw; past a small fraction of the pool R̂(k) describes this corpus's finite law, not the population's
-# (bench/gap_validation.py, "pool fraction" table).
+# (bench/gap/gap_validation.py, "pool fraction" table).
 K_POOL_FRACTION = 8
 
 
@@ -177,7 +177,7 @@ def _corrected_ce_inf(
     Served only when an upper estimate of c1/N (`bias_upper`, FinitePool.c1_upper: the pool's own c1 plus
     the growth it still shows between half and whole pool) is at most MAX_FIRST_ORDER: the pool's c1
     understates the truth exactly where the correction is large (uniform sphere, d = 16, τ = 0.05,
-    N = 2,048: the pool says 0.07, the truth is 0.19, the upper estimate 0.24–0.29; bench/gap_validation.py,
+    N = 2,048: the pool says 0.07, the truth is 0.19, the upper estimate 0.24–0.29; bench/gap/gap_validation.py,
     table 8).
     """
     if max(mean_bias, bias_upper) > MAX_FIRST_ORDER:

@@ -107,7 +107,7 @@ def top_ranked(scores: np.ndarray, k: int) -> np.ndarray:
     """(c, k) column indices of each row's k highest scores, best first; equal scores in index order.
 
     A partial selection, then a sort of those k only: for 64 rows of 1M scores and k = 50, 0.3–0.9 s
-    against 8.1 s for a full stable argsort (bench/top_ranked_bench.py; bench/retrain_scale.py's 1M run spent
+    against 8.1 s for a full stable argsort (docs/bench-retired.md, top_ranked_bench; bench/training/retrain_scale.py's 1M run spent
     minutes in that sort). Of documents that tie exactly at the k-th score, which make the cut is unspecified.
     """
     k = min(k, scores.shape[1])

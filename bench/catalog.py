@@ -1,0 +1,57 @@
+"""The benches `python -m bench` runs, by name, and their one-line summaries.
+
+A name is the old script's name (bench/NAME.py before the package), so a recorded command keeps its
+meaning: `python bench/NAME.py ARGS` is now `python -m bench NAME ARGS`. Summaries are read from each
+module's docstring with `ast`, so listing imports nothing heavy and runs no bench.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+
+BENCHES: dict[str, str] = {
+    # serving: real uvicorn processes or the app in process
+    "load_bench": "bench.serving.load_bench",
+    "fairness_bench": "bench.serving.fairness_bench",
+    "mutation_bench": "bench.serving.mutation_bench",
+    "collections_bench": "bench.serving.collections_bench",
+    "scaleout": "bench.serving.scaleout",
+    "hybrid_latency": "bench.serving.hybrid_latency",
+    "hybrid_profile": "bench.serving.hybrid_profile",
+    "demo_bench": "bench.serving.demo_bench",
+    "txtai_peer": "bench.serving.txtai_peer",
+    # index
+    "index_bench": "bench.index.index_bench",
+    "milvus_bench": "bench.index.milvus_bench",
+    "corpus_encode_bench": "bench.index.corpus_encode_bench",
+    "hybrid_scifact": "bench.index.hybrid_scifact",
+    # training
+    "device_bench": "bench.training.device_bench",
+    "train_scifact": "bench.training.train_scifact",
+    "train_step_cost": "bench.training.train_step_cost",
+    "recipe_search": "bench.training.recipe_search",
+    "recipe_cost": "bench.training.recipe_cost",
+    "retrain_scale": "bench.training.retrain_scale",
+    "packages_corpus": "bench.training.packages_corpus",
+    "scifact_checks": "bench.training.scifact_checks",
+    "query_retrain_search": "bench.training.query_retrain_search",
+    # distillation of the query encoders
+    "distill_scifact": "bench.distill.distill_scifact",
+    "distill_search": "bench.distill.distill_search",
+    "distill_corpora": "bench.distill.distill_corpora",
+    # the gap report
+    "gap_validation": "bench.gap.gap_validation",
+    "predictive_validity": "bench.gap.predictive_validity",
+    "aninfonce_synthetic": "bench.gap.aninfonce_synthetic",
+}
+
+
+def summary(name: str) -> str:
+    """The first sentence-paragraph of the bench's docstring (one line), read without importing it."""
+    spec = importlib.util.find_spec(BENCHES[name])
+    if spec is None or spec.origin is None:
+        raise LookupError(f"bench {name!r}: module {BENCHES[name]} not found")
+    with open(spec.origin, encoding="utf-8") as f:
+        doc = ast.get_docstring(ast.parse(f.read())) or ""
+    return " ".join(doc.split("\n\n", 1)[0].split())

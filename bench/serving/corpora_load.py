@@ -1,0 +1,332 @@
+"""`python -m bench load_bench`'s default run: the serving table for each of the three corpora, in one run.
+
+For each corpus of bench/harness/corpora.py (scifact, pydocs, manpages; a missing source is skipped with a line
+saying so) it builds once (cached under var/bench/corpora/<name>/bundles) the bundle a user of the
+pipeline gets from the base model: `python -m training index` (flat index, BM25 + fusion tuned on the
+validation carve, ONNX fp32 + int8) plus the distillation step with DistillConfig's current defaults
+(`--variants`, default static; redone when the defaults change). Then:
+
+- in process, each query encoder's ms per query and its recorded test nDCG@10, the routing record of the
+  static tower (share routed at the budget, nDCG recovered), and what `auto` picks at the budget;
+- closed-loop load with wrk at 1, 8 and 32 clients, the corpus's test queries round robin, query cache
+  off, for: the naive app (bench/serving/naive_app.py: FastAPI + torch per request + FAISS flat); this service
+  as `python -m app.serve` starts it (workers and threads chosen, app/engine/serving_plan.py) in its
+  default mode (the bundle's, hybrid when it won on validation) and in dense mode; the same default mode
+  in one process (SEARCH_WORKERS=1), to show what the second process buys.
+
+It prints one table per corpus (req/s with p50 / p99, ×naive at 32 clients) and the issue's targets
+against it, and writes everything to bench/results/load_bench_corpora.json. Client and server share the
+machine's cores; ratios against the naive app in the same run are the result.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.harness.corpora import CORPORA, EMBEDDINGS, ROOT, Corpus, data_dir
+from bench.harness.paths import RESULTS
+from bench.harness.ports import free_port
+from bench.harness.servers import NAIVE_APP, on_port, start_server, stop_server, uvicorn_cmd
+from bench.harness.wrk import drive_wrk, median_run
+
+LEVELS = (1, 8, 32)
+NAIVE = "naive FastAPI + torch + FAISS flat"
+
+
+def corpus_bundle(corpus: Corpus, folder: Path, variants: list[str]) -> Path:
+    """The corpus's bench bundles folder, with a live bundle carrying the current recipe's encoders."""
+    from training.bundle.store import BundleStore
+    from training.data.beir import load_beir
+    from training.distill.bundle_step import distill_live_bundle
+    from training.distill.config import DistillConfig
+    from training.eval.embedding_cache import EmbeddingCache
+    from training.publish.index_model import index_model
+
+    bundles = ROOT / corpus.name / "bundles"
+    store = BundleStore(bundles)
+    if store.current_version() is None:
+        print(f"{corpus.name}: building the bench bundle (once)", flush=True)
+        index_model(
+            None,
+            folder,
+            bundles,
+            index_kind="flat",
+            force=True,
+            cache=EmbeddingCache(EMBEDDINGS),
+            show_progress=False,
+        )
+    config = DistillConfig(variants=variants)
+    manifest = json.loads((store.version_path(str(store.current_version())) / "manifest.json").read_text())
+    recorded = (manifest["extras"].get("query_encoders") or {}).get("config")
+    if recorded != config.model_dump(mode="json"):
+        print(f"{corpus.name}: distilling {variants} with the current recipe", flush=True)
+        started = time.perf_counter()
+        distill_live_bundle(
+            bundles, load_beir(folder, "train"), load_beir(folder, "test"), config=config, force=True
+        )
+        print(f"{corpus.name}: distilled in {time.perf_counter() - started:.0f} s", flush=True)
+    return bundles
+
+
+def encoders(bundles: Path, queries: list[str], max_loss: float) -> dict[str, Any]:
+    """In process: every backend's ms per query and recorded test nDCG@10, routing, and auto's choice."""
+    from app.engine.encoder_choice import (
+        choose_encoder_backend,
+        load_encoder_backend,
+        recorded_ndcg_losses,
+        time_encoder,
+    )
+    from contract.bundles.bundle import load_bundle
+    from contract.encoding.routing import operating_point, routing_record
+    from training.bundle.store import BundleStore
+
+    store = BundleStore(bundles)
+    bundle = load_bundle(store.version_path(str(store.current_version())), mmap=True)
+    extras = bundle.manifest.extras
+    onnx = (extras.get("onnx") or {}).get("ndcg@10") or {}
+    record = extras.get("query_encoders") or {}
+    ndcg = {"torch": onnx.get("torch"), "onnx": onnx.get("fp32"), "onnx-int8": onnx.get("int8")}
+    ndcg |= {k: v["ndcg@10"] for k, v in (record.get("variants") or {}).items()}
+    out: dict[str, Any] = {"backends": {}}
+    for name, loss in sorted(recorded_ndcg_losses(bundle).items()):
+        ms = time_encoder(load_encoder_backend(bundle, name), queries[:100])
+        out["backends"][name] = {"ms_per_query": round(ms, 4), "ndcg@10": ndcg.get(name), "ndcg_loss": loss}
+    routing = routing_record(extras, "static")
+    if routing is not None:
+        point = operating_point(routing, max_loss)
+        full = (record.get("full") or {}).get("ndcg@10")
+        alone = ndcg.get("static")
+        out["routing"] = {
+            "budget": max_loss,
+            "static_alone": alone,
+            "full": full,
+            "point": point,
+            "recovered": round((point["ndcg@10"] - alone) / (full - alone), 3)
+            if point and full is not None and alone is not None and full > alone
+            else None,
+        }
+    chosen, _, choice = choose_encoder_backend(bundle, max_ndcg_loss=max_loss)
+    out["auto"] = {"chosen": chosen, "candidates": choice["candidates"]}
+    out["full_test"] = {k: v for k, v in bundle.manifest.metrics.items() if k.startswith("test")}
+    out["default_mode"] = (extras.get("retrieval") or {}).get("default_mode", "dense")
+    bundle.docstore.close()
+    return out
+
+
+def bodies(queries: list[str], name: str, mode: str | None) -> Path:
+    path = ROOT / "wrk" / f"{name}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [json.dumps({"query": q, "top_k": 10} | ({"mode": mode} if mode else {})) for q in queries]
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def run_corpus(corpus: Corpus, args: Any) -> dict[str, Any] | None:
+    """Build, time and load one corpus; returns its rows (None when its source is missing)."""
+    from training.bundle.store import BundleStore
+    from training.data.beir import load_beir
+
+    folder = data_dir(corpus)
+    if folder is None:
+        return None
+    variants = [v for v in args.variants.split(",") if v]
+    bundles = corpus_bundle(corpus, folder, variants)
+    version = str(BundleStore(bundles).current_version())
+    queries = [q for q in load_beir(folder, "test").queries.values() if q.strip()]
+    max_loss = float(args.max_ndcg_loss) if args.max_ndcg_loss else 0.005
+    enc = encoders(bundles, queries, max_loss)
+    print(f"\n== {corpus.name} ({corpus.kind}): {len(queries)} test queries, bundle {version}", flush=True)
+    print_encoders(enc, max_loss)
+    systems = corpus_systems(corpus, bundles / version, queries, args.max_ndcg_loss)
+    rows = [row for system in systems for row in load_system(*system, enc["default_mode"], args)]
+    return {
+        "corpus": corpus.name,
+        "version": version,
+        "encoders": enc,
+        "rows": rows,
+        "load_after": os.getloadavg(),
+    }
+
+
+def print_encoders(enc: dict[str, Any], max_loss: float) -> None:
+    for name, b in enc["backends"].items():
+        print(
+            f"  {name:10s} {b['ms_per_query']:8.3f} ms/query  nDCG@10 {b['ndcg@10']}  loss {b['ndcg_loss']:+.4f}"
+        )
+    if "routing" in enc:
+        r = enc["routing"]
+        p = r["point"]
+        where = f"share {p['share']:.3f} routed, nDCG@10 {p['ndcg@10']:.4f}" if p else "no share meets it"
+        print(
+            f"  routing at budget {r['budget']}: static alone {r['static_alone']}, full {r['full']}; {where}; "
+            f"recovered {r['recovered']}"
+        )
+    print(
+        f"  auto at budget {max_loss}: {enc['auto']['chosen']}; default mode {enc['default_mode']}",
+        flush=True,
+    )
+
+
+def corpus_systems(
+    corpus: Corpus, bundle: Path, queries: list[str], max_ndcg_loss: str | None
+) -> list[tuple[str, list[str], dict[str, str], Path]]:
+    """(label, command, env, bodies) of the naive app and of this service's three layouts on one bundle."""
+    loss_env = {"SEARCH_MAX_NDCG_LOSS": max_ndcg_loss} if max_ndcg_loss else {}
+    base_env = {
+        **os.environ,
+        "SEARCH_BUNDLES_DIR": str(bundle.parent),
+        "SEARCH_ENCODER_BACKEND": "auto",
+        "SEARCH_RELOAD_POLL_SECONDS": "0",
+        "SEARCH_QUEUE_MAX": "4096",
+        "SEARCH_LOG_LEVEL": "WARNING",
+        "SEARCH_QUERY_CACHE_SIZE": "0",
+        **loss_env,
+    }
+    base_env.pop("SEARCH_API_KEY", None)
+    base_env.pop("OMP_NUM_THREADS", None)  # the service chooses its own threads
+    default_bodies = bodies(queries, f"{corpus.name}-default", None)
+    return [
+        (
+            NAIVE,
+            uvicorn_cmd(NAIVE_APP, 0, factory=True),
+            {**os.environ, "NAIVE_BUNDLE": str(bundle)},
+            default_bodies,
+        ),
+        ("this service, default mode", serve_cmd(), base_env, default_bodies),
+        ("this service, dense", serve_cmd(), base_env, bodies(queries, f"{corpus.name}-dense", "dense")),
+        (
+            "this service, default mode, 1 process",
+            serve_cmd(),
+            {**base_env, "SEARCH_WORKERS": "1"},
+            default_bodies,
+        ),
+    ]
+
+
+def load_system(
+    label: str, cmd: list[str], env: dict[str, str], body_file: Path, default_mode: str, args: Any
+) -> list[dict[str, Any]]:
+    """One system on its own port under wrk at each level; its rows."""
+    port = free_port()
+    started = time.perf_counter()
+    proc = start_server(on_port(cmd, port), env, port, "/readyz")
+    rows = []
+    try:
+        url = f"http://127.0.0.1:{port}"
+        served, serving, mode = "torch", None, None
+        if label != NAIVE:
+            listing = httpx.get(f"{url}/bundles", timeout=30).json()
+            served, serving = listing["encoder_backend"], listing.get("serving")
+            if serving and serving.get("workers", 1) > 1:
+                time.sleep(min(60.0, time.perf_counter() - started))  # the other workers finish loading
+            mode = "dense" if "dense" in label else default_mode
+        drive_wrk(url, body_file, 8, 1, 10_000)  # warm-up
+        for c in LEVELS:
+            runs = [drive_wrk(url, body_file, c, args.seconds, args.max_requests) for _ in range(args.repeat)]
+            r = {"system": label, "served": served, "mode": mode, "concurrency": c, **median_run(runs)}
+            if serving:
+                r["workers"], r["threads"] = serving.get("workers"), serving.get("encoder_threads")
+            rows.append(r)
+            print(
+                f"  {label:40s} {served:14s} c={c:<3d} {r['qps']:8.1f} req/s  p50 {r['p50_ms']:7.2f} ms  "
+                f"p99 {r['p99_ms']:7.2f} ms  n={r['n']} errors={r['errors']}",
+                flush=True,
+            )
+        if label != NAIVE and served.endswith("-routed"):
+            listing = httpx.get(f"{url}/bundles", timeout=30).json()
+            counts = (listing.get("encoder_choice") or {}).get("routing", {}).get("counts")
+            print(f"  routed in this process during the run: {counts}", flush=True)
+    finally:
+        stop_server(proc)
+    return rows
+
+
+def serve_cmd() -> list[str]:
+    import sys
+
+    return [
+        sys.executable,
+        "-m",
+        "app.serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "--log-level",
+        "warning",
+        "--no-access-log",
+    ]
+
+
+def print_tables(results: list[dict[str, Any]]) -> None:
+    for res in results:
+        rows, enc = res["rows"], res["encoders"]
+        print(f"\n### {res['corpus']} (bundle {res['version']})\n")
+        head = " | ".join(f"c={c} req/s (p50 / p99 ms)" for c in LEVELS)
+        print(
+            f"| system | query encoder | mode | workers × threads | dense nDCG@10 (test) | {head} | ×naive at 32 |"
+        )
+        print("|---|---|---|---|---:|" + "---:|" * len(LEVELS) + "---:|")
+        systems = list(dict.fromkeys(r["system"] for r in rows))
+
+        def cell(system: str, c: int, rows: list[dict[str, Any]] = rows) -> dict[str, Any] | None:
+            return next((r for r in rows if r["system"] == system and r["concurrency"] == c), None)
+
+        base = cell(NAIVE, LEVELS[-1])
+        for system in systems:
+            first = cell(system, LEVELS[0]) or {}
+            served = first.get("served", "")
+            nd = (enc["backends"].get(served) or {}).get("ndcg@10")
+            if nd is None and served.endswith("-routed") and enc.get("routing", {}).get("point"):
+                nd = enc["routing"]["point"]["ndcg@10"]
+            cells = []
+            for c in LEVELS:
+                x = cell(system, c)
+                cells.append(f"{x['qps']:.1f} ({x['p50_ms']:.1f} / {x['p99_ms']:.0f})" if x else "")
+            top = cell(system, LEVELS[-1])
+            ratio = f"{top['qps'] / base['qps']:.1f}×" if top and base else ""
+            wt = f"{first.get('workers')} × {first.get('threads')}" if first.get("workers") else "1"
+            print(
+                f"| {system} | {served} | {first.get('mode') or 'dense'} | {wt} | "
+                f"{nd if nd is not None else ''} | " + " | ".join(cells) + f" | {ratio} |"
+            )
+        svc, naive1 = cell("this service, default mode", LEVELS[-1]), cell(NAIVE, 1)
+        svc1, dense = cell("this service, default mode", 1), cell("this service, dense", LEVELS[-1])
+        if svc and base and naive1 and svc1:
+            print(
+                f"\ntargets: ×naive at 32 = {svc['qps'] / base['qps']:.1f} (≥ 10); p99 at 32 = "
+                f"{svc['p99_ms']:.0f} ms (≤ 100); c=1 p50 = {svc1['p50_ms'] / naive1['p50_ms']:.2f} of naive's "
+                f"(≤ 0.20)"
+                + (
+                    f"; default mode / dense req/s at 32 = {svc['qps'] / dense['qps']:.2f} (≥ 0.90)"
+                    if dense
+                    else ""
+                )
+            )
+        static = enc["backends"].get("static")
+        if static:
+            print(
+                f"static tower: test nDCG@10 {static['ndcg@10']} vs full {enc['backends']['torch']['ndcg@10']} "
+                f"(loss {static['ndcg_loss']:+.4f}; target ≤ 0.01)"
+            )
+
+
+def run(args: Any) -> None:
+    """The default run of load_bench (its parsed arguments)."""
+    names = args.corpora.split(",")
+    print(f"load average before: {os.getloadavg()}", flush=True)
+    results = []
+    for corpus in [c for c in CORPORA if c.name in names]:
+        res = run_corpus(corpus, args)
+        if res is not None:
+            results.append(res)
+    print_tables(results)
+    out = RESULTS / "load_bench_corpora.json"
+    out.write_text(json.dumps({"results": results, "load_end": os.getloadavg()}, indent=1, default=str))
+    print(f"\nload average after: {os.getloadavg()}; raw results: {out}")
