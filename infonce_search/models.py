@@ -1,7 +1,7 @@
 """The API's answers as pydantic models, written once here (the client imports nothing of the server).
 
 Each model is named after the server's OpenAPI component it reads (`SearchResponse`, `Hit`, …);
-tests/app/test_client_models.py checks every one against the live server's spec (same fields, same
+tests/app/client/test_client_models.py checks every one against the live server's spec (same fields, same
 required ones) and validates real answers, so a server change that the client misses fails a test.
 Unknown fields are kept (`extra="allow"`): a newer server's additions reach the caller instead of
 breaking an older client. `model.model_dump()` gives the plain JSON back.

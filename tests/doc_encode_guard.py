@@ -6,7 +6,7 @@ encode of the project goes through `Encoder.encode(kind="document")` (training/e
 training/export/shards.py, training/bundle/build.py, training/publish/mutation_fold.py, the gap report's
 pool), and a two-tower model's document tower is reached only through it. The guard replaces that path
 with an error, and also the forward pass of every document tower that is loaded, so a caller that went
-around `encode` would fail too. tests/training/test_query_retrain.py checks that the guard does catch a
+around `encode` would fail too. tests/training/distill/test_query_retrain.py checks that the guard does catch a
 full index build (a guard that never fires would prove nothing).
 """
 

@@ -35,7 +35,7 @@ KEY = {"X-API-Key": "e2e-key"}
 HEARTBEAT_TIMEOUT_S = 15
 # lr is tiny so the two-step candidate's test nDCG stays within the gate's tolerance of the base model
 # (these tests are about the job machinery; training quality has its own tests)
-# onnx off: ONNX export is covered by tests/app/test_onnx.py and test_indexing; here it would only add time
+# onnx off: ONNX export is covered by tests/app/search/test_onnx.py and test_indexing; here it would only add time
 QUICK = {
     "max_steps": 2,
     "max_seq_length": 32,
@@ -43,7 +43,7 @@ QUICK = {
     "lr": 1e-7,
     "eval_max_queries": 20,
     "onnx": False,
-    "distill": False,  # the static tower is on by default; tests/training/test_distill.py covers it
+    "distill": False,  # the static tower is on by default; tests/training/distill/test_distill.py covers it
 }
 # many steps, so there is time to cancel or kill it mid-training
 LONG = {

@@ -1,7 +1,7 @@
 """Logging policy of every process: root at WARNING, the project's loggers at --log-level, optional JSON.
 
 Real processes: the worker command as an operator starts it, and the API factory reading SEARCH_LOG_FORMAT
-from its environment. The pipeline test (tests/training/test_cards.py) checks a real ONNX export stays free
+from its environment. The pipeline test (tests/training/publish/test_cards.py) checks a real ONNX export stays free
 of the quantizer's `INFO root:` lines and faiss's loader line.
 """
 

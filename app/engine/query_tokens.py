@@ -9,7 +9,7 @@ query encoders (ONNX, distilled, static) carry their own tokenizer files and tok
 `encode_token_ids` is what `SentenceTransformer.encode` does after tokenising, for this project's text
 models (Transformer → Pooling → Normalize, no prompts): batches in descending text-length order (its
 order, so the batches and their padding are the same), pad right, forward, L2-normalise. The vectors
-equal `Encoder.encode`'s (tests/app/test_search.py compares them).
+equal `Encoder.encode`'s (tests/app/search/test_search.py compares them).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class QueryTokenizer:
 
     A fast tokenizer keeps its padding and truncation mode as state, so sharing the model's own one
     with the inference thread made a concurrent encode fail ("expected sequence of length 18 at dim 1
-    (got 10)", tests/app/test_lifecycle.py's hot swap under load)."""
+    (got 10)", tests/app/bundles/test_lifecycle.py's hot swap under load)."""
 
     def __init__(self, encoder: Encoder):
         self.model = encoder.model  # a SentenceTransformer

@@ -10,7 +10,7 @@ first-order value c1/N (why the correction stops at MAX_FIRST_ORDER and is widen
 (5) coverage of CE∞'s interval at τ = 0.05 over fresh pools, raw vs corrected; (6) how far R̂(k) from a pool
 of N drifts from the population R(k) as k/N grows (why the report's grid stops at N/8); (7) the MI toy
 with known MI = log 50 under the corpus sampler and under the positives' marginal. The fast versions are
-the tests in tests/training/test_gap_simulation.py and test_gap_mutual_info.py.
+the tests in tests/training/gap/test_gap_simulation.py and test_gap_mutual_info.py.
 """
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
         "train_steps": timer.steps.get("train steps"),
         "peak_rss_mb": timer.to_json()["peak_rss_mb"],  # the process so far: base evaluation included
         # OMP_NUM_THREADS=1 for two runs side by side: two OpenMP threads per process stall on a shared,
-        # loaded 2-core machine (tests/training/test_gap_report.py pins 1 thread for the same reason)
+        # loaded 2-core machine (tests/training/gap/test_gap_report.py pins 1 thread for the same reason)
         "torch_threads": torch.get_num_threads(),
         "load_average_before": round(load_before, 2),
         "load_average_after": round(os.getloadavg()[0], 2),

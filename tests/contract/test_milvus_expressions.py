@@ -1,6 +1,6 @@
 """Filter → Milvus expression translation: typed fields, JSON paths, and quoting that no value or field
 name can break out of (the API-level injection test runs against a real server in
-tests/app/test_backends.py)."""
+tests/app/bundles/test_backends.py)."""
 
 from __future__ import annotations
 

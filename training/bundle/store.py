@@ -25,7 +25,7 @@ never claims what did not happen: a publisher killed between 4 and 6 leaves its 
 publish (or prune) appends a `publish_interrupted` record saying what is on disk (the version present,
 whether CURRENT names it) and removes the journal; it also sweeps the `.CURRENT.*.tmp` a kill during 5
 leaves. Tests inject a failure before each step through the `hook` argument (the faiss contrib
-checkpoint idiom) and kill -9 a real publisher (tests/app/test_bundle_faults.py).
+checkpoint idiom) and kill -9 a real publisher (tests/app/bundles/test_bundle_faults.py).
 
 Builders stage inside the root (`build_dir()`: `.build-*`, so publishing is a rename) while holding an
 flock on its `.lock` sibling. The kernel drops that lock when the builder dies, even by SIGKILL, so the

@@ -31,7 +31,7 @@ HYPER_PARAMETERS = (
     "seed",
 )
 
-# Run with the model folder as the working directory; tests/training/test_cards.py runs it verbatim.
+# Run with the model folder as the working directory; tests/training/publish/test_cards.py runs it verbatim.
 USAGE_SNIPPET = """import json
 
 import numpy as np

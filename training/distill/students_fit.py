@@ -133,7 +133,7 @@ def static_model(
 def folded_static(model: Any, tokenizer: Any) -> Any:
     """A static student with a linear map, as one (vocab, D) StaticEmbedding + Normalize: the map is
     affine, so the mean of mapped rows is the map of the mean, and the served numpy encoder (a table)
-    gives the same vectors (tests/training/test_distill.py checks it)."""
+    gives the same vectors (tests/training/distill/test_distill.py checks it)."""
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Normalize, StaticEmbedding
 

@@ -149,7 +149,7 @@ def _quiet_tracer() -> Iterator[None]:
 
     TracerWarning: transformers' attention-mask code branches on shapes (padding length, causal); for this
     encoder both branches are constant (no KV cache, never causal), and the exported graph is checked
-    against torch's vectors at other batch and token sizes (tests/app/test_onnx.py). The aten::index note
+    against torch's vectors at other batch and token sizes (tests/app/search/test_onnx.py). The aten::index note
     warns about negative indices, which the graph's gathers never receive (token ids and positions)."""
     import torch
 

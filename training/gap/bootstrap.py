@@ -96,7 +96,7 @@ def studentized_ci(
     """Bootstrap-t interval (Efron & Tibshirani 1993, §12.5): t* = (θ* − θ̂)/se*, then
     [θ̂ − t*_{1−α/2}·se, θ̂ − t*_{α/2}·se]. For the mean of a right-skewed variable it reaches further up than
     the percentile interval, which misses the mean on the high side more often than α/2 (per-anchor InfoNCE
-    losses at τ = 0.05 have skewness 4–8: bench/gap/predictive_validity.py and tests/training/test_gap_estimators.py)."""
+    losses at τ = 0.05 have skewness 4–8: bench/gap/predictive_validity.py and tests/training/gap/test_gap_estimators.py)."""
     ok = boot_se > 0
     if not np.any(ok) or se <= 0:
         return percentile_ci(boot, level)

@@ -4,7 +4,7 @@ The InfoNCE bound I(X;Y) ≥ log(k+1) − E l_NCE (van den Oord et al. 2018, arX
 al. 2019, arXiv 1905.06922) needs the k negatives to be i.i.d. draws from the positives' own marginal p(y),
 independent of the anchor. The risk estimators draw from the corpus minus the query's relevant documents
 instead; under that sampler the figures are not bounds (a toy with I = log 50 gives I_NCE(63) = log 64 and
-−CE∞ = 1/τ, both far above the truth: tests/training/test_gap_mutual_info.py). So the MI section builds its
+−CE∞ = 1/τ, both far above the truth: tests/training/gap/test_gap_mutual_info.py). So the MI section builds its
 own negatives from the held-out set itself:
 
 - each held-out query contributes one document drawn from its relevant ones, so a query's negatives are

@@ -20,7 +20,7 @@ from training.eval.evaluate import evaluate, trec_metrics
 from training.publish.index_model import index_model
 from training.publish.provenance import resolve_run
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def write_slice(demo_dataset: Path, folder: Path, *, n_queries: int, n_distractors: int) -> Path:

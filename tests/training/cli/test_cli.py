@@ -9,7 +9,7 @@ from pathlib import Path
 from contract.config import TrainConfig
 from training.cli.config_options import HELP
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

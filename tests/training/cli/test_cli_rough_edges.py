@@ -26,7 +26,7 @@ from pathlib import Path
 
 from contract.encoding.encoder import default_model_path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 BAR = "encoding documents"  # index's own tqdm bar
 ENV = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"}
 

@@ -28,7 +28,7 @@ from training.bundle.build import build_bundle
 from training.bundle.store import PUBLISH_STEPS, BundleStore
 from training.data.retrieval_data import Document
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TOPICS = ["protein folding", "black holes", "sourdough bread", "volcanoes", "chess openings", "tax law"]
 CORPUS = {
     f"doc{i}": Document(

@@ -19,7 +19,7 @@ from app.main import create_app
 from tests.app.conftest import make_settings, publish, wait_until
 
 KEY = {"X-API-Key": "test-key"}
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _replace(path, data: bytes) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from contract.bundles.bundle import MANIFEST_FILE, read_manifest
-from tests.training.test_bundle import staged, variant  # noqa: F401 - `staged` is a fixture
+from tests.training.publish.test_bundle import staged, variant  # noqa: F401 - `staged` is a fixture
 from training.bundle.store import BundleStore, evaluation_fingerprint
 from training.data.retrieval_data import Document, RetrievalData
 

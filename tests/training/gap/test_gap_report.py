@@ -57,7 +57,7 @@ TOPICS = [
     ("rail", "The high-speed railway cut travel time between the cities.", "fast trains between cities"),
     ("honey", "Bees produce honey from the nectar of spring flowers.", "where honey comes from"),
 ]
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 FILLER = [f"Unrelated note number {i} about office supplies, staplers and paper clips." for i in range(10)]
 
 

@@ -1,6 +1,6 @@
 """CLI conventions through real subprocesses: --version, options with a fixed set of values show and check
 it, --json output of jobs list/status. (Pipeline / index --json, --quiet and --no-onnx run for real in
-tests/training/test_cards.py; bundles in test_bundles_cli.py.)"""
+tests/training/publish/test_cards.py; bundles in test_bundles_cli.py.)"""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from training.cli.choices import INDEX_KINDS
 from training.export.index_factory import KINDS
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _cli(*args: str, **env: str) -> subprocess.CompletedProcess[str]:

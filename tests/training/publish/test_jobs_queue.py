@@ -206,7 +206,7 @@ def test_a_real_worker_consumes_the_queue_and_records_the_outcome(queue_url, dat
     with log.open("wb") as out:
         worker = subprocess.Popen(
             [sys.executable, "-m", "training", "worker", "--queue", queue_url],
-            cwd=Path(__file__).resolve().parents[2],
+            cwd=Path(__file__).resolve().parents[3],
             stdout=out,
             stderr=subprocess.STDOUT,
         )
@@ -241,7 +241,7 @@ def test_cli_submit_status_cancel_with_the_api_environment_variables(tmp_path, d
         return subprocess.run(
             [sys.executable, "-m", "training", "jobs", *args],
             env=env,
-            cwd=Path(__file__).resolve().parents[2],
+            cwd=Path(__file__).resolve().parents[3],
             capture_output=True,
             text=True,
             timeout=120,

@@ -18,7 +18,7 @@ from contract.index.backend import BackendConfig
 from contract.jobs.queue import CollectionBusy, JobQueue
 from training.jobs import tasks
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture()

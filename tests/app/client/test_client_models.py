@@ -1,6 +1,6 @@
 """The client's models (infonce_search/models.py, written by hand) against the live server's OpenAPI spec:
 every model has exactly the fields of the server's component of the same name, and demands none that the
-server may leave out. Real answers are read through them in tests/app/test_client.py."""
+server may leave out. Real answers are read through them in tests/app/client/test_client.py."""
 
 from __future__ import annotations
 

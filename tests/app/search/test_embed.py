@@ -89,7 +89,7 @@ def test_limits_and_bad_bodies_are_422_naming_the_field(client, body, expected):
     for route in ("/embed", "/v1/embeddings"):
         r = client.post(route, json=body)
         if route == "/v1/embeddings" and ("kind" in body or body["input"][:1] == [[101, 2023]]):
-            continue  # OpenAI's body calls it input_type, and takes token ids (tests/app/test_openai_compat.py)
+            continue  # OpenAI's body calls it input_type, and takes token ids (tests/app/search/test_openai_compat.py)
         assert r.status_code == 422, (route, r.text)
         assert expected in r.json()["error"]["message"] or expected in str(
             r.json()["error"].get("details")

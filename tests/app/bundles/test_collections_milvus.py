@@ -14,8 +14,8 @@ from contract.bundles.collections import Collections, collection_milvus_name
 from contract.index.backend import MILVUS_EXTRAS, BackendConfig
 from contract.milvus.index import connect
 from contract.milvus.pointer import MilvusPointer
+from tests.app.bundles.test_backends import stage
 from tests.app.conftest import make_settings
-from tests.app.test_backends import stage
 from tests.servers import milvus_server
 
 KEY = {"X-API-Key": "test-key"}

@@ -11,7 +11,7 @@ import pytest
 
 from training.data.retrieval_data import Document
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:

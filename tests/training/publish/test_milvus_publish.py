@@ -271,7 +271,7 @@ def test_typed_fields_only_for_keys_with_one_scalar_type():
 def test_index_model_publishes_to_milvus_and_a_failed_publish_drops_its_collection(
     demo_dataset, milvus, tmp_path, monkeypatch
 ):
-    from tests.training.test_publish import write_slice
+    from tests.training.publish.test_publish import write_slice
     from training.eval.embedding_cache import EmbeddingCache
     from training.publish.index_model import index_model
 
