@@ -300,7 +300,7 @@ def run_query_seed(
     from contract.query_config import QueryRetrainConfig
     from training.bundle.store import BundleStore
     from training.data.validation_carve import carve_validation
-    from training.distill.query_report import query_gap_report
+    from training.distill.query_report import ReportedRetrain, query_gap_report
     from training.distill.query_retrain import query_side_retrain
     from training.distill.query_tower import fixed_vectors
 
@@ -325,7 +325,9 @@ def run_query_seed(
         )  # as trained
         t_measure = time.perf_counter()
         measured = {
-            name: query_gap_report(encoder, live, fit, parts[name], predicted.k, config, train_config, result.parent)
+            name: query_gap_report(
+                encoder, fit, parts[name], predicted.k, ReportedRetrain(live, result.parent, config, train_config)
+            )
             for name in ("u", "test")
         }  # fmt: skip
         t_measure = time.perf_counter() - t_measure

@@ -9,6 +9,7 @@ so), because the report scores one (anchors × pool) matrix per split.
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -52,19 +53,27 @@ def report_pool(
     return ids, fixed_vectors(live.index, [position[d] for d in ids])
 
 
+@dataclass(frozen=True)
+class ReportedRetrain:
+    """The query-side retrain a report is about: the live bundle it trained against (version `parent`),
+    and its configs (the query tower's, and the TrainConfig it takes seed, splits and report flags from)."""
+
+    live: Bundle
+    parent: str
+    config: QueryRetrainConfig
+    train_config: TrainConfig
+
+
 def write_query_report(
     encoder: Encoder,
-    live: Bundle,
     fit: RetrievalData,
     test: RetrievalData,
     loop: LoopResult,
-    config: QueryRetrainConfig,
-    train_config: TrainConfig,
+    retrain: ReportedRetrain,
     staging: Path,
-    parent: str,
 ) -> None:
     """report/: the gap report of the tuned query tower against the fixed document vectors."""
-    if not train_config.report:
+    if not retrain.train_config.report:
         return
     from training.gap.report import write_report
 
@@ -73,20 +82,17 @@ def write_query_report(
         f"mean negatives per query-tower training row over {len(loop.log)} steps (in-batch + mined from the "
         "live index), rounded"
     )
-    report = query_gap_report(encoder, live, fit, test, k, config, train_config, parent, k_rule)
+    report = query_gap_report(encoder, fit, test, k, retrain, k_rule)
     write_report(report, staging / "report")
     relocate_report(staging / "report" / "report.json", MODEL_DIR)  # no build-machine path in a bundle
 
 
 def query_gap_report(
     encoder: Encoder,
-    live: Bundle,
     fit: RetrievalData,
     test: RetrievalData,
     k: int,
-    config: QueryRetrainConfig,
-    train_config: TrainConfig,
-    parent: str,
+    retrain: ReportedRetrain,
     k_rule: str = "given by the caller",
 ) -> GapReport:
     """The gap report of `encoder`'s query tower on (fit, test) against the live bundle's fixed document
@@ -95,6 +101,7 @@ def query_gap_report(
     from contract.bundles.report_schema import Towers
     from training.gap.report import CorpusVectors, ReportOptions, compute_report
 
+    live, parent, config, train_config = retrain.live, retrain.parent, retrain.config, retrain.train_config
     ids, vectors = report_pool(live, fit, test, config.query_report_pool, train_config.seed)
     keep = set(ids)
     pool_fit = dataclasses.replace(fit, corpus={d: fit.corpus[d] for d in ids if d in fit.corpus})

@@ -55,7 +55,7 @@ from training.distill.pairs import DistillPairs, distill_pairs
 from training.distill.query_bundle import dense_runs, link_shared, retune_modes, write_manifest, write_run
 from training.distill.query_eligibility import query_side_blocker
 from training.distill.query_loop import FixedDocs, LoopControl, LoopResult, TowerTargets, fit_query_tower
-from training.distill.query_report import write_query_report
+from training.distill.query_report import ReportedRetrain, write_query_report
 from training.distill.query_tower import fixed_vectors, merged, query_tower
 from training.eval.search_metrics import search_metrics
 from training.train.phase_timer import PhaseTimer, phase
@@ -128,7 +128,8 @@ def query_side_retrain(
                 shared = link_shared(parent_dir, staging, live.manifest.files)
                 encoder = _save_tower(merged(tower), parent_dir, staging)
                 base, tuned, record, by_mode = _score(live, encoder, val, test)
-                write_query_report(encoder, live, fit, test, loop, config, train_config, staging, parent)
+                retrain = ReportedRetrain(live, parent, config, train_config)
+                write_query_report(encoder, fit, test, loop, retrain, staging)
                 write_manifest(
                     staging, live, parent, config, train_config, loop, shared, record, by_mode,
                     evaluation_fingerprint(test),

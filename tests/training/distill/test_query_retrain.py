@@ -115,15 +115,15 @@ def test_its_report_is_query_gap_report_so_held_out_splits_are_measured_the_same
     """bench/gap/predictive_validity.py --tower query measures unseen queries with query_gap_report: recomputed
     from the published tower, the parent's fixed vectors and the report's k, it gives the published risks."""
     from training.data.split import load_split
-    from training.distill.query_report import query_gap_report
+    from training.distill.query_report import ReportedRetrain, query_gap_report
 
     bundles, parent, child = world["bundles"], world["parent"], world["result"].publish.version
     published = json.loads((bundles / child / "report" / "report.json").read_text())
     live = load_bundle(bundles / parent, verify=False, mmap=True)
     try:
         again = query_gap_report(
-            Encoder.load(bundles / child / "model"), live, load_split(world["data"], "train"),
-            load_split(world["data"], "test"), published["k"], TOWER, QUICK, parent,
+            Encoder.load(bundles / child / "model"), load_split(world["data"], "train"),
+            load_split(world["data"], "test"), published["k"], ReportedRetrain(live, parent, TOWER, QUICK),
         )  # fmt: skip
     finally:
         live.docstore.close()
