@@ -1,5 +1,5 @@
 """The project's defaults that more than one module needs: each is defined here once, and every signature,
-Settings field and CLI option that offers it as a default reads it from here (tests/test_defaults_once.py
+Settings field and CLI option that offers it as a default reads it from here (tests/project/test_defaults_once.py
 greps the code for the literals). Standard library only: app/settings.py, the contract and training all
 import it without pulling anything else in.
 
