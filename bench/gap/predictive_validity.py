@@ -323,13 +323,10 @@ def run_query_seed(
         fit, _ = carve_validation(
             load_beir(data_dir, "a"), train_config.validation_fraction, seed
         )  # as trained
-        t_measure = time.perf_counter()
+        t_measure, retrain = time.perf_counter(), ReportedRetrain(live, result.parent, config, train_config)
         measured = {
-            name: query_gap_report(
-                encoder, fit, parts[name], predicted.k, ReportedRetrain(live, result.parent, config, train_config)
-            )
-            for name in ("u", "test")
-        }  # fmt: skip
+            name: query_gap_report(encoder, fit, parts[name], predicted.k, retrain) for name in ("u", "test")
+        }
         t_measure = time.perf_counter() - t_measure
         doc_emb = fixed_vectors(
             live.index, range(live.index.ntotal)
