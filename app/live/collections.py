@@ -218,7 +218,7 @@ class CollectionRegistry:
             seconds,
             f"bundle {live.version}" if live else f"nothing live: {hot_swap.not_live_reason()}",
         )
-        await self.enforce_budget(keep=name)
+        await self.enforce_budget(spare=name)
         return collection
 
     @contextlib.contextmanager
@@ -238,8 +238,9 @@ class CollectionRegistry:
             parts |= c.resident()
         return sum(parts.values())
 
-    async def enforce_budget(self, keep: str | None = None) -> list[str]:
-        """Evict least recently used collections while over the count or byte budget; returns them."""
+    async def enforce_budget(self, spare: str | None = None) -> list[str]:
+        """Evict least recently used collections (never `spare`, the one just loaded) while over the count or
+        byte budget; returns them."""
         evicted = []
         max_n, max_bytes = self.settings.max_loaded_collections, self.settings.max_loaded_bytes
         while True:
@@ -250,7 +251,7 @@ class CollectionRegistry:
             if not over:
                 break
             victims = sorted(
-                (c for c in named if c.name != keep and c.in_flight == 0), key=lambda c: c.last_used
+                (c for c in named if c.name != spare and c.in_flight == 0), key=lambda c: c.last_used
             )
             if not victims:
                 logger.warning(

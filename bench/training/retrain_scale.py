@@ -71,7 +71,7 @@ def base_bundle(data: Path, bundles: Path, cache_dir: Path, n_real: int, seed: i
     from training.publish.index_model import index_model
     from training.train.phase_timer import PhaseTimer
 
-    cache = EmbeddingCache(cache_dir, keep=64)
+    cache = EmbeddingCache(cache_dir, max_entries=64)
     encoder = Encoder.load()
     corpus = load_corpus(data / "corpus.jsonl")
     texts = [document_text(d.title, d.text) for d in corpus.values()]

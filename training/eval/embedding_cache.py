@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 FORMAT = 1  # bump when the file layout or the key's ingredients change
 # entries kept, most recently used first: every retrain adds its tuned model's encoding, so the folder
 # would otherwise grow by one corpus encoding per run
-DEFAULT_KEEP = 8
+MAX_ENTRIES = 8
 _CHUNK = 1 << 20
 
 
@@ -94,9 +94,9 @@ def _sha256_file(path: Path) -> str:
 class EmbeddingCache:
     """A folder of content-addressed corpus embeddings (see the module docstring)."""
 
-    def __init__(self, folder: str | Path, *, keep: int = DEFAULT_KEEP):
+    def __init__(self, folder: str | Path, *, max_entries: int = MAX_ENTRIES):
         self.folder = Path(folder)
-        self.keep = keep
+        self.max_entries = max_entries
 
     def key(self, encoder: Encoder, texts: Sequence[str]) -> str:
         encoder = encoder.documents  # corpus embeddings: a two-tower model's document tower
@@ -146,9 +146,9 @@ class EmbeddingCache:
         return np.load(data, mmap_mode="r")
 
     def prune(self) -> None:
-        """Delete all but the `keep` most recently used entries (a reader's open memory map survives)."""
+        """Delete all but the `max_entries` most recently used entries (a reader's open memory map survives)."""
         metas = sorted(self.folder.glob("*.json"), key=lambda p: p.stat().st_mtime, reverse=True)
-        for meta in metas[self.keep :]:
+        for meta in metas[self.max_entries :]:
             for path in (meta.with_suffix(".npy"), meta):
                 path.unlink(missing_ok=True)
 

@@ -100,7 +100,7 @@ def test_a_corrupt_entry_is_recomputed_and_rewritten(spy, tmp_path, damage):
 
 
 def test_prune_keeps_the_most_recently_used_entries(tmp_path):
-    cache = EmbeddingCache(tmp_path, keep=2)
+    cache = EmbeddingCache(tmp_path, max_entries=2)
     rows = np.ones((2, 3), dtype=np.float32)
     for key in ("a", "b", "c"):
         cache.put(key, rows)
