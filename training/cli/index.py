@@ -13,7 +13,7 @@ from contract.log_setup import progress_bars_enabled
 from training.cli.choices import LogLevelOpt
 from training.cli.config_options import given_config, with_config_options
 from training.cli.publish_options import PublishOptions
-from training.cli.settings_options import collection_backend, collection_folder, collection_option
+from training.cli.settings_options import collection_folder, collection_option
 from training.cli.support import JsonOpt, QuietOpt, configure_command_output, echo_json, fail
 
 
@@ -35,13 +35,12 @@ def index_cmd(
     configure_command_output(log_level, quiet=quiet)
     publish = given_config(PublishOptions, overrides)
     folder = collection_folder(bundles, collection, create=True)
+    from training.bundle.run_hooks import RunHooks
     from training.publish.index_model import index_model  # heavy imports only when the command runs
 
     try:
-        kwargs = collection_backend(publish.publish_kwargs(), collection)
-        result = index_model(
-            model, data, folder, split=split, show_progress=progress_bars_enabled(), **kwargs
-        )
+        plan = publish.plan(data, folder, eval_split=split, collection=collection)
+        result = index_model(model, plan, RunHooks(show_progress=progress_bars_enabled()))
     except InfonceSearchError as exc:
         fail(str(exc))
     if as_json:

@@ -15,6 +15,7 @@ import typer
 
 from contract.bundles.collections import DEFAULT_COLLECTION, collection_milvus_name
 from contract.errors import InfonceSearchError
+from contract.index.backend import BackendConfig
 from contract.jobs.settings import JobSettings, env_name, field_default, load_job_settings
 
 
@@ -70,11 +71,8 @@ def collection_folder(bundles: Path | None, collection: str | None, *, create: b
         raise typer.Exit(code=2) from None
 
 
-def collection_backend(kwargs: dict[str, Any], collection: str | None) -> dict[str, Any]:
-    """Publishing kwargs with the Milvus names of `collection` (`<name>_<collection>`), as jobs use."""
-    backend = kwargs.get("backend")
-    if collection is None or backend is None or backend.backend != "milvus":
-        return kwargs
-    return kwargs | {
-        "backend": replace(backend, milvus_name=collection_milvus_name(backend.milvus_name, collection))
-    }
+def collection_backend(backend: BackendConfig, collection: str | None) -> BackendConfig:
+    """The backend with the Milvus names of `collection` (`<name>_<collection>`), as jobs use."""
+    if collection is None or backend.backend != "milvus":
+        return backend
+    return replace(backend, milvus_name=collection_milvus_name(backend.milvus_name, collection))
