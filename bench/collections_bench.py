@@ -47,6 +47,9 @@ from typing import Any
 import httpx
 import numpy as np
 
+from contract.jobs.plan import IndexPlan
+from training.bundle.build import BuildOptions, BundleRecord
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 SCIFACT = REPO.parent / "shared" / "data" / "scifact"
@@ -101,9 +104,8 @@ def prepare(work: Path, n: int, k: int, n_docs: int) -> None:
             corpus,
             staging_dir=work / "staging" / name,
             doc_embeddings=emb[pick],
-            index_kind="flat",
-            metrics={"test": {"ndcg@10": 0.5}},
-            show_progress=False,
+            record=BundleRecord(metrics={"test": {"ndcg@10": 0.5}}),
+            build=BuildOptions(index=IndexPlan(kind="flat"), show_progress=False),
         )
         BundleStore(folder).publish(staged, force=True)
         return folder

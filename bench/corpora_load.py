@@ -30,6 +30,9 @@ from typing import Any
 import httpx
 from corpora import CORPORA, EMBEDDINGS, ROOT, Corpus, data_dir
 
+from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
+from training.bundle.run_hooks import RunHooks
+
 LEVELS = (1, 8, 32)
 NAIVE = "naive FastAPI + torch + FAISS flat"
 
@@ -49,12 +52,12 @@ def corpus_bundle(corpus: Corpus, folder: Path, variants: list[str]) -> Path:
         print(f"{corpus.name}: building the bench bundle (once)", flush=True)
         index_model(
             None,
-            folder,
-            bundles,
-            index_kind="flat",
-            force=True,
-            cache=EmbeddingCache(EMBEDDINGS),
-            show_progress=False,
+            PublishPlan(
+                data=DataPlan(data_dir=str(folder)),
+                index=IndexPlan(kind="flat"),
+                publication=PublicationPlan(bundles_dir=str(bundles), force=True, distill=False),
+            ),
+            RunHooks(cache=EmbeddingCache(EMBEDDINGS), show_progress=False),
         )
     config = DistillConfig(variants=variants)
     manifest = json.loads((store.version_path(str(store.current_version())) / "manifest.json").read_text())

@@ -24,6 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
+from contract.jobs.plan import IndexPlan
+from training.bundle.build import BuildOptions
+
 REPO = Path(__file__).resolve().parents[1]
 SCIFACT = REPO.parent / "shared" / "data" / "scifact"
 CACHE = REPO / "var" / "bench"
@@ -42,7 +45,12 @@ def bundle(n_docs: int) -> Path:
     print(f"building a {n_docs}-document scifact bundle in {bundles} (once)", flush=True)
     corpus = dict(list(load_corpus(SCIFACT / "corpus.jsonl").items())[:n_docs])
     with store.build_dir() as staging:
-        build_bundle(Encoder.load(), corpus, staging_dir=staging, index_kind="flat", show_progress=False)
+        build_bundle(
+            Encoder.load(),
+            corpus,
+            staging_dir=staging,
+            build=BuildOptions(index=IndexPlan(kind="flat"), show_progress=False),
+        )
         store.publish(staging, force=True)
     return bundles
 

@@ -48,6 +48,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from contract.jobs.plan import IndexPlan
+from training.bundle.build import BuildOptions
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ siblings (corpora, corpora_load)
 REPO = Path(__file__).resolve().parents[1]
 SCIFACT = REPO.parent / "shared" / "data" / "scifact"
@@ -96,7 +99,13 @@ def build_bundle_if_needed(bundles: Path, distractors: int = 0, doc_embeddings: 
         for i in range(distractors):
             corpus[f"distractor-{i}"] = Document(f"distractor-{i}", "", f"synthetic distractor {i}", {})
     staging = CACHE / f"staging-{os.getpid()}"
-    build_bundle(Encoder.load(), corpus, staging_dir=staging, doc_embeddings=emb, index_kind="flat")
+    build_bundle(
+        Encoder.load(),
+        corpus,
+        staging_dir=staging,
+        doc_embeddings=emb,
+        build=BuildOptions(index=IndexPlan(kind="flat")),
+    )
     record = attach_onnx(staging, test.queries, test.qrels, quantize=True)
     print(f"ONNX quality (nDCG@10 on {record['n_queries']} test queries): {record['ndcg@10']}", flush=True)
     return store.publish(staging, force=True).version
