@@ -120,11 +120,15 @@ class RetrainPlan(PublishPlan):
 
     scope: RetrainScope = JOB_SCOPE
     scope_reason: str = ""  # why this scope: "asked for", or what `auto` saw
+    # can the live bundle be the fixed side for this dataset (training/distill/query_eligibility.py)? None:
+    # not checked yet; `auto` checks once and the run reads the answer instead of checking again
+    live_eligible: bool | None = None
     training: TrainConfig = Field(default_factory=TrainConfig)
     query: QueryRetrainConfig = Field(default_factory=QueryRetrainConfig)
 
-    def resolved(self, scope: RetrainScope, why: str) -> RetrainPlan:
-        return self.model_copy(update={"scope": scope, "scope_reason": why})
+    def resolved(self, scope: RetrainScope, why: str, *, live_eligible: bool | None = None) -> RetrainPlan:
+        update = {"scope": scope, "scope_reason": why, "live_eligible": live_eligible}
+        return self.model_copy(update=update)
 
 
 def retrain_plan(

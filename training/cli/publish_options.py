@@ -5,21 +5,14 @@ Milvus). Both commands get them generated from PublishOptions (training/cli/conf
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from contract.defaults import KEEP_VERSIONS, TARGET_RECALL
 from contract.index.backend import BackendConfig, IndexBackend, IndexKind
 from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
-from contract.jobs.settings import env_name, field_default
-from training.cli.settings_options import collection_backend, job_settings
+from training.cli.settings_options import collection_backend, job_settings, setting_extra
 from training.distill.config import Variant
-
-
-def _setting(field: str) -> dict[str, Any]:
-    """An option backed by the API's JobSettings: its variable read and named in --help, its default shown."""
-    return {"envvar": env_name(field), "shown_default": field_default(field)}
 
 
 class PublishOptions(BaseModel):
@@ -56,15 +49,15 @@ class PublishOptions(BaseModel):
     milvus_uri: str | None = Field(
         None,
         description="http://host:19530 or a milvus-lite .db path.",
-        json_schema_extra=_setting("milvus_uri"),
+        json_schema_extra=setting_extra("milvus_uri"),
     )
     milvus_token: str | None = Field(
-        None, description="Milvus credentials.", json_schema_extra=_setting("milvus_token")
+        None, description="Milvus credentials.", json_schema_extra=setting_extra("milvus_token")
     )
     milvus_name: str | None = Field(
         None,
         description="Collections <name>_v<version>, alias <name>_live.",
-        json_schema_extra=_setting("milvus_name"),
+        json_schema_extra=setting_extra("milvus_name"),
     )
 
     def plan(

@@ -30,6 +30,12 @@ def setting_option(field: str, *param_decls: str, help: str | None = None) -> An
     )
 
 
+def setting_extra(field: str) -> dict[str, Any]:
+    """For a config field that becomes an option (training/cli/config_options.py): backed by JobSettings,
+    its variable read and named in --help, its declared default shown."""
+    return {"envvar": env_name(field), "shown_default": field_default(field)}
+
+
 def job_settings(**given: Any) -> JobSettings:
     """JobSettings with the command line's given values on top; a bad value is a one-line error, exit 2."""
     try:

@@ -86,28 +86,18 @@ def train_cmd(
         Path | None,
         typer.Option(
             "--bundles",
-            help="With --retrain-scope query (or auto): the bundles folder whose live bundle's fixed documents the query "
-            "tower trains against; OUT/model is then a two-tower folder and nothing is published (`pipeline` "
-            "publishes).",
+            help="With --retrain-scope query (or auto): the bundles folder whose live bundle's fixed documents "
+            "the query tower trains against; OUT/model is then a two-tower folder and nothing is published "
+            "(`pipeline` publishes).",
         ),
     ] = None,
     **overrides: Any,
 ) -> None:
     config = _prepare_run(data, config_file, log_level, overrides, quiet=quiet)
-    query = given_config(QueryRetrainConfig, overrides)
-    scope = given_config(ScopeOptions, overrides).scope()
-    if scope != "full":
-        if bundles is None:
-            fail(f"--retrain-scope {scope} needs --bundles: the live bundle whose documents stay fixed")
-        from training.publish.pipeline import resolve_scope
-
-        where = PublishPlan(
-            data=DataPlan(data_dir=str(data)), publication=PublicationPlan(bundles_dir=str(bundles))
-        )
-        plan = resolve_scope(retrain_plan(config, query, where, scope))
-        if plan.scope == "query":
-            _train_query_tower(plan, out, as_json)
-            return
+    plan = _query_side_plan(config, data, bundles, overrides)
+    if plan is not None:
+        _train_query_tower(plan, out, as_json)
+        return
     from training.export.corpus_encoder import corpus_encoder_for
     from training.train.trainer import train  # torch and friends load only when a run starts
 
@@ -134,6 +124,25 @@ def train_cmd(
     )
 
 
+def _query_side_plan(
+    config: TrainConfig, data: Path, bundles: Path | None, overrides: dict[str, Any]
+) -> RetrainPlan | None:
+    """`train`'s plan when it trains only a query tower (its scope resolved against the live bundle of
+    `bundles`), else None: a full training run."""
+    scope = given_config(ScopeOptions, overrides).scope()
+    if scope == "full":
+        return None
+    if bundles is None:
+        fail(f"--retrain-scope {scope} needs --bundles: the live bundle whose documents stay fixed")
+    from training.publish.pipeline import resolve_scope
+
+    where = PublishPlan(
+        data=DataPlan(data_dir=str(data)), publication=PublicationPlan(bundles_dir=str(bundles))
+    )
+    plan = resolve_scope(retrain_plan(config, given_config(QueryRetrainConfig, overrides), where, scope))
+    return plan if plan.scope == "query" else None
+
+
 def _train_query_tower(plan: RetrainPlan, out: Path, as_json: bool) -> None:
     """`train --retrain-scope query`: the query tower trained against the live bundle, written to OUT,
     unpublished."""
@@ -154,7 +163,15 @@ def _train_query_tower(plan: RetrainPlan, out: Path, as_json: bool) -> None:
     )
 
 
-@with_config_options(PublishOptions, TrainConfig, QueryRetrainConfig, ScopeOptions)
+class RunFolder(BaseModel):
+    """Where `pipeline` writes its training run folders."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    work_dir: Path = Field(Path("runs"), description="Where training run folders are written.")
+
+
+@with_config_options(PublishOptions, TrainConfig, QueryRetrainConfig, ScopeOptions, RunFolder)
 def pipeline_cmd(
     data: DataOpt,
     bundles: Annotated[
@@ -162,9 +179,6 @@ def pipeline_cmd(
         typer.Option("--bundles", help="Bundles folder (versions + CURRENT); or give --collection."),
     ] = None,
     collection: Annotated[str | None, collection_option()] = None,
-    work_dir: Annotated[
-        Path, typer.Option("--work-dir", help="Where training run folders are written.")
-    ] = Path("runs"),
     config_file: ConfigFileOpt = None,
     log_level: LogLevelOpt = "INFO",
     quiet: QuietOpt = False,
@@ -181,6 +195,7 @@ def pipeline_cmd(
     with one_line_errors():
         scope = given_config(ScopeOptions, overrides).scope()
         plan = retrain_plan(config, query, publish.plan(data, folder, collection=collection), scope)
+        work_dir = given_config(RunFolder, overrides).work_dir
         result = run_pipeline(plan, work_dir, RunHooks(show_progress=progress_bars_enabled()))
     _print_pipeline(result, as_json)
 

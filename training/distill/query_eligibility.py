@@ -22,10 +22,6 @@ from training.train.phases import LiveReference
 
 logger = logging.getLogger(__name__)
 
-# the reason a plan's `auto` scope took the query side (training/publish/pipeline.py resolve_scope): the
-# check ran then, so query_side_retrain does not run it (and load the eval split) a second time
-ELIGIBLE = "the live bundle holds this dataset's documents unchanged"
-
 
 def query_side_blocker(
     store: BundleStore, data_dir: str | Path, eval_split: str, *, data: RetrievalData | None = None

@@ -61,7 +61,7 @@ from training.distill.query_bundle import (
     write_manifest,
     write_run,
 )
-from training.distill.query_eligibility import ELIGIBLE, query_side_blocker
+from training.distill.query_eligibility import query_side_blocker
 from training.distill.query_loop import FixedDocs, LoopResult, fit_query_tower
 from training.distill.query_report import write_query_report
 from training.distill.query_tower import fixed_vectors, merged, query_tower
@@ -96,7 +96,7 @@ def query_side_retrain(
     store = BundleStore(plan.publication.bundles_dir, keep=plan.publication.keep)
     with phase(hooks.timer, "load data + live bundle"):
         splits = _splits(plan)
-        if plan.scope_reason != ELIGIBLE:  # not already checked by resolve_scope (auto)
+        if not plan.live_eligible:  # not already checked (resolve_scope, for `auto`)
             blocker = query_side_blocker(store, plan.data.data_dir, plan.data.eval_split, data=splits[2])
             if blocker is not None:
                 raise ConfigError(f"--retrain-scope query: {blocker}")

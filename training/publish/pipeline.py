@@ -98,7 +98,7 @@ def resolve_scope(plan: RetrainPlan) -> RetrainPlan:
     if plan.scope != "auto":
         return plan.resolved(plan.scope, f"asked for (retrain_scope {plan.scope})")
     from training.bundle.store import BundleStore
-    from training.distill.query_eligibility import ELIGIBLE, query_side_blocker
+    from training.distill.query_eligibility import query_side_blocker
 
     if plan.index.milvus:
         return plan.resolved("full", "the index backend is milvus")
@@ -109,9 +109,10 @@ def resolve_scope(plan: RetrainPlan) -> RetrainPlan:
     blocker = query_side_blocker(store, plan.data.data_dir, plan.data.eval_split)
     if blocker is not None:
         logger.info("retrain_scope auto: full retrain (%s)", blocker)
-        return plan.resolved("full", blocker)
+        return plan.resolved("full", blocker, live_eligible=False)
     logger.info("retrain_scope auto: query-side retrain (the live bundle holds this dataset's documents)")
-    return plan.resolved("query", ELIGIBLE)
+    why = "the live bundle holds this dataset's documents unchanged"
+    return plan.resolved("query", why, live_eligible=True)
 
 
 def _query_side(plan: RetrainPlan, run_dir: Path, hooks: RunHooks, started: float) -> PipelineResult:
@@ -158,7 +159,7 @@ def _train_phase(
 
 def _live_reference(plan: RetrainPlan, hooks: RunHooks) -> LiveReference | None:
     """A full retrain over the live bundle's documents starts from its vectors: one corpus encode, not two."""
-    if plan.index.milvus:
+    if plan.index.milvus or plan.live_eligible is False:  # `auto` found it cannot: no second check
         return None
     from training.bundle.store import BundleStore
     from training.distill.query_eligibility import live_reference
