@@ -3,7 +3,8 @@
 Each field is a `pipeline` option generated from it (training/cli/config_options.py) and a retrain job's
 option (contract/jobs/queue.py: RetrainOptions has every field of both configs, checked when the job is
 submitted), so the names carry a `query_` prefix where TrainConfig has the same word (`--query-lr` beside
-`--lr`). A query-side retrain takes its seed, max_steps, splits and validation carve from its TrainConfig.
+`--lr`). A query-side retrain takes its seed, max_steps, splits and validation carve from its TrainConfig; whether a
+retrain is query-side at all is the plan's `retrain_scope` (contract/jobs/plan.py).
 It lives in the contract, beside TrainConfig, because the API validates job options with it."""
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contract.config import as_in_training
 
-Tower = Literal["auto", "full", "query"]
 QueryTowerKind = Literal["lora", "full", "truncated"]
 
 
@@ -23,12 +23,6 @@ class QueryRetrainConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tower: Tower = Field(
-        "full",
-        description="What a retrain trains: full (both towers, the corpus encoded again), query (only a query "
-        "tower against the live bundle's fixed document vectors and index: no corpus encode), or auto (query "
-        "when a live FAISS bundle of a cosine model holds this dataset's documents unchanged, else full).",
-    )
     query_tower: QueryTowerKind = Field(
         "lora",
         description="The query tower: lora (LoRA adapters on the live query encoder, merged when saved), full "

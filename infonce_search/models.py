@@ -212,7 +212,8 @@ class JobDetail(JobSummary):
     bundle_version: str | None = None
     live: bool | None = None
     gate_reason: str | None = None
-    tower: str | None = None
+    retrain_scope: str | None = None  # what a retrain trained: full or query
+    tower: str | None = None  # retrain_scope's deprecated name (the same value)
     error: str | None = None
     worker: str | None = None
     heartbeat_at: float | None = None

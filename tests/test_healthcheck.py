@@ -138,7 +138,8 @@ def _wait_for_port(port: int, proc: subprocess.Popen[str], deadline_s: float = 1
 
 def _publish_tiny_bundle(encoder: object, bundles: Path, staging: Path) -> str:
     """Five documents, the real encoder, a flat index: enough for /readyz's canary query."""
-    from training.bundle.build import build_bundle
+    from contract.jobs.plan import IndexPlan
+    from training.bundle.build import BuildOptions, build_bundle
     from training.bundle.store import BundleStore
     from training.data.retrieval_data import Document
 
@@ -150,7 +151,12 @@ def _publish_tiny_bundle(encoder: object, bundles: Path, staging: Path) -> str:
         "Exercise improves insulin sensitivity in type 2 diabetes.",
     ]
     corpus = {f"d{i}": Document(id=f"d{i}", title="", text=t, metadata={}) for i, t in enumerate(texts)}
-    staged = build_bundle(encoder, corpus, staging_dir=staging, index_kind="flat", show_progress=False)  # type: ignore[arg-type]
+    staged = build_bundle(
+        encoder,
+        corpus,
+        staging_dir=staging,
+        build=BuildOptions(index=IndexPlan(kind="flat"), show_progress=False),
+    )  # type: ignore[arg-type]
     return BundleStore(bundles).publish(staged, force=True).version
 
 

@@ -23,9 +23,11 @@ from safetensors.numpy import load_file
 
 from app.main import create_app
 from app.settings import Settings
+from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
 from contract.jobs.queue import JobQueue
 from tests.app.conftest import wait_until
 from tests.training.beir_slice import beir_slice
+from training.bundle.run_hooks import RunHooks
 from training.jobs.tasks import WORK_DIR
 
 pytestmark = pytest.mark.slow
@@ -101,8 +103,15 @@ def env(tmp_path_factory, demo_dataset) -> Iterator[dict[str, Any]]:
     base = Encoder.load()
     base.model.max_seq_length = 32  # the bundles keep it: every encode in these tests stays cheap
     base.save(root / "models" / "base-model")  # jobs may name base models under the models root only
-    first = index_model(root / "models" / "base-model", data_root / "pydocs-mini", root / "bundles", index_kind="flat",
-                        onnx=False, show_progress=False)  # fmt: skip
+    first = index_model(
+        root / "models" / "base-model",
+        PublishPlan(
+            data=DataPlan(data_dir=str(data_root / "pydocs-mini")),
+            index=IndexPlan(kind="flat"),
+            publication=PublicationPlan(bundles_dir=str(root / "bundles"), onnx=False, distill=False),
+        ),
+        RunHooks(show_progress=False),
+    )
     assert first.live
     settings = Settings(
         bundles_dir=root / "bundles",
@@ -256,8 +265,15 @@ def test_a_retrain_of_one_collection_goes_live_only_there(env):
 
     client, worker, bundles, settings = env["client"], env["worker"], env["bundles"], env["settings"]
     folder = Collections(settings.collections_root, bundles).create("other")
-    first = index_model(settings.models_root / env["base"], settings.data_root / "pydocs-mini", folder,
-                        index_kind="flat", onnx=False, show_progress=False)  # fmt: skip
+    first = index_model(
+        settings.models_root / env["base"],
+        PublishPlan(
+            data=DataPlan(data_dir=str(settings.data_root / "pydocs-mini")),
+            index=IndexPlan(kind="flat"),
+            publication=PublicationPlan(bundles_dir=str(folder), onnx=False, distill=False),
+        ),
+        RunHooks(show_progress=False),
+    )
     default_current = _current(bundles)
     other = client.post("/collections/other/search", json={"query": "vitamin d", "top_k": 3})
     assert other.status_code == 200 and other.json()["version"] == first.version

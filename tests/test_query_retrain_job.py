@@ -1,4 +1,4 @@
-"""A retrain job with `tower: query`, submitted over HTTP, goes live without encoding a document.
+"""A retrain job with `retrain_scope: query`, submitted over HTTP, goes live without encoding a document.
 
 The real app (TestClient with its lifespan), a real SQLite queue and a real worker subprocess, started
 through tests/doc_encode_guard.py: in that worker any document encode raises, so the job succeeding is the
@@ -23,8 +23,10 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from app.settings import Settings
 from contract.bundles.bundle import read_manifest
+from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
 from tests.app.conftest import wait_until
 from tests.training.beir_slice import beir_slice
+from training.bundle.run_hooks import RunHooks
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +36,7 @@ HEARTBEAT_TIMEOUT_S = 15
 # a few steps at a small lr: the tower moves and stays within the gate's tolerance (the machinery is tested
 # here; what the query side gains is measured by bench/training/retrain_scale.py); the query-side knobs are job
 # options like TrainConfig's (contract/query_config.py), and the published version records them
-QUERY_JOB = {"tower": "query", "max_steps": 2, "query_lr": 1e-6, "query_lora_rank": 8, "query_batch_size": 8,
+QUERY_JOB = {"retrain_scope": "query", "max_steps": 2, "query_lr": 1e-6, "query_lora_rank": 8, "query_batch_size": 8,
              "eval_max_queries": 10, "onnx": False, "distill": False, "validation_fraction": 0.0}  # fmt: skip
 
 
@@ -49,8 +51,15 @@ def env(tmp_path_factory, demo_dataset) -> Iterator[dict[str, Any]]:
     base = Encoder.load()
     base.model.max_seq_length = 32
     base.save(root / "base")
-    first = index_model(root / "base", data_root / "mini", root / "bundles", index_kind="flat", onnx=False,
-                        show_progress=False)  # fmt: skip
+    first = index_model(
+        root / "base",
+        PublishPlan(
+            data=DataPlan(data_dir=str(data_root / "mini")),
+            index=IndexPlan(kind="flat"),
+            publication=PublicationPlan(bundles_dir=str(root / "bundles"), onnx=False, distill=False),
+        ),
+        RunHooks(show_progress=False),
+    )
     settings = Settings(
         bundles_dir=root / "bundles", api_key=KEY["X-API-Key"], data_root=data_root,
         models_root=root / "models", queue_url=f"sqlite:///{root / 'jobs.db'}",
@@ -98,9 +107,11 @@ def test_a_query_side_retrain_job_goes_live_without_encoding_a_document(env):
     )
     assert env["marker"].read_text() == str(env["worker"].pid)  # the job ran in the guarded worker
     assert job["state"] == "succeeded", (job, tail())  # any document encode would have failed it
-    assert job["tower"] == "query" and job["live"] is True, job
+    assert job["retrain_scope"] == "query" and job["tower"] == "query" and job["live"] is True, job
     child = job["bundle_version"]
-    recorded = read_manifest(bundles / child).extras["query_retrain"]["config"]
+    plan = read_manifest(bundles / child).extras["retrain_plan"]  # the job's plan, recorded once
+    assert plan["scope"] == "query" and plan["scope_reason"].startswith("asked for"), plan
+    recorded = plan["query"]
     assert (recorded["query_lr"], recorded["query_lora_rank"], recorded["query_batch_size"]) == (1e-6, 8, 8)
     for name in ("index.faiss", "ids.json", "docs.sqlite"):
         assert os.stat(bundles / first / name).st_ino == os.stat(bundles / child / name).st_ino, name
@@ -116,6 +127,7 @@ def test_a_query_side_retrain_job_goes_live_without_encoding_a_document(env):
 
 
 def test_a_bad_query_side_option_is_refused_at_submission_naming_it(env):
+    # `tower`: retrain_scope's deprecated name, still accepted
     body = {"type": "retrain", "dataset": "mini", "options": {"tower": "query", "query_lora_rank": 0}}
     r = env["client"].post("/jobs", json=body, headers=KEY)
     assert r.status_code in (400, 422), r.text

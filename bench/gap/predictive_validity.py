@@ -73,6 +73,8 @@ from bench.harness.paths import SCIFACT
 from contract.bundles.report_schema import Estimate, GapReport, NotComputable
 from contract.config import TrainConfig
 from contract.encoding.encoder import Encoder
+from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan, retrain_plan
+from training.bundle.run_hooks import RunHooks
 from training.data.beir import load_beir
 from training.data.demo_data import build_demo_dataset
 from training.data.query_sample import sample_queries
@@ -287,7 +289,15 @@ def live_bundles(
         full_train, full_test = load_beir(source, "train"), load_beir(source, "test")
         ids = pool_ids(corpus, full_train, full_test, args.distractors)
         data_dir = write_beir(bundles.parent / "data", ids, {"test": full_test})
-        index_model(None, data_dir, bundles, index_kind="flat", onnx=False, show_progress=False, cache=cache)
+        index_model(
+            None,
+            PublishPlan(
+                data=DataPlan(data_dir=str(data_dir)),
+                index=IndexPlan(kind="flat"),
+                publication=PublicationPlan(bundles_dir=str(bundles), onnx=False, distill=False),
+            ),
+            RunHooks(show_progress=False, cache=cache),
+        )
     return bundles
 
 
@@ -308,14 +318,22 @@ def run_query_seed(
     bundles = live_bundles(corpus, source, out, args, cache)
     work, data_dir, parts = seed_data(corpus, source, seed, out, args)
     train_config = TrainConfig(train_split="a", eval_split="r", seed=seed, max_steps=args.max_steps)
-    config = QueryRetrainConfig(
-        tower="query"
-    )  # the project's defaults: LoRA, mined negatives, early stopping
+    config = QueryRetrainConfig()  # the project's defaults: LoRA, mined negatives, early stopping
     timer = PhaseTimer()
     result = query_side_retrain(
-        data_dir, bundles, train_config=train_config, config=config, run_dir=work / "run", onnx=False,
-        distill=None, publish=False, timer=timer,
-    )  # fmt: skip
+        retrain_plan(
+            train_config,
+            config,
+            PublishPlan(
+                data=DataPlan(data_dir=str(data_dir)),
+                publication=PublicationPlan(bundles_dir=str(bundles), onnx=False, distill=False),
+            ),
+            "query",
+        ),
+        work / "run",
+        RunHooks(timer=timer),
+        publish=False,
+    )
     predicted = GapReport.model_validate_json((work / "run" / "report" / "report.json").read_text())
     encoder = Encoder.load(work / "run" / "model")  # the tuned query tower + the parent's document tower
     live = load_bundle(BundleStore(bundles).version_path(result.parent), verify=False, mmap=True)

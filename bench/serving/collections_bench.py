@@ -48,6 +48,8 @@ import numpy as np
 
 from bench.harness.paths import REPO, RESULTS, require_scifact
 from bench.harness.ports import free_port
+from contract.jobs.plan import IndexPlan
+from training.bundle.build import BuildOptions, BundleRecord
 
 KEY = "collections-bench"
 RETRAIN = {"epochs": 3, "max_seq_length": 64, "batch_size": 16, "onnx": False, "eval_max_queries": 20}
@@ -93,9 +95,8 @@ def build_collection(
         corpus,
         staging_dir=work / "staging" / name,
         doc_embeddings=emb[pick],
-        index_kind="flat",
-        metrics={"test": {"ndcg@10": 0.5}},
-        show_progress=False,
+        record=BundleRecord(metrics={"test": {"ndcg@10": 0.5}}),
+        build=BuildOptions(index=IndexPlan(kind="flat"), show_progress=False),
     )
     BundleStore(folder).publish(staged, force=True)
     return folder

@@ -34,6 +34,8 @@ from bench.harness.paths import RESULTS
 from bench.harness.ports import free_port
 from bench.harness.servers import NAIVE_APP, on_port, start_server, stop_server, uvicorn_cmd
 from bench.harness.wrk import drive_wrk, median_run
+from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
+from training.bundle.run_hooks import RunHooks
 
 LEVELS = (1, 8, 32)
 NAIVE = "naive FastAPI + torch + FAISS flat"
@@ -54,12 +56,12 @@ def corpus_bundle(corpus: Corpus, folder: Path, variants: list[str]) -> Path:
         print(f"{corpus.name}: building the bench bundle (once)", flush=True)
         index_model(
             None,
-            folder,
-            bundles,
-            index_kind="flat",
-            force=True,
-            cache=EmbeddingCache(EMBEDDINGS),
-            show_progress=False,
+            PublishPlan(
+                data=DataPlan(data_dir=str(folder)),
+                index=IndexPlan(kind="flat"),
+                publication=PublicationPlan(bundles_dir=str(bundles), force=True, distill=False),
+            ),
+            RunHooks(cache=EmbeddingCache(EMBEDDINGS), show_progress=False),
         )
     config = DistillConfig(variants=variants)
     manifest = json.loads((store.version_path(str(store.current_version())) / "manifest.json").read_text())

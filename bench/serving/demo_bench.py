@@ -25,6 +25,9 @@ from bench.harness.paths import REPO
 from bench.harness.ports import free_port
 from bench.harness.usage import asked_for_help
 from contract.config import TrainConfig
+from contract.jobs.plan import DataPlan, PublicationPlan, PublishPlan, retrain_plan
+from contract.query_config import QueryRetrainConfig
+from training.bundle.run_hooks import RunHooks
 from training.data.demo_data import DEFAULT_DOCS, build_demo_dataset
 from training.publish.pipeline import run_pipeline
 
@@ -84,7 +87,19 @@ def main(argv: list[str] | None = None) -> None:
     t0, busy0, own0 = time.perf_counter(), busy_cpu_seconds(), time.process_time()
     data = build_demo_dataset(out / "data" / "pydocs", n_docs=n_docs)
     built = time.perf_counter() - t0
-    result = run_pipeline(data, out / "bundles", config=config, work_dir=out / "runs", show_progress=False)
+    result = run_pipeline(
+        retrain_plan(
+            config,
+            QueryRetrainConfig(),
+            PublishPlan(
+                data=DataPlan(data_dir=str(data)),
+                publication=PublicationPlan(bundles_dir=str(out / "bundles"), distill=False),
+            ),
+            "full",
+        ),
+        out / "runs",
+        RunHooks(show_progress=False),
+    )
     serve = serve_until_search_answers(out / "bundles")
     wall = time.perf_counter() - t0
     foreign = (busy_cpu_seconds() - busy0 - (time.process_time() - own0)) / wall

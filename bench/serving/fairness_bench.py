@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 
 from bench.harness.paths import CACHE, require_scifact
+from contract.jobs.plan import IndexPlan
+from training.bundle.build import BuildOptions
 
 
 def bundle(n_docs: int) -> Path:
@@ -40,7 +42,12 @@ def bundle(n_docs: int) -> Path:
     print(f"building a {n_docs}-document scifact bundle in {bundles} (once)", flush=True)
     corpus = dict(list(load_corpus(require_scifact() / "corpus.jsonl").items())[:n_docs])
     with store.build_dir() as staging:
-        build_bundle(Encoder.load(), corpus, staging_dir=staging, index_kind="flat", show_progress=False)
+        build_bundle(
+            Encoder.load(),
+            corpus,
+            staging_dir=staging,
+            build=BuildOptions(index=IndexPlan(kind="flat"), show_progress=False),
+        )
         store.publish(staging, force=True)
     return bundles
 

@@ -29,7 +29,8 @@ from app.main import create_app
 from app.settings import Settings
 from bench.harness.paths import require_scifact
 from contract.encoding.encoder import Encoder
-from training.bundle.build import build_bundle
+from contract.jobs.plan import IndexPlan
+from training.bundle.build import BuildOptions, build_bundle
 from training.bundle.store import BundleStore
 from training.data.beir import load_beir
 from training.data.retrieval_data import RetrievalData
@@ -56,8 +57,7 @@ def bundle_at_scale(encoder: Encoder, data: RetrievalData, emb: np.ndarray, scal
             corpus,
             staging_dir=staging,
             doc_embeddings=doc_emb,
-            index_kind="flat",
-            show_progress=False,
+            build=BuildOptions(index=IndexPlan(kind="flat"), show_progress=False),
         )
         big = RetrievalData(corpus=corpus, queries=data.queries, qrels=data.qrels, source=data.source)
         q = encoder.encode(list(data.queries.values()), kind="query")

@@ -50,6 +50,8 @@ from bench.harness.paths import CACHE, require_scifact
 from bench.harness.ports import free_port
 from bench.harness.servers import APP, NAIVE_APP, on_port, service_env, start_server, stop_server, uvicorn_cmd
 from bench.harness.wrk import drive, drive_wrk, median_run, write_wrk_bodies
+from contract.jobs.plan import IndexPlan
+from training.bundle.build import BuildOptions
 
 NAIVE = "naive FastAPI + torch + FAISS flat"
 # (label, encoder, command, env, ready path, workload)
@@ -98,7 +100,13 @@ def build_bundle_if_needed(bundles: Path, distractors: int = 0, doc_embeddings: 
         for i in range(distractors):
             corpus[f"distractor-{i}"] = Document(f"distractor-{i}", "", f"synthetic distractor {i}", {})
     staging = CACHE / f"staging-{os.getpid()}"
-    build_bundle(Encoder.load(), corpus, staging_dir=staging, doc_embeddings=emb, index_kind="flat")
+    build_bundle(
+        Encoder.load(),
+        corpus,
+        staging_dir=staging,
+        doc_embeddings=emb,
+        build=BuildOptions(index=IndexPlan(kind="flat")),
+    )
     record = attach_onnx(staging, test.queries, test.qrels, quantize=True)
     print(f"ONNX quality (nDCG@10 on {record['n_queries']} test queries): {record['ndcg@10']}", flush=True)
     return store.publish(staging, force=True).version

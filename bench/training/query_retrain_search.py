@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     from contract.config import TrainConfig
     from contract.query_config import QueryRetrainConfig
     from training.bundle.store import BundleStore
-    from training.distill.query_loop import fit_query_tower
+    from training.distill.query_loop import LoopControl, TowerTargets, fit_query_tower
     from training.distill.query_retrain import (
         carve_validator,
         encode_queries,
@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> None:
         pairs, negatives, docs, prep_s = cache[key]
         tower = query_tower(store.version_path(version) / MODEL_DIR, config, seed=0)
         loop = fit_query_tower(
-            tower.model, tower.params, pairs, docs, negatives, temperature=live.encoder.similarity.logit_divisor(),
-            config=config, seed=0, validate=carve_validator(live, tower.model, val),
+            tower, TowerTargets(pairs, docs, negatives), temperature=live.encoder.similarity.logit_divisor(),
+            config=config, control=LoopControl(0, validate=carve_validator(live, tower.model, val)),
         )  # fmt: skip
         test_ndcg = search_metrics(live.encoder.similarity, encode_queries(tower.model, t_texts), t_ids, test.qrels,
                                    live.doc_ids, index=live.index)["ndcg@10"]  # fmt: skip

@@ -11,10 +11,10 @@ rows). Queries, judgements and training pairs are the dataset's at every size.
 
 For each size: a base bundle (the packaged all-MiniLM-L6-v2's vectors, exact FAISS index, BM25) is
 published as the live version (setup, timed apart), then
-- query-side: `run_pipeline(tower=query)` with the job's defaults (training/distill/query_retrain.py:
+- query-side: `run_pipeline` with retrain_scope query with the job's defaults (training/distill/query_retrain.py:
   no document is encoded), timed from the call to the new version being live;
 - full (only at --full-sizes, which must be real corpora: a tuned model cannot encode synthetic vectors):
-  the live bundle is rolled back to the base version and `run_pipeline(tower=full)` runs, timed the same
+  the live bundle is rolled back to the base version and `run_pipeline` with retrain_scope full runs, timed the same
   way (one corpus encode: the live vectors stand in for the base model's).
 nDCG@10 is on the test split through each version's own index (dense) and in its served mode.
 
@@ -37,6 +37,9 @@ from typing import Any
 import numpy as np
 
 from bench.harness.paths import SCIFACT
+from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan, retrain_plan
+from training.bundle.run_hooks import RunHooks
+from training.eval.embedding_cache import EmbeddingCache
 
 
 def make_dataset(src: Path, out: Path, size: int, seed: int = 0) -> tuple[Path, int]:
@@ -67,7 +70,6 @@ def base_bundle(data: Path, bundles: Path, cache_dir: Path, n_real: int, seed: i
     synthetic ones for the rest, put in the embedding cache so `index` reads them instead of encoding)."""
     from contract.encoding.encoder import Encoder, document_text
     from training.data.beir import load_corpus
-    from training.eval.embedding_cache import EmbeddingCache
     from training.publish.index_model import index_model
     from training.train.phase_timer import PhaseTimer
 
@@ -86,8 +88,15 @@ def base_bundle(data: Path, bundles: Path, cache_dir: Path, n_real: int, seed: i
         cache.get_or_compute(encoder, texts, lambda: np.concatenate([np.asarray(real), synthetic]))
     timer = PhaseTimer()
     started = time.perf_counter()
-    first = index_model(None, data, bundles, index_kind="flat", onnx=False, show_progress=False, cache=cache,
-                        timer=timer)  # fmt: skip
+    first = index_model(
+        None,
+        PublishPlan(
+            data=DataPlan(data_dir=str(data)),
+            index=IndexPlan(kind="flat"),
+            publication=PublicationPlan(bundles_dir=str(bundles), onnx=False, distill=False),
+        ),
+        RunHooks(show_progress=False, cache=cache, timer=timer),
+    )
     return {"version": first.version, "seconds": time.perf_counter() - started, "phases": timer.seconds}
 
 
@@ -97,20 +106,20 @@ def retrain(
     from contract.bundles.bundle import read_manifest
     from contract.config import TrainConfig
     from contract.query_config import QueryRetrainConfig
-    from training.distill.config import DistillConfig
     from training.publish.pipeline import run_pipeline
 
     started = time.perf_counter()
-    result = run_pipeline(
-        data, bundles, config=TrainConfig(), work_dir=work, onnx=onnx, show_progress=False,
-        distill=DistillConfig(variants=["static"]) if distill else None, query=QueryRetrainConfig(tower=tower),
-        cache_dir=work / "cache",
-    )  # fmt: skip
+    publish = PublishPlan(
+        data=DataPlan(data_dir=str(data)),
+        publication=PublicationPlan(bundles_dir=str(bundles), onnx=onnx, distill=distill),
+    )
+    plan = retrain_plan(TrainConfig(), QueryRetrainConfig(), publish, tower)  # type: ignore[arg-type]
+    result = run_pipeline(plan, work, RunHooks(show_progress=False, cache=EmbeddingCache(work / "cache")))
     seconds = time.perf_counter() - started
     manifest = read_manifest(bundles / result.publish.version)
     served = manifest.extras.get("retrieval", {}).get("default_mode", "dense")
     return {
-        "tower": result.tower, "seconds": seconds, "live": result.publish.live, "reason": result.publish.reason,
+        "tower": result.scope, "seconds": seconds, "live": result.publish.live, "reason": result.publish.reason,
         "version": result.publish.version, "phases": result.timer.seconds, "steps": result.timer.steps,
         "peak_rss_mb": result.timer.to_json()["peak_rss_mb"],
         "dense": manifest.metrics.get("test.dense", manifest.metrics.get("test", {})).get("ndcg@10"),

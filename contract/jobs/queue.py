@@ -20,19 +20,30 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from huey import Huey, RedisHuey, SqliteHuey
 from huey.api import TaskWrapper
 from huey.exceptions import RetryTask
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from contract.config import TrainConfig
 from contract.defaults import DEFAULT_COLLECTION
 from contract.errors import JobConflict, JobOptionsInvalid
-from contract.index.backend import IndexBackend, IndexKind
+from contract.index.backend import BackendConfig, IndexBackend, IndexKind
 from contract.jobs.confine import confine_dataset, confine_options, resolve_dataset
 from contract.jobs.defaults import DEFAULT_HEARTBEAT_TIMEOUT_S, default_queue_url
+from contract.jobs.plan import (
+    JOB_SCOPE,
+    DataPlan,
+    IndexPlan,
+    PublicationPlan,
+    PublishPlan,
+    RetrainPlan,
+    RetrainScope,
+    retrain_plan,
+    scope_of,
+)
 from contract.jobs.records import (
     FINISHED,
     NOT_STARTED,
@@ -70,17 +81,35 @@ __all__ = [
 class RetrainOptions(TrainConfig, QueryRetrainConfig):
     """retrain options: every TrainConfig field (the full retrain's), every QueryRetrainConfig field (the
     query-side retrain's: `query_lr`, `query_tower`, `query_epochs` …), plus what is retrained and how the
-    candidate bundle is indexed and gated."""
+    candidate bundle is indexed and gated. Flat over HTTP (the spec's schema); the worker reads them only
+    as a RetrainPlan (contract/jobs/plan.py, `plan()`), grouped by concern."""
 
-    # auto: a query-side retrain (only a query tower, against the live bundle's fixed document vectors and
-    # index: no corpus encode, training/distill/query_retrain.py) when the live bundle holds this dataset's
-    # documents unchanged, is FAISS and cosine, and no base_model is given; otherwise full
-    tower: Literal["auto", "full", "query"] = "auto"
+    # auto (JOB_SCOPE): a query-side retrain (only a query tower, against the live bundle's fixed document
+    # vectors and index: no corpus encode, training/distill/query_retrain.py) when the live bundle holds
+    # this dataset's documents unchanged, is FAISS and cosine, and no base_model is given; otherwise full
+    retrain_scope: RetrainScope | None = Field(
+        None,
+        description="What a retrain trains: full (both towers, the corpus encoded again), query (only a "
+        "query tower against the live bundle's fixed document vectors and index: no corpus encode), or auto "
+        "(query when a live FAISS bundle of a cosine model holds this dataset's documents unchanged, else "
+        "full). Unset: auto.",
+    )
+    tower: RetrainScope | None = Field(
+        None, description="Deprecated: the old name of retrain_scope, still accepted.", deprecated=True
+    )
     index_kind: IndexKind = "auto"
     index_backend: IndexBackend = "faiss"  # milvus: the worker's --milvus-uri (docs/deploy.md)
     force: bool = False  # True: publish live even if the quality gate would keep it as a candidate
     onnx: bool = True  # export + quality-check the ONNX query encoders into the bundle
     distill: bool = True  # also train + score the static query encoder (training.distill.bundle_step)
+
+    def plan(self, *, data_dir: str, bundles_dir: str, backend: BackendConfig | None = None) -> RetrainPlan:
+        """These options as the job's plan: the one place that reads them (the worker)."""
+        values = self.model_dump()
+        training = TrainConfig(**{name: values[name] for name in TrainConfig.model_fields})
+        query = QueryRetrainConfig(**{name: values[name] for name in QueryRetrainConfig.model_fields})
+        publish = _publish_plan(self, data_dir, bundles_dir, backend)
+        return retrain_plan(training, query, publish, scope_of(self.retrain_scope, self.tower, JOB_SCOPE))
 
 
 class ReindexOptions(BaseModel):
@@ -96,6 +125,26 @@ class ReindexOptions(BaseModel):
     onnx: bool = True  # export + quality-check the ONNX query encoders into the bundle
     distill: bool = True  # also train + score the static query encoder (training.distill.bundle_step)
 
+    def plan(self, *, data_dir: str, bundles_dir: str, backend: BackendConfig | None = None) -> PublishPlan:
+        return _publish_plan(self, data_dir, bundles_dir, backend)
+
+
+def _publish_plan(
+    options: RetrainOptions | ReindexOptions, data_dir: str, bundles_dir: str, backend: BackendConfig | None
+) -> PublishPlan:
+    """The publish part of a job's options; `distill` not sent means "where it can run" (the default
+    static tower, skipped with a log line where it cannot: no train split, a Milvus index)."""
+    return PublishPlan(
+        data=DataPlan(data_dir=data_dir),
+        index=IndexPlan(kind=options.index_kind, backend=backend),
+        publication=PublicationPlan(
+            bundles_dir=bundles_dir,
+            force=options.force,
+            onnx=options.onnx,
+            distill=options.distill if "distill" in options.model_fields_set else None,
+        ),
+    )
+
 
 OPTION_MODELS: dict[str, type[BaseModel]] = {"retrain": RetrainOptions, "reindex": ReindexOptions}
 
@@ -105,6 +154,8 @@ def validate_options(job_type: str, options: dict[str, Any]) -> dict[str, Any]:
     model = OPTION_MODELS.get(job_type)
     if model is None:
         raise JobOptionsInvalid("", f"unknown job type {job_type!r} (expected retrain or reindex)")
+    if "tower" in options:
+        logger.warning("job option `tower` is deprecated: send `retrain_scope` (the same values)")
     try:
         return model.model_validate(options).model_dump(exclude_unset=True)
     except ValidationError as e:

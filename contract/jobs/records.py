@@ -74,7 +74,9 @@ class JobRecord(BaseModel):
     bundle_version: str | None = None  # the candidate bundle this job built
     live: bool | None = None  # gate decision: did the candidate become CURRENT?
     gate_reason: str | None = None
-    tower: str | None = None  # what a retrain trained: full, or query (a query-side retrain)
+    # what a retrain trained: full, or query (a query-side retrain), as its manifest's plan says
+    retrain_scope: str | None = None
+    tower: str | None = None  # retrain_scope's old name, still written for records' older readers
     error: str | None = None
     cancel_requested: bool = False
     worker: str | None = None  # host:pid of the process running it

@@ -110,21 +110,22 @@ def _gap_report(encoder):
 @pytest.fixture(scope="session")
 def staged(tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> dict[str, Path]:
     """Two staged (unpublished) bundles: {"A": with ONNX + report, "B": plain}."""
-    from training.bundle.build import build_bundle
+    from contract.jobs.plan import IndexPlan
+    from training.bundle.build import BuildOptions, BundleRecord, build_bundle
     from training.export.onnx_export import attach_onnx
 
     root = tmp_path_factory.mktemp("staged")
     report_dir = root / "report"
     report_dir.mkdir()
     (report_dir / "report.json").write_text(_gap_report(shared_encoder).model_dump_json(indent=2))
-    common = dict(doc_embeddings=doc_embeddings, index_kind="flat", show_progress=False)
+    build = BuildOptions(index=IndexPlan(kind="flat"), show_progress=False)
     a = build_bundle(
         shared_encoder,
         slice_data.corpus,
         staging_dir=root / "A",
-        report_dir=report_dir,
-        metrics={"test": {"ndcg@10": 0.6}},
-        **common,
+        doc_embeddings=doc_embeddings,
+        record=BundleRecord(report_dir=report_dir, metrics={"test": {"ndcg@10": 0.6}}),
+        build=build,
     )
     attach_onnx(a, slice_data.queries, slice_data.qrels, quantize=True)
     # B records a worse test metric, so a plain publish keeps it as a candidate (not live)
@@ -132,8 +133,9 @@ def staged(tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> dict
         shared_encoder,
         slice_data.corpus,
         staging_dir=root / "B",
-        metrics={"test": {"ndcg@10": 0.1}},
-        **common,
+        doc_embeddings=doc_embeddings,
+        record=BundleRecord(metrics={"test": {"ndcg@10": 0.1}}),
+        build=build,
     )
     return {"A": a, "B": b}
 
@@ -216,7 +218,8 @@ def staged_distilled(tmp_path_factory, staged, slice_data) -> Path:
 def staged_lexical(tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> Path:
     """Bundle L: the slice with a BM25 index, its default mode and fusion tuned on half of its queries
     (training.hybrid.lexical_step, as `index` does; the other bundles are the pre-hybrid layout, dense only)."""
-    from training.bundle.build import build_bundle
+    from contract.jobs.plan import IndexPlan
+    from training.bundle.build import BuildOptions, build_bundle
     from training.data.validation_carve import carve_validation
     from training.hybrid.lexical_step import attach_lexical
 
@@ -226,8 +229,7 @@ def staged_lexical(tmp_path_factory, shared_encoder, slice_data, doc_embeddings)
         slice_data.corpus,
         staging_dir=root / "L",
         doc_embeddings=doc_embeddings,
-        index_kind="flat",
-        show_progress=False,
+        build=BuildOptions(index=IndexPlan(kind="flat"), show_progress=False),
     )
     query_emb = shared_encoder.encode(list(slice_data.queries.values()), kind="query")
     validation = carve_validation(slice_data, 0.5, seed=0)[1]

@@ -69,11 +69,15 @@ def test_training_log_report_and_manifest_agree_on_the_temperature(kind, shared_
     identity = model_identity(encoder)
     assert identity.temperature_effective == pytest.approx(logged, rel=1e-9)
 
-    from training.bundle.build import build_bundle
+    from contract.jobs.plan import IndexPlan
+    from training.bundle.build import BuildOptions, build_bundle
 
     data = _toy_data()
     staged = build_bundle(
-        encoder, data.corpus, staging_dir=tmp_path / "b", index_kind="flat", show_progress=False
+        encoder,
+        data.corpus,
+        staging_dir=tmp_path / "b",
+        build=BuildOptions(index=IndexPlan(kind="flat"), show_progress=False),
     )
     manifest = read_manifest(staged)
     assert manifest.similarity is not None

@@ -22,7 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
+from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
 from tests.training.stream_probe import PeakSampler, rss_anon
+from training.bundle.run_hooks import RunHooks
 
 WORDS = [
     "acid",
@@ -109,12 +111,12 @@ def main() -> None:
 
     result = index_model(
         None,
-        data,
-        work / "bundles",
-        index_kind="flat",
-        onnx=False,
-        show_progress=False,
-        checkpoint=checkpoint,
+        PublishPlan(
+            data=DataPlan(data_dir=str(data)),
+            index=IndexPlan(kind="flat"),
+            publication=PublicationPlan(bundles_dir=str(work / "bundles"), onnx=False, distill=False),
+        ),
+        RunHooks(show_progress=False, checkpoint=checkpoint),
     )
     sampler = state["sampler"]
     assert isinstance(sampler, PeakSampler) and isinstance(state["base"], int)

@@ -112,6 +112,34 @@ def evaluation_fingerprint(data: RetrievalData) -> str:
     return digest.hexdigest()
 
 
+def _verdict(
+    gate_metric: str,
+    tolerance: float,
+    candidate: tuple[float | None, str | None],
+    live: tuple[float | None, str | None],
+    live_version: str,
+) -> tuple[bool, str]:
+    """(accepted, why) for a candidate's and the live version's (metric value, evaluation fingerprint)."""
+    (cand, fingerprint), (live_value, live_fingerprint) = candidate, live
+    if live_fingerprint != fingerprint:  # different data, or one side unknown: numbers do not compare
+        return (
+            False,
+            f"cannot compare test {gate_metric}: the candidate was evaluated on a different evaluation set "
+            f"than live {live_version} ({str(fingerprint)[:12]} vs {str(live_fingerprint)[:12]}); "
+            "publish with force to make it live",
+        )
+    if live_value is None:
+        return True, f"live bundle {live_version} has no test {gate_metric}: nothing to compare"
+    if cand is None:
+        return False, f"candidate has no test {gate_metric}; live {live_version} has {live_value:.4f}"
+    if cand >= live_value - tolerance:
+        return True, f"test {gate_metric} {cand:.4f} vs live {live_value:.4f} (tolerance {tolerance})"
+    return (
+        False,
+        f"test {gate_metric} {cand:.4f} is worse than live {live_value:.4f} by more than {tolerance}",
+    )
+
+
 class PublishResult(BaseModel):
     version: str
     live: bool
@@ -251,32 +279,9 @@ class BundleStore(BundleFolder):
         common["live_value"] = live_value
         common["live_eval_fingerprint"] = live_fingerprint
         common["live_mode"] = _mode(live_manifest)
-        if live_fingerprint != fingerprint:  # different data, or one side unknown: numbers do not compare
-            ok, reason = (
-                False,
-                f"cannot compare test {gate_metric}: the candidate was evaluated on a different evaluation set "
-                f"than live {live_version} ({str(fingerprint)[:12]} vs {str(live_fingerprint)[:12]}); "
-                "publish with force to make it live",
-            )
-        elif live_value is None:
-            ok, reason = True, f"live bundle {live_version} has no test {gate_metric}: nothing to compare"
-        elif cand is None:
-            ok, reason = (
-                False,
-                f"candidate has no test {gate_metric}; live {live_version} has {live_value:.4f}",
-            )
-        elif cand >= live_value - tolerance:
-            ok, reason = (
-                True,
-                f"test {gate_metric} {cand:.4f} vs live {live_value:.4f} (tolerance {tolerance})",
-            )
-        else:
-            ok, reason = (
-                False,
-                (
-                    f"test {gate_metric} {cand:.4f} is worse than live {live_value:.4f} by more than {tolerance}"
-                ),
-            )
+        ok, reason = _verdict(
+            gate_metric, tolerance, (cand, fingerprint), (live_value, live_fingerprint), live_version
+        )
         if force and not ok:
             return GateDecision(accepted=True, reason=f"forced: {reason}", **common)
         return GateDecision(accepted=ok, reason=reason if ok else f"kept as candidate: {reason}", **common)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import BaseModel, ConfigDict, Field
 
 from contract.bundles.collections import DEFAULT_COLLECTION
 from contract.errors import InfonceSearchError
@@ -21,7 +22,14 @@ from contract.jobs.records import NOT_STARTED, JobRecord
 from contract.jobs.settings import JobSettings
 from contract.log_setup import LogFormat, configure_logging, silence_progress_bars
 from training.cli.choices import Device, JobType, LogLevel, log_level_option
-from training.cli.settings_options import COLLECTION_HELP, collection_option, job_settings, setting_option
+from training.cli.config_options import given_config, with_config_options
+from training.cli.settings_options import (
+    COLLECTION_HELP,
+    collection_option,
+    job_settings,
+    setting_extra,
+    setting_option,
+)
 from training.cli.support import text_table
 
 jobs_app = typer.Typer(help="Submit, follow and cancel retrain/reindex jobs.", no_args_is_help=True)
@@ -184,6 +192,33 @@ def worker_settings(
     )
 
 
+class WorkerOptions(BaseModel):
+    """The worker's Milvus and CPU priority (its options generated from these fields, as `pipeline`'s are)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    milvus_uri: str | None = Field(
+        None,
+        description="Milvus for jobs with index_backend=milvus: http://host:19530 or a milvus-lite .db path.",
+        json_schema_extra=setting_extra("milvus_uri"),
+    )
+    milvus_token: str | None = Field(
+        None, description="Milvus credentials.", json_schema_extra=setting_extra("milvus_token")
+    )
+    milvus_name: str | None = Field(
+        None, description="Collection/alias prefix.", json_schema_extra=setting_extra("milvus_name")
+    )
+    nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="Lower this worker's CPU priority by this much (os.nice): on a machine shared with the API, "
+        "10 keeps searches' latency while a job trains (bench/serving/collections_bench.py: p99 x1.08 during a retrain "
+        "at 10, x1.64 at 0); on a machine of its own it costs nothing. 0 = unchanged.",
+    )
+
+
+@with_config_options(WorkerOptions)
 def worker(
     queue: QueueOpt = None,
     bundles: BundlesOpt = None,
@@ -202,39 +237,16 @@ def worker(
         LogFormat | None,
         setting_option("log_format", "--log-format", help="text, or json (one object a line)."),
     ] = None,
-    milvus_uri: Annotated[
-        str | None,
-        setting_option(
-            "milvus_uri",
-            "--milvus-uri",
-            help="Milvus for jobs with index_backend=milvus: http://host:19530 or a milvus-lite .db path.",
-        ),
-    ] = None,
-    milvus_token: Annotated[
-        str | None, setting_option("milvus_token", "--milvus-token", help="Milvus credentials.")
-    ] = None,
-    milvus_name: Annotated[
-        str | None, setting_option("milvus_name", "--milvus-name", help="Collection/alias prefix.")
-    ] = None,
-    nice: Annotated[
-        int,
-        typer.Option(
-            "--nice",
-            min=0,
-            max=19,
-            help="Lower this worker's CPU priority by this much (os.nice): on a machine shared with the API, 10 "
-            "keeps searches' latency while a job trains (bench/serving/collections_bench.py: p99 x1.08 during a retrain "
-            "at 10, x1.64 at 0); on a machine of its own it costs nothing. 0 = unchanged.",
-        ),
-    ] = 10,
+    **overrides: Any,
 ) -> None:
     """Run the job worker (huey consumer) until interrupted."""
     from contract.index.backend import BackendConfig
     from training.jobs import tasks
     from training.jobs.worker import run_worker
 
+    o = given_config(WorkerOptions, overrides)
     s = worker_settings(
-        queue, bundles, heartbeat_timeout, device, log_format, milvus_uri, milvus_token, milvus_name
+        queue, bundles, heartbeat_timeout, device, log_format, o.milvus_uri, o.milvus_token, o.milvus_name
     )
     if s.milvus_uri:  # jobs may then ask for index_backend=milvus
         tasks.MILVUS = BackendConfig("milvus", s.milvus_uri, s.milvus_token, s.milvus_name)
@@ -242,6 +254,6 @@ def worker(
     # huey's consumer lines (started, executing, finished) are the worker's own story: keep them at the level
     configure_logging(log_level, s.log_format, also=("huey",))
     silence_progress_bars()  # a job's progress goes to its record; the libraries' bars would only litter the log
-    if nice:
-        os.nice(nice)  # training shares the cores with the API: serving goes first
+    if o.nice:
+        os.nice(o.nice)  # training shares the cores with the API: serving goes first
     run_worker(_url(s), workers=workers, heartbeat_timeout_s=s.job_heartbeat_timeout_s, device=s.train_device)

@@ -4,20 +4,15 @@ Milvus). Both commands get them generated from PublishOptions (training/cli/conf
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from contract.defaults import KEEP_VERSIONS, TARGET_RECALL
 from contract.index.backend import BackendConfig, IndexBackend, IndexKind
-from contract.jobs.settings import env_name, field_default
-from training.cli.settings_options import job_settings
+from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
+from training.cli.settings_options import collection_backend, job_settings, setting_extra
 from training.distill.config import Variant
-
-
-def _setting(field: str) -> dict[str, Any]:
-    """An option backed by the API's JobSettings: its variable read and named in --help, its default shown."""
-    return {"envvar": env_name(field), "shown_default": field_default(field)}
 
 
 class PublishOptions(BaseModel):
@@ -27,9 +22,11 @@ class PublishOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     index: IndexKind = Field("auto", description="FAISS index kind (auto picks by size and memory).")
-    target_recall: float = Field(TARGET_RECALL, description="ANN recall@10 vs exact search to tune to.")
+    target_recall: float = Field(
+        TARGET_RECALL, gt=0.0, le=1.0, description="ANN recall@10 vs exact search to tune to."
+    )
     force: bool = Field(False, description="Make the bundle live even if the quality gate rejects it.")
-    keep: int = Field(KEEP_VERSIONS, description="Versions kept (the live one always is).")
+    keep: int = Field(KEEP_VERSIONS, ge=1, description="Versions kept (the live one always is).")
     onnx: bool = Field(True, description="Export + score the ONNX query encoders into the bundle.")
     # on by default: a new user's demo serves the static tower (~0.06 ms a query) instead of ONNX int8
     # (~1.5 ms), at the cost printed in the phase table ("distill query encoders")
@@ -52,35 +49,45 @@ class PublishOptions(BaseModel):
     milvus_uri: str | None = Field(
         None,
         description="http://host:19530 or a milvus-lite .db path.",
-        json_schema_extra=_setting("milvus_uri"),
+        json_schema_extra=setting_extra("milvus_uri"),
     )
     milvus_token: str | None = Field(
-        None, description="Milvus credentials.", json_schema_extra=_setting("milvus_token")
+        None, description="Milvus credentials.", json_schema_extra=setting_extra("milvus_token")
     )
     milvus_name: str | None = Field(
         None,
         description="Collections <name>_v<version>, alias <name>_live.",
-        json_schema_extra=_setting("milvus_name"),
+        json_schema_extra=setting_extra("milvus_name"),
     )
 
-    def publish_kwargs(self) -> dict[str, Any]:
-        """The keyword arguments of training.publish (index_model, run_pipeline) these options set; a
-        BackendConfig that is inconsistent (milvus without a URI) raises ConfigError."""
-        from training.distill.config import DistillConfig
-
-        return {
-            "index_kind": self.index,
-            "target_recall": self.target_recall,
-            "force": self.force,
-            "keep": self.keep,
-            "onnx": self.onnx,
-            # the default distillation of the chosen variants, unless --no-distill; unset = where it can run
-            "distill": DistillConfig(variants=self.distill_variants) if self.distill is not False else None,
-            "distill_optional": self.distill is None,
-            "backend": backend_config(
-                self.index_backend, self.milvus_uri, self.milvus_token, self.milvus_name
+    def plan(
+        self,
+        data_dir: str | Path,
+        bundles_dir: str | Path,
+        *,
+        eval_split: str = "test",
+        collection: str | None = None,
+    ) -> PublishPlan:
+        """These options as the publish part of a plan (contract/jobs/plan.py); a BackendConfig that is
+        inconsistent (milvus without a URI) raises ConfigError. `collection`: the Milvus names are its own
+        (`<name>_<collection>`), as jobs name them."""
+        backend = backend_config(self.index_backend, self.milvus_uri, self.milvus_token, self.milvus_name)
+        return PublishPlan(
+            data=DataPlan(data_dir=str(data_dir), eval_split=eval_split),
+            index=IndexPlan(
+                kind=self.index,
+                target_recall=self.target_recall,
+                backend=collection_backend(backend, collection),
             ),
-        }
+            publication=PublicationPlan(
+                bundles_dir=str(bundles_dir),
+                force=self.force,
+                keep=self.keep,
+                onnx=self.onnx,
+                distill=self.distill,  # unset: where it can run
+                distill_variants=self.distill_variants,
+            ),
+        )
 
 
 def backend_config(

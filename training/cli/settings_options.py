@@ -15,6 +15,7 @@ import typer
 
 from contract.bundles.collections import DEFAULT_COLLECTION, collection_milvus_name
 from contract.errors import InfonceSearchError
+from contract.index.backend import BackendConfig
 from contract.jobs.settings import JobSettings, env_name, field_default, load_job_settings
 
 
@@ -27,6 +28,12 @@ def setting_option(field: str, *param_decls: str, help: str | None = None) -> An
         show_default=False if default is None else str(default),
         help=help,
     )
+
+
+def setting_extra(field: str) -> dict[str, Any]:
+    """For a config field that becomes an option (training/cli/config_options.py): backed by JobSettings,
+    its variable read and named in --help, its declared default shown."""
+    return {"envvar": env_name(field), "shown_default": field_default(field)}
 
 
 def job_settings(**given: Any) -> JobSettings:
@@ -70,11 +77,8 @@ def collection_folder(bundles: Path | None, collection: str | None, *, create: b
         raise typer.Exit(code=2) from None
 
 
-def collection_backend(kwargs: dict[str, Any], collection: str | None) -> dict[str, Any]:
-    """Publishing kwargs with the Milvus names of `collection` (`<name>_<collection>`), as jobs use."""
-    backend = kwargs.get("backend")
-    if collection is None or backend is None or backend.backend != "milvus":
-        return kwargs
-    return kwargs | {
-        "backend": replace(backend, milvus_name=collection_milvus_name(backend.milvus_name, collection))
-    }
+def collection_backend(backend: BackendConfig, collection: str | None) -> BackendConfig:
+    """The backend with the Milvus names of `collection` (`<name>_<collection>`), as jobs use."""
+    if collection is None or backend.backend != "milvus":
+        return backend
+    return replace(backend, milvus_name=collection_milvus_name(backend.milvus_name, collection))

@@ -7,15 +7,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from pydantic import BaseModel, ConfigDict, Field
 
 from contract.config import TrainConfig
+from contract.jobs.plan import (
+    CLI_SCOPE,
+    DataPlan,
+    PublicationPlan,
+    PublishPlan,
+    RetrainPlan,
+    RetrainScope,
+    retrain_plan,
+    scope_of,
+)
 from contract.log_setup import progress_bars_enabled
 from contract.query_config import QueryRetrainConfig
 from training.cards.metrics_table import text_table
 from training.cli.choices import LogLevelOpt
 from training.cli.config_options import ConfigFileOpt, given_config, load_config, with_config_options
 from training.cli.publish_options import PublishOptions
-from training.cli.settings_options import collection_backend, collection_folder, collection_option
+from training.cli.settings_options import collection_folder, collection_option
 from training.cli.support import JsonOpt, QuietOpt, configure_command_output, echo_json, fail, one_line_errors
 
 if TYPE_CHECKING:
@@ -40,7 +51,25 @@ def _prepare_run(
     return config
 
 
-@with_config_options(TrainConfig, QueryRetrainConfig)
+class ScopeOptions(BaseModel):
+    """What `train` and `pipeline` retrain (contract/jobs/plan.py); `--tower` is its old name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    retrain_scope: RetrainScope | None = Field(
+        None,
+        description="What is retrained: full (both towers, the corpus encoded again), query (only a query "
+        "tower against the live bundle's fixed document vectors and index: no corpus encode), or auto (query "
+        "when a live FAISS bundle of a cosine model holds this dataset's documents unchanged, else full).",
+        json_schema_extra={"shown_default": CLI_SCOPE},
+    )
+    tower: RetrainScope | None = Field(None, description="Deprecated: the old name of --retrain-scope.")
+
+    def scope(self) -> RetrainScope:
+        return scope_of(self.retrain_scope, self.tower, CLI_SCOPE)
+
+
+@with_config_options(TrainConfig, QueryRetrainConfig, ScopeOptions)
 def train_cmd(
     data: DataOpt,
     out: Annotated[
@@ -57,23 +86,18 @@ def train_cmd(
         Path | None,
         typer.Option(
             "--bundles",
-            help="With --tower query (or auto): the bundles folder whose live bundle's fixed documents the query "
-            "tower trains against; OUT/model is then a two-tower folder and nothing is published (`pipeline` "
-            "publishes).",
+            help="With --retrain-scope query (or auto): the bundles folder whose live bundle's fixed documents "
+            "the query tower trains against; OUT/model is then a two-tower folder and nothing is published "
+            "(`pipeline` publishes).",
         ),
     ] = None,
     **overrides: Any,
 ) -> None:
     config = _prepare_run(data, config_file, log_level, overrides, quiet=quiet)
-    query = given_config(QueryRetrainConfig, overrides)
-    if query.tower != "full":
-        if bundles is None:
-            fail(f"--tower {query.tower} needs --bundles: the live bundle whose documents stay fixed")
-        from training.publish.pipeline import resolve_tower
-
-        if query.tower == "query" or resolve_tower(query, data, bundles, config, None)[0] == "query":
-            _train_query_tower(config, query, data, out, bundles, as_json)
-            return
+    plan = _query_side_plan(config, data, bundles, overrides)
+    if plan is not None:
+        _train_query_tower(plan, out, as_json)
+        return
     from training.export.corpus_encoder import corpus_encoder_for
     from training.train.trainer import train  # torch and friends load only when a run starts
 
@@ -100,16 +124,32 @@ def train_cmd(
     )
 
 
-def _train_query_tower(
-    config: TrainConfig, query: QueryRetrainConfig, data: Path, out: Path, bundles: Path, as_json: bool
-) -> None:
-    """`train --tower query`: the query tower trained against the live bundle, written to OUT, unpublished."""
+def _query_side_plan(
+    config: TrainConfig, data: Path, bundles: Path | None, overrides: dict[str, Any]
+) -> RetrainPlan | None:
+    """`train`'s plan when it trains only a query tower (its scope resolved against the live bundle of
+    `bundles`), else None: a full training run."""
+    scope = given_config(ScopeOptions, overrides).scope()
+    if scope == "full":
+        return None
+    if bundles is None:
+        fail(f"--retrain-scope {scope} needs --bundles: the live bundle whose documents stay fixed")
+    from training.publish.pipeline import resolve_scope
+
+    where = PublishPlan(
+        data=DataPlan(data_dir=str(data)), publication=PublicationPlan(bundles_dir=str(bundles))
+    )
+    plan = resolve_scope(retrain_plan(config, given_config(QueryRetrainConfig, overrides), where, scope))
+    return plan if plan.scope == "query" else None
+
+
+def _train_query_tower(plan: RetrainPlan, out: Path, as_json: bool) -> None:
+    """`train --retrain-scope query`: the query tower trained against the live bundle, written to OUT,
+    unpublished."""
     from training.distill.query_retrain import query_side_retrain
 
     with one_line_errors():
-        done = query_side_retrain(
-            data, bundles, train_config=config, config=query, run_dir=out, publish=False
-        )
+        done = query_side_retrain(plan, out, publish=False)
     if as_json:
         echo_json({"base": done.base_metrics, "tuned": done.tuned_metrics, "train_seconds": done.loop.seconds,
                    "out_dir": out, "model_dir": out / "model", "parent": done.parent})  # fmt: skip
@@ -123,7 +163,15 @@ def _train_query_tower(
     )
 
 
-@with_config_options(PublishOptions, TrainConfig, QueryRetrainConfig)
+class RunFolder(BaseModel):
+    """Where `pipeline` writes its training run folders."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    work_dir: Path = Field(Path("runs"), description="Where training run folders are written.")
+
+
+@with_config_options(PublishOptions, TrainConfig, QueryRetrainConfig, ScopeOptions, RunFolder)
 def pipeline_cmd(
     data: DataOpt,
     bundles: Annotated[
@@ -131,9 +179,6 @@ def pipeline_cmd(
         typer.Option("--bundles", help="Bundles folder (versions + CURRENT); or give --collection."),
     ] = None,
     collection: Annotated[str | None, collection_option()] = None,
-    work_dir: Annotated[
-        Path, typer.Option("--work-dir", help="Where training run folders are written.")
-    ] = Path("runs"),
     config_file: ConfigFileOpt = None,
     log_level: LogLevelOpt = "INFO",
     quiet: QuietOpt = False,
@@ -144,18 +189,14 @@ def pipeline_cmd(
     publish = given_config(PublishOptions, overrides)
     query = given_config(QueryRetrainConfig, overrides)
     folder = collection_folder(bundles, collection, create=True)
+    from training.bundle.run_hooks import RunHooks
     from training.publish.pipeline import run_pipeline  # torch and friends load only when a run starts
 
     with one_line_errors():
-        result = run_pipeline(
-            data,
-            folder,
-            config=config,
-            work_dir=work_dir,
-            show_progress=progress_bars_enabled(),
-            query=query,
-            **collection_backend(publish.publish_kwargs(), collection),
-        )
+        scope = given_config(ScopeOptions, overrides).scope()
+        plan = retrain_plan(config, query, publish.plan(data, folder, collection=collection), scope)
+        work_dir = given_config(RunFolder, overrides).work_dir
+        result = run_pipeline(plan, work_dir, RunHooks(show_progress=progress_bars_enabled()))
     _print_pipeline(result, as_json)
 
 
@@ -167,14 +208,15 @@ def _print_pipeline(result: PipelineResult, as_json: bool) -> None:
                 "base": result.train.base_metrics,
                 "tuned": result.train.tuned_metrics,
                 "publish": result.publish.model_dump(),
-                "tower": result.tower,
+                "retrain_scope": result.scope,
+                "tower": result.scope,  # the scope's old name, for readers of earlier output
                 "phase_seconds": result.timer.seconds,
                 "seconds": result.seconds,
                 "run_dir": result.run_dir,
             }
         )
         return
-    if result.tower == "query":
+    if result.scope == "query":
         typer.echo("query-side retrain: base = the live bundle's query encoder, documents not encoded again")
     typer.echo(text_table(result.train.base_metrics, result.train.tuned_metrics))
     published = result.publish

@@ -3,13 +3,16 @@ description is the help of its `python -m training distill` option (training/cli
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from contract.config import as_in_training
 
-Variant = Literal["distilled", "static"]
+if TYPE_CHECKING:
+    from contract.jobs.plan import PublicationPlan
+
+Variant = Literal["distilled", "static"]  # contract/jobs/plan.py's too (a plan names the variants)
 
 
 class DistillConfig(BaseModel):
@@ -95,3 +98,12 @@ class DistillConfig(BaseModel):
     seed: int = Field(
         0, description="Seed of numpy and torch: pseudo-queries, negatives, batches, the risk's bootstrap."
     )
+
+
+def publication_distill(publication: PublicationPlan) -> DistillConfig | None:
+    """The distillation a plan's publication asks for (its variants with default settings), or None when
+    it says no; where None (the default) cannot run is the caller's to judge. `python -m training distill`
+    has every knob."""
+    if publication.distill is False:
+        return None
+    return DistillConfig(variants=publication.distill_variants)

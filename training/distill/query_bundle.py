@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +35,12 @@ from contract.bundles.bundle import (
     checksums,
     new_version_id,
 )
-from contract.config import TrainConfig
 from contract.encoding.encoder import DOCUMENT_DIR
 from contract.encoding.similarity import Similarity
 from contract.index.fusion import DEFAULT_DEPTH, MODES, FusionParams
 from contract.index.lexical_index import LexicalIndex
 from contract.index.vector_index import Ranking
-from contract.query_config import QueryRetrainConfig
+from contract.jobs.plan import PLAN_KEY, RetrainPlan
 from training.bundle.portable_paths import portable
 from training.bundle.store import FINGERPRINT_KEY
 from training.cards.bundle_card import write_bundle_model_card
@@ -50,7 +50,7 @@ from training.hybrid.fusion_tuning import metrics_of, runs_for_mode, tune
 
 logger = logging.getLogger(__name__)
 
-EXTRAS_KEY = "query_retrain"  # manifest.extras: the parent, the tower, its training and what is shared
+EXTRAS_KEY = "query_retrain"  # manifest.extras: the parent, the tower's kind, its training and what is shared
 # extras of the parent that describe its own build, not this version's
 PARENT_ONLY_EXTRAS = ("onnx", "query_encoders", "training_metrics", "distilled_from", "reindexed_from")
 SHARED_FILES = (INDEX_FILE, IDS_FILE, DOCS_FILE)
@@ -138,19 +138,32 @@ def retune_modes(
     return record, by_mode
 
 
+@dataclass(frozen=True)
+class TrainedTower:
+    """What the query-side retrain trained: against which parent, how, and what it shares with it."""
+
+    parent: str
+    loop: LoopResult
+    shared: Mapping[str, str]  # child path -> linked | copied
+    pairs: DistillPairs
+
+
+@dataclass(frozen=True)
+class TowerScores:
+    """The tuned tower scored: live vs tuned dense metrics, every mode, fusion and the eval fingerprint."""
+
+    base: dict[str, float]
+    tuned: dict[str, float]
+    retrieval: dict[str, Any]  # extras["retrieval"]
+    by_mode: dict[str, dict[str, float]]
+    fingerprint: str
+
+
 def write_manifest(
-    staging: Path,
-    live: Bundle,
-    parent: str,
-    config: QueryRetrainConfig,
-    train_config: TrainConfig,
-    loop: LoopResult,
-    shared: Mapping[str, str],
-    retrieval: dict[str, Any],
-    by_mode: dict[str, dict[str, float]],
-    fingerprint: str,
+    staging: Path, live: Bundle, plan: RetrainPlan, tower: TrainedTower, scores: TowerScores
 ) -> None:
-    """The parent's manifest as the start: a new version id, this version's metrics, record and checksums."""
+    """The parent's manifest as the start: a new version id, this version's metrics, record and checksums.
+    The plan is recorded once (extras["retrain_plan"], its TrainConfig as `training_config`)."""
     from datetime import UTC, datetime
 
     from contract.bundles.run_record import TrainingRecord
@@ -159,27 +172,15 @@ def write_manifest(
     manifest.version = new_version_id()
     manifest.created_at = datetime.now(UTC)
     manifest.extras = {k: v for k, v in manifest.extras.items() if k not in PARENT_ONLY_EXTRAS}
-    manifest.extras[FINGERPRINT_KEY] = fingerprint
-    manifest.extras["retrieval"] = retrieval
-    manifest.extras[EXTRAS_KEY] = {
-        "parent": parent,
-        "tower": config.query_tower,
-        "config": config.model_dump(mode="json"),
-        "steps": loop.steps,
-        "seconds": loop.seconds,
-        "best_step": loop.best_step,
-        "best_validation_ndcg@10": loop.best_validation,
-        "validation_curve": loop.curve,
-        "stopped_early": loop.stopped_early,
-        "shared_files": dict(shared),
-        "documents_encoded": 0,
-    }
-    manifest.metrics = {f"test.{m}": v for m, v in by_mode.items()}
-    manifest.metrics["test"] = by_mode[retrieval["default_mode"]]
+    manifest.extras[FINGERPRINT_KEY] = scores.fingerprint
+    manifest.extras["retrieval"] = scores.retrieval
+    manifest.extras[PLAN_KEY] = plan.record()
+    manifest.extras[EXTRAS_KEY] = _tower_record(plan, tower)
+    manifest.metrics = {f"test.{m}": v for m, v in scores.by_mode.items()}
+    manifest.metrics["test"] = scores.by_mode[scores.retrieval["default_mode"]]
     manifest.training_config = TrainingRecord.model_validate(
-        {"config": train_config.model_dump(mode="json"), "query_retrain": config.model_dump(mode="json"),
-         "created_at": manifest.created_at.isoformat()}
-    )  # fmt: skip
+        {"config": plan.training.model_dump(mode="json"), "created_at": manifest.created_at.isoformat()}
+    )
     manifest.extras = portable(manifest.extras)
     # model/README.md: the project's card from this version's records (not sentence-transformers' generic one)
     write_bundle_model_card(
@@ -193,28 +194,38 @@ def write_manifest(
     write_json_atomic(staging / MANIFEST_FILE, manifest.model_dump(mode="json"))
 
 
-def write_run(
-    run_dir: Path,
-    train_config: TrainConfig,
-    config: QueryRetrainConfig,
-    data_dir: str | Path,
-    pairs: DistillPairs,
-    base: dict[str, float],
-    tuned: dict[str, float],
-    loop: LoopResult,
-    parent: str,
-) -> None:
+def _tower_record(plan: RetrainPlan, tower: TrainedTower) -> dict[str, Any]:
+    """extras["query_retrain"]: the parent, the query tower's kind, how its training went, what is shared.
+    Its knobs are the plan's (extras["retrain_plan"]["query"]); manifests written before the plan carry
+    them here as `config`, and the kind as `tower`."""
+    loop = tower.loop
+    return {
+        "parent": tower.parent,
+        "query_tower": plan.query.query_tower,
+        "steps": loop.steps,
+        "seconds": loop.seconds,
+        "best_step": loop.best_step,
+        "best_validation_ndcg@10": loop.best_validation,
+        "validation_curve": loop.curve,
+        "stopped_early": loop.stopped_early,
+        "shared_files": dict(tower.shared),
+        "documents_encoded": 0,
+    }
+
+
+def write_run(run_dir: Path, plan: RetrainPlan, tower: TrainedTower, scores: TowerScores) -> None:
     """The run folder, as `train` leaves one: config.json, metrics.json, train_log.jsonl."""
+    pairs, parent, loop = tower.pairs, tower.parent, tower.loop
     n_queries = sum(1 for k in pairs.keys if ":" not in k)
     write_json_atomic(
         run_dir / "config.json",
-        {"config": train_config.model_dump(mode="json"), "query_retrain": config.model_dump(mode="json"),
-         "parent": parent, "data": {"source": str(data_dir), "n_train_pairs": len(pairs.texts),
+        {"config": plan.training.model_dump(mode="json"), "query_retrain": plan.query.model_dump(mode="json"),
+         "parent": parent, "data": {"source": plan.data.data_dir, "n_train_pairs": len(pairs.texts),
                                     "n_query_pairs": n_queries}},
     )  # fmt: skip
     write_json_atomic(
         run_dir / "metrics.json",
-        {"base": base, "tuned": tuned, "base_is": f"live bundle {parent}'s query encoder",
+        {"base": scores.base, "tuned": scores.tuned, "base_is": f"live bundle {parent}'s query encoder",
          "validation_curve": loop.curve},
     )  # fmt: skip
     lines = "".join(json.dumps(r) + "\n" for r in loop.log)

@@ -41,25 +41,33 @@ from contract.bundles.bundle import (
     load_bundle,
 )
 from contract.config import TrainConfig
-from contract.defaults import GATE_METRIC, GATE_TOLERANCE, KEEP_VERSIONS
 from contract.encoding.encoder import Encoder
 from contract.encoding.similarity import SIMILARITY_FILE
 from contract.errors import ConfigError
+from contract.jobs.plan import RetrainPlan
 from contract.query_config import QueryRetrainConfig
+from training.bundle.run_hooks import RunHooks
 from training.bundle.store import BundleStore, PublishResult, evaluation_fingerprint
 from training.data.retrieval_data import RetrievalData
 from training.data.split import load_split
 from training.data.validation_carve import carve_validation
-from training.distill.config import DistillConfig
+from training.distill.config import DistillConfig, publication_distill
 from training.distill.pairs import DistillPairs, distill_pairs
-from training.distill.query_bundle import dense_runs, link_shared, retune_modes, write_manifest, write_run
+from training.distill.query_bundle import (
+    TowerScores,
+    TrainedTower,
+    dense_runs,
+    link_shared,
+    retune_modes,
+    write_manifest,
+    write_run,
+)
 from training.distill.query_eligibility import query_side_blocker
 from training.distill.query_loop import FixedDocs, LoopControl, LoopResult, TowerTargets, fit_query_tower
 from training.distill.query_report import ReportedRetrain, write_query_report
 from training.distill.query_tower import fixed_vectors, merged, query_tower
 from training.eval.search_metrics import search_metrics
-from training.train.phase_timer import PhaseTimer, phase
-from training.train.step import ProgressFn
+from training.train.phase_timer import phase
 
 logger = logging.getLogger(__name__)
 
@@ -77,80 +85,86 @@ class QueryRetrainResult:
 
 
 def query_side_retrain(
-    data_dir: str | Path,
-    bundles_dir: str | Path,
-    *,
-    train_config: TrainConfig,
-    config: QueryRetrainConfig,
-    run_dir: str | Path,
-    onnx: bool = True,
-    distill: DistillConfig | None = None,
-    force: bool = False,
-    keep: int = KEEP_VERSIONS,
-    gate_metric: str = GATE_METRIC,
-    tolerance: float = GATE_TOLERANCE,
-    on_progress: ProgressFn | None = None,
-    checkpoint: Callable[[], None] | None = None,
-    timer: PhaseTimer | None = None,
-    publish: bool = True,
+    plan: RetrainPlan, run_dir: str | Path, hooks: RunHooks | None = None, *, publish: bool = True
 ) -> QueryRetrainResult:
-    """Train a query tower against the live bundle of `bundles_dir` and publish it as a new version
-    sharing the live index (see the module docstring). `train_config` gives the splits, the validation
-    carve, the seed, `max_steps` and `eval_max_queries` (the report's queries). `publish=False` (`train
-    --tower query`): the two-tower model and its report go into `run_dir` instead; nothing is published."""
+    """Train a query tower against the live bundle of the plan's bundles folder and publish it as a new
+    version sharing the live index (see the module docstring). The plan's TrainConfig gives the splits,
+    the validation carve, the seed, `max_steps` and `eval_max_queries` (the report's queries), its
+    QueryRetrainConfig the tower's knobs. `publish=False` (`train --retrain-scope query`): the two-tower
+    model and its report go into `run_dir` instead; nothing is published."""
     started = time.perf_counter()
-    stop = checkpoint or (lambda: None)
-    store = BundleStore(bundles_dir, keep=keep)
-    with phase(timer, "load data + live bundle"):
-        fit, val, test = retrain_splits(data_dir, train_config)
-        blocker = query_side_blocker(store, data_dir, train_config.eval_split, data=test)
-        if blocker is not None:
-            raise ConfigError(f"--tower query: {blocker}")
-        parent = str(store.current_version())
-        parent_dir = store.version_path(parent)
+    hooks = hooks or RunHooks()
+    store = BundleStore(plan.publication.bundles_dir, keep=plan.publication.keep)
+    with phase(hooks.timer, "load data + live bundle"):
+        splits = retrain_splits(plan.data.data_dir, plan.training)
+        if not plan.live_eligible:  # not already checked (resolve_scope, for `auto`)
+            blocker = query_side_blocker(store, plan.data.data_dir, plan.data.eval_split, data=splits[2])
+            if blocker is not None:
+                raise ConfigError(f"--retrain-scope query: {blocker}")
+        parent_dir = store.version_path(str(store.current_version()))
         live = load_bundle(parent_dir, verify=False, mmap=True)  # publishing verifies every checksum
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    published = None
     try:
         with store.build_dir() as staging:
-            with phase(timer, "query pairs + mine negatives (live index)"):
-                pairs, negatives, docs = training_inputs(live, fit, config, train_config.seed)
-            stop()
-            tower = query_tower(parent_dir / MODEL_DIR, config, seed=train_config.seed)
-            validate = carve_validator(live, tower.model, val)
-            control = LoopControl(train_config.seed, train_config.max_steps, validate, on_progress, timer)
-            loop = fit_query_tower(
-                tower, TowerTargets(pairs, docs, negatives),
-                temperature=live.encoder.similarity.logit_divisor(), config=config, control=control,
-            )  # fmt: skip
-            stop()
-            with phase(timer, "stage version (shared files, metrics, report)"):
-                shared = link_shared(parent_dir, staging, live.manifest.files)
-                encoder = _save_tower(merged(tower), parent_dir, staging)
-                base, tuned, record, by_mode = _score(live, encoder, val, test)
-                retrain = ReportedRetrain(live, parent, config, train_config)
-                write_query_report(encoder, fit, test, loop, retrain, staging)
-                write_manifest(
-                    staging, live, parent, config, train_config, loop, shared, record, by_mode,
-                    evaluation_fingerprint(test),
-                )  # fmt: skip
-                write_run(run_dir, train_config, config, data_dir, pairs, base, tuned, loop, parent)
+            tower, scores = _stage(plan, live, parent_dir, splits, (staging, run_dir), hooks)
             if not publish:
-                shutil.copytree(staging / MODEL_DIR, run_dir / MODEL_DIR, dirs_exist_ok=True)
-                if (staging / "report").is_dir():
-                    shutil.copytree(staging / "report", run_dir / "report", dirs_exist_ok=True)
-                return QueryRetrainResult(
-                    None, parent, base, tuned, loop, shared, run_dir, time.perf_counter() - started
-                )
-            _attach(staging, data_dir, test, train_config, onnx, distill, timer, stop)
-            stop()  # the last moment a cancel is honoured
-            with phase(timer, "publish"):
-                published = store.publish(staging, gate_metric=gate_metric, tolerance=tolerance, force=force)
+                _keep_in_run(staging, run_dir)
+            else:
+                _attach(staging, plan, splits[2], hooks)
+                hooks.stop()  # the last moment a cancel is honoured
+                with phase(hooks.timer, "publish"):
+                    metric, tolerance, force = plan.publication.gate
+                    published = store.publish(staging, gate_metric=metric, tolerance=tolerance, force=force)
     finally:
         live.docstore.close()
     return QueryRetrainResult(
-        published, parent, base, tuned, loop, shared, run_dir, time.perf_counter() - started
-    )
+        published, tower.parent, scores.base, scores.tuned, tower.loop, dict(tower.shared), run_dir,
+        time.perf_counter() - started,
+    )  # fmt: skip
+
+
+def _stage(
+    plan: RetrainPlan,
+    live: Bundle,
+    parent_dir: Path,
+    splits: tuple[RetrievalData, RetrievalData, RetrievalData],
+    folders: tuple[Path, Path],
+    hooks: RunHooks,
+) -> tuple[TrainedTower, TowerScores]:
+    """Train the tower, then stage the new version in `folders` (staging, run folder): shared files,
+    the tuned tower, its scores, report, manifest and run record."""
+    (fit, val, test), (staging, run_dir) = splits, folders
+    seed = plan.training.seed
+    with phase(hooks.timer, "query pairs + mine negatives (live index)"):
+        pairs, negatives, docs = training_inputs(live, fit, plan.query, seed)
+    hooks.stop()
+    tower = query_tower(parent_dir / MODEL_DIR, plan.query, seed=seed)
+    validate = carve_validator(live, tower.model, val)
+    control = LoopControl(seed, plan.training.max_steps, validate, hooks.on_progress, hooks.timer)
+    loop = fit_query_tower(
+        tower, TowerTargets(pairs, docs, negatives),
+        temperature=live.encoder.similarity.logit_divisor(), config=plan.query, control=control,
+    )  # fmt: skip
+    hooks.stop()
+    with phase(hooks.timer, "stage version (shared files, metrics, report)"):
+        shared = link_shared(parent_dir, staging, live.manifest.files)
+        encoder = _save_tower(merged(tower), parent_dir, staging)
+        trained = TrainedTower(parent_dir.name, loop, shared, pairs)
+        scores = TowerScores(*_score(live, encoder, val, test), evaluation_fingerprint(test))
+        retrain = ReportedRetrain(live, trained.parent, plan.query, plan.training)
+        write_query_report(encoder, fit, test, loop, retrain, staging)
+        write_manifest(staging, live, plan, trained, scores)
+        write_run(run_dir, plan, trained, scores)
+    return trained, scores
+
+
+def _keep_in_run(staging: Path, run_dir: Path) -> None:
+    """Unpublished (`train`): the two-tower model and its report into the run folder."""
+    shutil.copytree(staging / MODEL_DIR, run_dir / MODEL_DIR, dirs_exist_ok=True)
+    if (staging / "report").is_dir():
+        shutil.copytree(staging / "report", run_dir / "report", dirs_exist_ok=True)
 
 
 def retrain_splits(
@@ -278,30 +292,22 @@ def _score(
     return base, by_mode["dense"], record, by_mode
 
 
-def _attach(
-    staging: Path,
-    data_dir: str | Path,
-    test: RetrievalData,
-    train_config: TrainConfig,
-    onnx: bool,
-    distill: DistillConfig | None,
-    timer: PhaseTimer | None,
-    stop: Callable[[], None],
-) -> None:
+def _attach(staging: Path, plan: RetrainPlan, test: RetrievalData, hooks: RunHooks) -> None:
     """The tuned tower's ONNX export and quality check, and the distilled query encoders (the static
     table by default), both scored through the shared index."""
-    if onnx:
-        stop()
+    if plan.publication.onnx:
+        hooks.stop()
         from training.export.onnx_export import attach_onnx
 
-        with phase(timer, "ONNX export + check"):
+        with phase(hooks.timer, "ONNX export + check"):
             attach_onnx(staging, test.queries, test.qrels, quantize=True)
+    distill = publication_distill(plan.publication)
     if distill is not None:
-        stop()
+        hooks.stop()
         from training.distill.bundle_step import attach_query_encoders
 
-        train = load_split(data_dir, train_config.train_split, seed=train_config.seed)
-        with phase(timer, "distill query encoders"):
+        train = load_split(plan.data.data_dir, plan.training.train_split, seed=plan.training.seed)
+        with phase(hooks.timer, "distill query encoders"):
             bundle = load_bundle(staging, verify=False, mmap=True)
             try:
                 doc_emb = fixed_vectors(bundle.index, range(bundle.index.ntotal))  # the shared index's rows

@@ -41,6 +41,7 @@ from contract.jobs.records import JobRecord, Progress, RecordStore, update
 from training.jobs.heartbeat import JobHeartbeat
 
 if TYPE_CHECKING:
+    from training.bundle.run_hooks import RunHooks
     from training.bundle.store import PublishResult
 
 logger = logging.getLogger(__name__)
@@ -238,59 +239,49 @@ def _confine(record: JobRecord, options: dict[str, Any]) -> tuple[list[str], Pat
     return splits, model
 
 
-def _distill_config(distill: bool) -> Any:
-    """`distill` (the default): the static query tower, the cheap one to build and to serve."""
-    from training.distill.config import DistillConfig
+def _hooks(record: JobRecord, heartbeat: JobHeartbeat) -> RunHooks:
+    """A job's hooks: progress and cancel through its record, no tqdm bars in the worker log, the corpus
+    embeddings cached beside its collection's bundles."""
+    from training.bundle.run_hooks import RunHooks
+    from training.eval.embedding_cache import EmbeddingCache
 
-    return DistillConfig(variants=["static"]) if distill else None
+    return RunHooks(
+        on_progress=heartbeat.on_progress,
+        show_progress=False,  # progress goes to the job record, not to tqdm bars in the worker log
+        checkpoint=heartbeat.check_cancel,
+        cache=EmbeddingCache(embedding_cache_dir(record.bundles_dir)),
+    )
 
 
 def _retrain(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
-    from contract.config import TrainConfig
     from contract.jobs.queue import RetrainOptions
-    from contract.query_config import QueryRetrainConfig
     from training.publish.pipeline import run_pipeline
 
     options = RetrainOptions.model_validate(record.options)
-    given = options.model_dump()
-    query = QueryRetrainConfig(**{name: given[name] for name in QueryRetrainConfig.model_fields})
-    values = {name: given[name] for name in TrainConfig.model_fields}
-    if "device" not in record.options:
-        values["device"] = DEFAULT_DEVICE
+    # where it trains unless the job says: the worker's --device
+    worker_side: dict[str, Any] = {} if "device" in record.options else {"device": DEFAULT_DEVICE}
+    backend = job_backend(options.index_backend, record.collection)
     _, model = _confine(record, record.options)
     work_root = Path(record.bundles_dir) / WORK_DIR
     work_root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=f"job-{record.id[:8]}-", dir=work_root) as work_dir:
         if model is not None:  # a private copy, every file read through the job's confined reader
             model = job_reader(record).copy_tree(model, Path(work_dir) / "base-model" / model.name)
-        values["base_model"] = None if model is None else str(model)
-        config = TrainConfig(**values)
-        heartbeat.progress(phase="train", total_steps=config.max_steps)
-        result = run_pipeline(
-            record.data_dir,
-            record.bundles_dir,
-            config=config,
-            work_dir=work_dir,
-            index_kind=options.index_kind,
-            force=options.force,
-            onnx=options.onnx,
-            distill=_distill_config(options.distill),
-            distill_optional="distill" not in record.options,
-            on_progress=heartbeat.on_progress,
-            show_progress=False,  # progress goes to the job record, not to tqdm bars in the worker log
-            checkpoint=heartbeat.check_cancel,
-            cache_dir=embedding_cache_dir(record.bundles_dir),
-            backend=job_backend(options.index_backend, record.collection),
-            query=query,
+        worker_side["base_model"] = None if model is None else str(model)
+        plan = options.model_copy(update=worker_side).plan(
+            data_dir=record.data_dir, bundles_dir=record.bundles_dir, backend=backend
         )
-    logger.info("job %s retrained the %s tower (%s)", record.id, result.tower, result.tower_reason)
-    return _publish_outcome(result.publish) | {"tower": result.tower}
+        heartbeat.progress(phase="train", total_steps=plan.training.max_steps)
+        result = run_pipeline(plan, work_dir, _hooks(record, heartbeat))
+    scope = result.plan.scope
+    logger.info("job %s: retrain_scope %s (%s)", record.id, scope, result.plan.scope_reason)
+    # `tower`: the scope's name in records before retrain_scope, kept for their readers
+    return _publish_outcome(result.publish) | {"retrain_scope": scope, "tower": scope}
 
 
 def _reindex(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
     from contract.jobs.queue import ReindexOptions
     from training.bundle.store import BundleStore
-    from training.eval.embedding_cache import EmbeddingCache
     from training.publish.index_model import index_model
 
     options = ReindexOptions.model_validate(record.options)
@@ -303,21 +294,9 @@ def _reindex(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
     logger.info("re-encoding %s with the live model of bundle %s", record.dataset, version)
     heartbeat.progress(phase="index")
     heartbeat.check_cancel()
-    result = index_model(
-        model_dir,
-        record.data_dir,
-        record.bundles_dir,
-        index_kind=options.index_kind,
-        force=options.force,
-        onnx=options.onnx,
-        distill=_distill_config(options.distill),
-        distill_optional="distill" not in record.options,  # the default static tower: where it can run
-        show_progress=False,
-        checkpoint=heartbeat.check_cancel,
-        cache=EmbeddingCache(embedding_cache_dir(record.bundles_dir)),
-        backend=job_backend(options.index_backend, record.collection),
-    )
-    return _publish_outcome(result)
+    backend = job_backend(options.index_backend, record.collection)
+    plan = options.plan(data_dir=record.data_dir, bundles_dir=record.bundles_dir, backend=backend)
+    return _publish_outcome(index_model(model_dir, plan, _hooks(record, heartbeat)))
 
 
 def job_backend(name: str, collection: str = DEFAULT_COLLECTION) -> BackendConfig | None:

@@ -49,7 +49,9 @@ class JobSubmission(BaseModel):
     dataset: DatasetName
     options: dict[str, Any] = Field(
         default_factory=dict,
-        description="retrain: TrainConfig fields plus index_kind, force, onnx; reindex: index_kind, force, onnx",
+        description="retrain: TrainConfig and QueryRetrainConfig fields plus retrain_scope (tower: its "
+        "deprecated name), index_kind, index_backend, force, onnx, distill; reindex: index_kind, index_backend, "
+        "force, onnx, distill",
     )
 
 
@@ -97,8 +99,11 @@ class JobDetail(JobSummary):
     bundle_version: str | None = None
     live: bool | None = Field(None, description="Did the gate accept the candidate (publish it as CURRENT)?")
     gate_reason: str | None = None
-    tower: str | None = Field(
+    retrain_scope: str | None = Field(
         None, description="What a retrain trained: full, or query (query tower only, the live index kept)."
+    )
+    tower: str | None = Field(
+        None, description="Deprecated: the old name of retrain_scope (the same value).", deprecated=True
     )
     error: str | None = None
     worker: str | None = Field(None, description="host:pid of the worker running it.")

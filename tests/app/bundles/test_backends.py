@@ -28,7 +28,8 @@ def milvus(tmp_path_factory) -> BackendConfig:
 
 
 def stage(encoder, corpus, doc_emb, folder: Path, ndcg: float, milvus: BackendConfig | None) -> Path:
-    from training.bundle.build import build_bundle
+    from contract.jobs.plan import IndexPlan
+    from training.bundle.build import BuildOptions, BundleRecord, build_bundle
     from training.export.milvus_build import milvus_builder
 
     builder = None
@@ -39,10 +40,8 @@ def stage(encoder, corpus, doc_emb, folder: Path, ndcg: float, milvus: BackendCo
         corpus,
         staging_dir=folder,
         doc_embeddings=doc_emb,
-        index_kind="flat",
-        metrics={"test": {"ndcg@10": ndcg}},
-        show_progress=False,
-        index_builder=builder,
+        record=BundleRecord(metrics={"test": {"ndcg@10": ndcg}}),
+        build=BuildOptions(index=IndexPlan(kind="flat"), show_progress=False, index_builder=builder),
     )
 
 

@@ -62,7 +62,8 @@ def other_encoder(_base_encoder, slice_data):
 @pytest.fixture(scope="module")
 def staged_other_encoder(tmp_path_factory, other_encoder, slice_data) -> Path:
     """Bundle T: the slice encoded by the other encoder."""
-    from training.bundle.build import build_bundle
+    from contract.jobs.plan import IndexPlan
+    from training.bundle.build import BuildOptions, BundleRecord, build_bundle
     from training.eval.evaluate import encode_corpus
 
     encoder = other_encoder
@@ -73,9 +74,8 @@ def staged_other_encoder(tmp_path_factory, other_encoder, slice_data) -> Path:
         slice_data.corpus,
         staging_dir=root / "T",
         doc_embeddings=emb,
-        index_kind="flat",
-        metrics={"test": {"ndcg@10": 0.5}},
-        show_progress=False,
+        record=BundleRecord(metrics={"test": {"ndcg@10": 0.5}}),
+        build=BuildOptions(index=IndexPlan(kind="flat"), show_progress=False),
     )
 
 

@@ -18,7 +18,8 @@ from tests.app.conftest import make_settings, publish
 @pytest.fixture(scope="module")
 def aninfonce_bundle(tmp_path_factory, shared_encoder, slice_data, doc_embeddings):
     """The slice under a random anisotropic Λ, with its own gap report and a BM25 index (modes tuned)."""
-    from training.bundle.build import build_bundle
+    from contract.jobs.plan import IndexPlan
+    from training.bundle.build import BuildOptions, BundleRecord, build_bundle
     from training.data.validation_carve import carve_validation
     from training.gap.report import CorpusVectors, ReportOptions, compute_report, write_report
     from training.hybrid.lexical_step import attach_lexical
@@ -34,9 +35,13 @@ def aninfonce_bundle(tmp_path_factory, shared_encoder, slice_data, doc_embedding
     root = tmp_path_factory.mktemp("gap-route")
     write_report(report, root / "report")
     folder = build_bundle(
-        encoder, slice_data.corpus, staging_dir=root / "G", doc_embeddings=doc_embeddings,
-        index_kind="flat", report_dir=root / "report", show_progress=False,
-    )  # fmt: skip
+        encoder,
+        slice_data.corpus,
+        staging_dir=root / "G",
+        doc_embeddings=doc_embeddings,
+        record=BundleRecord(report_dir=root / "report"),
+        build=BuildOptions(index=IndexPlan(kind="flat"), show_progress=False),
+    )
     query_emb = encoder.encode(list(slice_data.queries.values()), kind="query")
     attach_lexical(folder, encoder, slice_data, doc_embeddings, query_emb, validation)
     bundles = root / "bundles"

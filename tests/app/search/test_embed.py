@@ -114,16 +114,20 @@ def test_aninfonce_vectors_are_sqrt_lambda_scaled(tmp_path, shared_encoder, slic
     """For AnInfoNCE the answer is the index's space: sqrt(Lambda) * unit embedding, so -1/2 * squared L2
     between an embedded query and an embedded document is the score /search gives that document."""
     from contract.encoding.encoder import Encoder, Similarity, document_text
-    from training.bundle.build import build_bundle
+    from contract.jobs.plan import IndexPlan
+    from training.bundle.build import BuildOptions, build_bundle
 
     lam = np.random.default_rng(1).uniform(0.5, 20.0, 384).astype(np.float32)
     encoder = Encoder(
         shared_encoder.model, Similarity(metric="aninfonce", temperature=None, lam=lam.tolist())
     )
     staged = build_bundle(
-        encoder, slice_data.corpus, staging_dir=tmp_path / "stage", doc_embeddings=doc_embeddings,
-        index_kind="flat", show_progress=False,
-    )  # fmt: skip
+        encoder,
+        slice_data.corpus,
+        staging_dir=tmp_path / "stage",
+        doc_embeddings=doc_embeddings,
+        build=BuildOptions(index=IndexPlan(kind="flat"), show_progress=False),
+    )
     version = publish(staged, tmp_path / "bundles")
     query = next(iter(slice_data.queries.values()))
     with TestClient(create_app(make_settings(tmp_path / "bundles"))) as c:

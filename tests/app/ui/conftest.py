@@ -24,7 +24,8 @@ SAVED: list[Path] = []  # screenshots written in this session (the summary names
 
 @pytest.fixture(scope="session")
 def ui_staged(tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> dict[str, Path]:
-    from training.bundle.build import build_bundle
+    from contract.jobs.plan import IndexPlan
+    from training.bundle.build import BuildOptions, BundleRecord, build_bundle
     from training.data.validation_carve import carve_validation
     from training.gap.report import CorpusVectors, ReportOptions, compute_report, write_report
     from training.hybrid.lexical_step import attach_lexical
@@ -48,14 +49,14 @@ def ui_staged(tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> d
     )
     root = tmp_path_factory.mktemp("ui-staged")
     write_report(report, root / "report")
-    common = dict(doc_embeddings=doc_embeddings, index_kind="flat", show_progress=False)
+    build = BuildOptions(index=IndexPlan(kind="flat"), show_progress=False)
     a = build_bundle(
         shared_encoder,
         slice_data.corpus,
         staging_dir=root / "A",
-        report_dir=root / "report",
-        metrics={"test": {"ndcg@10": 0.6}},
-        **common,
+        doc_embeddings=doc_embeddings,
+        record=BundleRecord(report_dir=root / "report", metrics={"test": {"ndcg@10": 0.6}}),
+        build=build,
     )
     query_emb = shared_encoder.encode(list(slice_data.queries.values()), kind="query")
     validation = carve_validation(slice_data, 0.5, seed=0)[1]
@@ -64,8 +65,9 @@ def ui_staged(tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> d
         shared_encoder,
         slice_data.corpus,
         staging_dir=root / "B",
-        metrics={"test": {"ndcg@10": 0.1}},
-        **common,
+        doc_embeddings=doc_embeddings,
+        record=BundleRecord(metrics={"test": {"ndcg@10": 0.1}}),
+        build=build,
     )
     return {"A": a, "B": b}
 

@@ -131,6 +131,8 @@ TARDIGRADE = {
 
 @pytest.mark.slow
 def test_two_replicas_share_writes_survive_kill9_reindex_and_rollback(tmp_path, staged, slice_data):
+    from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
+    from training.bundle.run_hooks import RunHooks
     from training.publish.index_model import index_model
 
     bundles = tmp_path / "bundles"
@@ -175,13 +177,12 @@ def test_two_replicas_share_writes_survive_kill9_reindex_and_rollback(tmp_path, 
 
         result = index_model(
             bundles / first / "model",
-            data_dir,
-            bundles,
-            index_kind="flat",
-            force=True,
-            onnx=False,
-            show_progress=False,
-            checkpoint=write_during_build,
+            PublishPlan(
+                data=DataPlan(data_dir=str(data_dir)),
+                index=IndexPlan(kind="flat"),
+                publication=PublicationPlan(bundles_dir=str(bundles), force=True, onnx=False, distill=False),
+            ),
+            RunHooks(show_progress=False, checkpoint=write_during_build),
         )
         assert result.live and a.has("tardigrade")
         for r in (a, b):

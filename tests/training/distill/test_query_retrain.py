@@ -20,16 +20,18 @@ from contract.bundles.bundle import load_bundle, read_manifest, validate
 from contract.config import TrainConfig
 from contract.encoding.encoder import Encoder
 from contract.errors import BundleInvalid, ConfigError
+from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan, retrain_plan
 from contract.mutations.rows import encoder_key
 from contract.query_config import QueryRetrainConfig
 from tests.doc_encode_guard import DocumentEncodeCalled, install
 from tests.training.beir_slice import beir_slice
+from training.bundle.run_hooks import RunHooks
 from training.bundle.store import BundleStore
 
 # no validation carve: early stopping (its own test below) would keep the live tower after 3 steps
 QUICK = TrainConfig(max_steps=3, eval_max_queries=10, seed=0, validation_fraction=0.0)
 # a small lr: the tower moves but stays within the gate's tolerance (these tests are about the machinery)
-TOWER = QueryRetrainConfig(tower="query", query_batch_size=8, query_max_seq_length=32, query_lr=1e-5)
+TOWER = QueryRetrainConfig(query_batch_size=8, query_max_seq_length=32, query_lr=1e-5)
 SHARED = ("index.faiss", "ids.json", "docs.sqlite")
 
 
@@ -44,15 +46,30 @@ def world(demo_dataset, tmp_path_factory) -> dict[str, Any]:
     base.model.max_seq_length = 32  # every encode in these tests stays cheap
     base.save(root / "base")
     first = index_model(
-        root / "base", data, root / "bundles", index_kind="flat", onnx=False, show_progress=False
+        root / "base",
+        PublishPlan(
+            data=DataPlan(data_dir=str(data)),
+            index=IndexPlan(kind="flat"),
+            publication=PublicationPlan(bundles_dir=str(root / "bundles"), onnx=False, distill=False),
+        ),
+        RunHooks(show_progress=False),
     )
     assert first.live
     uninstall = install()
     try:
         result = run_pipeline(
-            data, root / "bundles", config=QUICK, work_dir=root / "runs", onnx=False, distill=None,
-            show_progress=False, query=TOWER,
-        )  # fmt: skip
+            retrain_plan(
+                QUICK,
+                TOWER,
+                PublishPlan(
+                    data=DataPlan(data_dir=str(data)),
+                    publication=PublicationPlan(bundles_dir=str(root / "bundles"), onnx=False, distill=False),
+                ),
+                "query",
+            ),
+            root / "runs",
+            RunHooks(show_progress=False),
+        )
     finally:
         uninstall()
     return {
@@ -66,7 +83,7 @@ def world(demo_dataset, tmp_path_factory) -> dict[str, Any]:
 
 def test_the_query_side_version_goes_live_sharing_the_parents_files(world):
     result, bundles, parent = world["result"], world["bundles"], world["parent"]
-    assert result.tower == "query" and result.publish.live, result.publish.reason
+    assert result.scope == "query" and result.publish.live, result.publish.reason
     child = result.publish.version
     assert BundleStore(bundles).current_version() == child
     parent_m, child_m = read_manifest(bundles / parent), read_manifest(bundles / child)
@@ -84,7 +101,7 @@ def test_the_query_side_version_goes_live_sharing_the_parents_files(world):
             assert os.stat(bundles / parent / rel).st_ino == os.stat(bundles / child / twin).st_ino
     record = child_m.extras["query_retrain"]
     assert record["parent"] == parent and record["documents_encoded"] == 0
-    assert record["steps"] == QUICK.max_steps and record["tower"] == "lora"
+    assert record["steps"] == QUICK.max_steps and record["query_tower"] == "lora"
     validate(bundles / child)  # every checksum, shared files included
 
 
@@ -155,7 +172,7 @@ def test_rollback_to_the_parent_and_forward_again(world, tmp_path):
 
 
 def test_a_query_side_retrain_needs_the_live_documents(world, tmp_path):
-    from training.publish.pipeline import resolve_tower
+    from training.publish.pipeline import resolve_scope
 
     changed = tmp_path / "changed"
     shutil.copytree(world["data"], changed)
@@ -163,16 +180,31 @@ def test_a_query_side_retrain_needs_the_live_documents(world, tmp_path):
     doc = json.loads(lines[0])
     lines[0] = json.dumps(doc | {"text": doc["text"] + " Revised."})
     (changed / "corpus.jsonl").write_text("\n".join(lines) + "\n")
-    auto = QueryRetrainConfig(tower="auto")
-    tower, why = resolve_tower(auto, changed, world["bundles"], QUICK, None)
-    assert tower == "full" and doc["_id"] in why
-    assert resolve_tower(auto, world["data"], world["bundles"], QUICK, None)[0] == "query"
-    assert resolve_tower(auto, world["data"], tmp_path / "empty", QUICK, None)[0] == "full"
+
+    def auto(data: Any, bundles: Any) -> Any:
+        publish = PublishPlan(
+            data=DataPlan(data_dir=str(data)), publication=PublicationPlan(bundles_dir=str(bundles))
+        )
+        return resolve_scope(retrain_plan(QUICK, QueryRetrainConfig(), publish, "auto"))
+
+    plan = auto(changed, world["bundles"])
+    assert plan.scope == "full" and doc["_id"] in plan.scope_reason
+    assert auto(world["data"], world["bundles"]).scope == "query"
+    assert auto(world["data"], tmp_path / "empty").scope == "full"
     from training.distill.query_retrain import query_side_retrain
 
-    with pytest.raises(ConfigError, match="--tower query: .*changed"):
+    with pytest.raises(ConfigError, match="--retrain-scope query: .*changed"):
         query_side_retrain(
-            changed, world["bundles"], train_config=QUICK, config=TOWER, run_dir=tmp_path / "r"
+            retrain_plan(
+                QUICK,
+                TOWER,
+                PublishPlan(
+                    data=DataPlan(data_dir=str(changed)),
+                    publication=PublicationPlan(bundles_dir=str(world["bundles"]), distill=False),
+                ),
+                "query",
+            ),
+            tmp_path / "r",
         )
 
 
@@ -183,8 +215,15 @@ def test_the_guard_catches_a_corpus_encode(world, tmp_path):
     uninstall = install()
     try:
         with pytest.raises(DocumentEncodeCalled):
-            index_model(world["root"] / "base", world["data"], tmp_path / "b", index_kind="flat", onnx=False,
-                        show_progress=False)  # fmt: skip
+            index_model(
+                world["root"] / "base",
+                PublishPlan(
+                    data=DataPlan(data_dir=str(world["data"])),
+                    index=IndexPlan(kind="flat"),
+                    publication=PublicationPlan(bundles_dir=str(tmp_path / "b"), onnx=False, distill=False),
+                ),
+                RunHooks(show_progress=False),
+            )
     finally:
         uninstall()
 
@@ -249,10 +288,21 @@ def test_a_full_retrain_over_the_live_documents_encodes_the_corpus_once(world, t
     config = TrainConfig(
         max_steps=1, batch_size=4, max_seq_length=32, lr=1e-7, eval_max_queries=8, report=False
     )
-    result = run_pipeline(world["data"], bundles, config=config, work_dir=tmp_path / "runs", onnx=False,
-                          distill=None, show_progress=False, query=QueryRetrainConfig(tower="full"))  # fmt: skip
+    result = run_pipeline(
+        retrain_plan(
+            config,
+            QueryRetrainConfig(),
+            PublishPlan(
+                data=DataPlan(data_dir=str(world["data"])),
+                publication=PublicationPlan(bundles_dir=str(bundles), onnx=False, distill=False),
+            ),
+            "full",
+        ),
+        tmp_path / "runs",
+        RunHooks(show_progress=False),
+    )
     n_docs = len(json.loads((bundles / world["parent"] / "ids.json").read_text()))
-    assert result.tower == "full"
+    assert result.scope == "full"
     assert sum(encoded) == n_docs, encoded  # one corpus encode, not two
     assert "encode + evaluate (base)" not in result.timer.seconds
     metrics = json.loads(result.train.metrics_path.read_text())
@@ -314,7 +364,7 @@ def test_train_tower_query_writes_a_two_tower_model_and_publishes_nothing(world,
     out = tmp_path / "run"
     done = subprocess.run(
         [sys.executable, "-m", "training", "train", "--data", str(world["data"]), "--out", str(out),
-         "--tower", "query", "--bundles", str(bundles), "--max-steps", "1", "--query-batch-size", "8",
+         "--retrain-scope", "query", "--bundles", str(bundles), "--max-steps", "1", "--query-batch-size", "8",
          "--validation-fraction", "0", "--no-report", "--quiet"],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
@@ -327,7 +377,9 @@ def test_train_tower_query_writes_a_two_tower_model_and_publishes_nothing(world,
         [sys.executable, "-m", "training", "train", "--data", str(world["data"]), "--out", str(out),
          "--tower", "query"], capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert missing.returncode != 0 and "--tower query needs --bundles" in missing.stderr
+    # `--tower`, the scope's old name, is still taken (and called deprecated)
+    assert missing.returncode != 0 and "--retrain-scope query needs --bundles" in missing.stderr
+    assert "`tower` option is deprecated" in missing.stderr
 
 
 def test_one_seed_gives_one_lora_tower_whatever_the_process_drew_before():

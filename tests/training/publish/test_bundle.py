@@ -24,7 +24,7 @@ from contract.bundles.bundle import (
     sha256_file,
 )
 from contract.errors import BundleInvalid, BundleNotFound, NoLiveBundle
-from training.bundle.build import build_bundle
+from training.bundle.build import BuildOptions, BundleRecord, build_bundle
 from training.bundle.store import PUBLISH_STEPS, BundleStore
 from training.data.retrieval_data import Document
 
@@ -49,9 +49,8 @@ def staged(shared_encoder, tmp_path_factory) -> Path:
         shared_encoder,
         CORPUS,
         staging_dir=root / "bundle",
-        metrics={"test": {"ndcg@10": 0.5}},
-        training_config={"loss": "infonce"},
-        show_progress=False,
+        record=BundleRecord(metrics={"test": {"ndcg@10": 0.5}}, training_config={"loss": "infonce"}),
+        build=BuildOptions(show_progress=False),
     )
 
 

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from contract.jobs.plan import IndexPlan
+from training.bundle.build import BuildOptions, BundleRecord
 from training.data.retrieval_data import Document
 
 REPO = Path(__file__).resolve().parents[3]
@@ -36,9 +38,13 @@ def two_versions(tmp_path_factory, _base_encoder):
     versions = []
     for n, ndcg in enumerate((0.5, 0.4)):  # the second is worse: kept as a candidate
         staged = build_bundle(
-            _base_encoder, corpus, staging_dir=root / f"stage{n}", doc_embeddings=emb, index_kind="flat",
-            metrics={"test": {"ndcg@10": ndcg}}, show_progress=False,
-        )  # fmt: skip
+            _base_encoder,
+            corpus,
+            staging_dir=root / f"stage{n}",
+            doc_embeddings=emb,
+            record=BundleRecord(metrics={"test": {"ndcg@10": ndcg}}),
+            build=BuildOptions(index=IndexPlan(kind="flat"), show_progress=False),
+        )
         versions.append(store.publish(staged).version)
     return root / "bundles", versions
 
@@ -99,9 +105,13 @@ def test_the_commands_take_a_collection(two_versions, tmp_path, _base_encoder):
     docs = Collections(None, home).create("docs")
     corpus = {"x": Document("x", "a title", "a text about cells", {})}
     staged = build_bundle(
-        _base_encoder, corpus, staging_dir=tmp_path / "stage", doc_embeddings=_base_encoder.encode(["a text"]),
-        index_kind="flat", metrics={"test": {"ndcg@10": 0.5}}, show_progress=False,
-    )  # fmt: skip
+        _base_encoder,
+        corpus,
+        staging_dir=tmp_path / "stage",
+        doc_embeddings=_base_encoder.encode(["a text"]),
+        record=BundleRecord(metrics={"test": {"ndcg@10": 0.5}}),
+        build=BuildOptions(index=IndexPlan(kind="flat"), show_progress=False),
+    )
     only = BundleStore(docs).publish(staged, force=True).version
     listed = json.loads(_cli("list", "--bundles", str(home), "--collection", "docs", "--json").stdout)
     assert [v["version"] for v in listed["versions"]] == [only]

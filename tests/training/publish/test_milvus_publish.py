@@ -13,10 +13,12 @@ from contract.bundles.bundle import load_bundle, read_manifest
 from contract.encoding.encoder import Encoder, Similarity
 from contract.errors import IndexBuildError
 from contract.index.backend import MILVUS_EXTRAS, BackendConfig
+from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
 from contract.milvus.index import alias_name, connect
 from contract.milvus.pointer import MilvusPointer
 from tests.servers import milvus_server
-from training.bundle.build import build_bundle
+from training.bundle.build import BuildOptions, BundleRecord, build_bundle
+from training.bundle.run_hooks import RunHooks
 from training.bundle.store import PUBLISH_STEPS, BundleStore
 from training.data.retrieval_data import Document
 from training.export.index_factory import recall_at
@@ -53,9 +55,8 @@ def _stage(encoder, folder, milvus, seed=0, ndcg=0.5):
         corpus,
         staging_dir=folder,
         doc_embeddings=_unit(N, DIM, seed),
-        metrics={"test": {"ndcg@10": ndcg}},
-        show_progress=False,
-        index_builder=builder,
+        record=BundleRecord(metrics={"test": {"ndcg@10": ndcg}}),
+        build=BuildOptions(show_progress=False, index_builder=builder),
     )
 
 
@@ -187,7 +188,11 @@ def test_aninfonce_scores_equal_faiss_exact_search(shared_encoder, milvus, tmp_p
     enc = Encoder(shared_encoder.model, Similarity(metric="aninfonce", lam=lam.tolist()))
     corpus, emb = _corpus(N), _unit(N, DIM, 5)
     faiss_dir = build_bundle(
-        enc, corpus, staging_dir=tmp_path / "f", doc_embeddings=emb, index_kind="flat", show_progress=False
+        enc,
+        corpus,
+        staging_dir=tmp_path / "f",
+        doc_embeddings=emb,
+        build=BuildOptions(index=IndexPlan(kind="flat"), show_progress=False),
     )
     builder = milvus_builder(milvus, corpus, metric=enc.index_metric, index_kind="flat")
     milvus_dir = build_bundle(
@@ -195,8 +200,7 @@ def test_aninfonce_scores_equal_faiss_exact_search(shared_encoder, milvus, tmp_p
         corpus,
         staging_dir=tmp_path / "m",
         doc_embeddings=emb,
-        show_progress=False,
-        index_builder=builder,
+        build=BuildOptions(show_progress=False, index_builder=builder),
     )
     fb = load_bundle(faiss_dir)
     mb = load_bundle(milvus_dir, index_opener=MilvusPointer(milvus).open_index)
@@ -281,7 +285,13 @@ def test_index_model_publishes_to_milvus_and_a_failed_publish_drops_its_collecti
     # scoring step opens the staged bundle through the same index_opener as publishing does
     cache = EmbeddingCache(tmp_path / "cache")  # the second run below reuses the corpus encoding
     result = index_model(
-        None, data, bundles, backend=milvus, index_kind="flat", onnx=False, show_progress=False, cache=cache
+        None,
+        PublishPlan(
+            data=DataPlan(data_dir=str(data)),
+            index=IndexPlan(kind="flat", backend=milvus),
+            publication=PublicationPlan(bundles_dir=str(bundles), onnx=False, distill=False),
+        ),
+        RunHooks(show_progress=False, cache=cache),
     )
     assert result.live
     store = BundleStore(bundles, pointer=MilvusPointer(milvus))
@@ -298,6 +308,14 @@ def test_index_model_publishes_to_milvus_and_a_failed_publish_drops_its_collecti
 
     monkeypatch.setattr(BundleStore, "publish", refuse)
     with pytest.raises(RuntimeError, match="disk full"):
-        index_model(None, data, bundles, backend=milvus, index_kind="flat", onnx=False, show_progress=False)
+        index_model(
+            None,
+            PublishPlan(
+                data=DataPlan(data_dir=str(data)),
+                index=IndexPlan(kind="flat", backend=milvus),
+                publication=PublicationPlan(bundles_dir=str(bundles), onnx=False, distill=False),
+            ),
+            RunHooks(show_progress=False),
+        )
     assert set(connect(milvus).list_collections()) == before  # the new version's collection was dropped
     assert _alias_target(milvus) == bundle.index.collection

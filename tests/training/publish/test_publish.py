@@ -9,10 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from contract.config import TrainConfig
 from contract.encoding.encoder import document_text
-from contract.errors import ConfigError, JobCancelled
+from contract.errors import JobCancelled
+from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
+from training.bundle.run_hooks import RunHooks
 from training.bundle.store import BundleStore
 from training.data.beir import load_beir
 from training.data.query_sample import subset
@@ -71,7 +74,15 @@ def test_resolve_run_accepts_run_or_model_folder(run_dir, tmp_path):
 
 def test_index_model_publishes_a_servable_bundle(run_dir, slice_dir, shared_encoder, tmp_path):
     bundles = tmp_path / "bundles"
-    result = index_model(run_dir, slice_dir, bundles, index_kind="hnsw", show_progress=False)
+    result = index_model(
+        run_dir,
+        PublishPlan(
+            data=DataPlan(data_dir=str(slice_dir)),
+            index=IndexPlan(kind="hnsw"),
+            publication=PublicationPlan(bundles_dir=str(bundles), distill=False),
+        ),
+        RunHooks(show_progress=False),
+    )
     assert result.live
     store = BundleStore(bundles)
     bundle = store.load_current()
@@ -124,11 +135,12 @@ def test_index_model_publishes_a_servable_bundle(run_dir, slice_dir, shared_enco
     # passes the gate (same model, same metric)
     again = index_model(
         bundles / result.version / "model",
-        slice_dir,
-        bundles,
-        index_kind="flat",
-        onnx=False,
-        show_progress=False,
+        PublishPlan(
+            data=DataPlan(data_dir=str(slice_dir)),
+            index=IndexPlan(kind="flat"),
+            publication=PublicationPlan(bundles_dir=str(bundles), onnx=False, distill=False),
+        ),
+        RunHooks(show_progress=False),
     )
     assert again.live and store.current_version() == again.version
     m2 = store.load_current().manifest
@@ -150,12 +162,12 @@ def test_a_cancel_during_indexing_publishes_nothing(run_dir, slice_dir, tmp_path
     with pytest.raises(JobCancelled):
         index_model(
             run_dir,
-            slice_dir,
-            bundles,
-            index_kind="flat",
-            onnx=False,
-            show_progress=False,
-            checkpoint=checkpoint,
+            PublishPlan(
+                data=DataPlan(data_dir=str(slice_dir)),
+                index=IndexPlan(kind="flat"),
+                publication=PublicationPlan(bundles_dir=str(bundles), onnx=False, distill=False),
+            ),
+            RunHooks(show_progress=False, checkpoint=checkpoint),
         )
     store = BundleStore(bundles)
     assert store.current_version() is None and store.list_versions() == []
@@ -180,11 +192,12 @@ def test_encode_corpus_in_checkpointed_chunks_matches_one_call(shared_encoder, s
     np.testing.assert_allclose(chunked, whole, atol=1e-5)
 
 
-def test_index_model_rejects_bad_options(run_dir, slice_dir, tmp_path):
-    with pytest.raises(ConfigError, match="unknown index kind 'annoy'"):
-        index_model(run_dir, slice_dir, tmp_path, index_kind="annoy")
-    with pytest.raises(ConfigError, match="target-recall"):
-        index_model(run_dir, slice_dir, tmp_path, target_recall=1.5)
+def test_a_plan_refuses_bad_index_options_naming_them():
+    """The plan validates the index options once, where it is built (the CLI, a job), not index_model."""
+    with pytest.raises(ValidationError, match="kind"):
+        IndexPlan(kind="annoy")  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="target_recall"):
+        IndexPlan(target_recall=1.5)
 
 
 def test_cli_index_command(run_dir, demo_dataset, tmp_path):
