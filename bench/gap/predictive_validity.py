@@ -320,20 +320,12 @@ def run_query_seed(
     train_config = TrainConfig(train_split="a", eval_split="r", seed=seed, max_steps=args.max_steps)
     config = QueryRetrainConfig()  # the project's defaults: LoRA, mined negatives, early stopping
     timer = PhaseTimer()
-    result = query_side_retrain(
-        retrain_plan(
-            train_config,
-            config,
-            PublishPlan(
-                data=DataPlan(data_dir=str(data_dir)),
-                publication=PublicationPlan(bundles_dir=str(bundles), onnx=False, distill=False),
-            ),
-            "query",
-        ),
-        work / "run",
-        RunHooks(timer=timer),
-        publish=False,
+    publish = PublishPlan(
+        data=DataPlan(data_dir=str(data_dir)),
+        publication=PublicationPlan(bundles_dir=str(bundles), onnx=False, distill=False),
     )
+    plan = retrain_plan(train_config, config, publish, "query")
+    result = query_side_retrain(plan, work / "run", RunHooks(timer=timer), publish=False)
     predicted = GapReport.model_validate_json((work / "run" / "report" / "report.json").read_text())
     encoder = Encoder.load(work / "run" / "model")  # the tuned query tower + the parent's document tower
     live = load_bundle(BundleStore(bundles).version_path(result.parent), verify=False, mmap=True)
@@ -346,9 +338,7 @@ def run_query_seed(
             name: query_gap_report(encoder, fit, parts[name], predicted.k, retrain) for name in ("u", "test")
         }
         t_measure = time.perf_counter() - t_measure
-        doc_emb = fixed_vectors(
-            live.index, range(live.index.ntotal)
-        )  # (N, D) the pool: every indexed document
+        doc_emb = fixed_vectors(live.index, range(live.index.ntotal))  # (N, D) the pool: every indexed doc
         save_embeddings(out, f"{corpus}-{seed}", list(live.doc_ids), doc_emb, parts, encoder)
     finally:
         live.docstore.close()
