@@ -27,8 +27,8 @@ from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
 from contract.jobs.queue import JobQueue
 from tests.app.conftest import wait_until
 from tests.training.beir_slice import beir_slice
-from training.bundle.run_hooks import RunHooks
 from training.jobs.tasks import WORK_DIR
+from training.train.run_hooks import RunHooks
 
 pytestmark = pytest.mark.slow
 

@@ -26,7 +26,7 @@ from contract.bundles.bundle import read_manifest
 from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
 from tests.app.conftest import wait_until
 from tests.training.beir_slice import beir_slice
-from training.bundle.run_hooks import RunHooks
+from training.train.run_hooks import RunHooks
 
 pytestmark = pytest.mark.slow
 

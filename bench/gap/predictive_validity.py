@@ -74,7 +74,6 @@ from contract.bundles.report_schema import Estimate, GapReport, NotComputable
 from contract.config import TrainConfig
 from contract.encoding.encoder import Encoder
 from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan, retrain_plan
-from training.bundle.run_hooks import RunHooks
 from training.data.beir import load_beir
 from training.data.demo_data import build_demo_dataset
 from training.data.query_sample import sample_queries
@@ -86,6 +85,7 @@ from training.gap.anchors import build_anchors, pool_embeddings
 from training.gap.report import CorpusVectors, ReportOptions, compute_report
 from training.gap.sections import model_identity
 from training.train.phase_timer import PhaseTimer
+from training.train.run_hooks import RunHooks
 from training.train.trainer import train
 
 T_975 = {n: v for n, v in zip(range(2, 31), [12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262,
@@ -247,7 +247,9 @@ def run_seed(
         max_steps=args.max_steps,
     )
     timer = PhaseTimer()
-    result = train(config, data_dir, work / "run", show_progress=False, timer=timer, cache=cache)
+    result = train(
+        config, data_dir, work / "run", hooks=RunHooks(show_progress=False, timer=timer, cache=cache)
+    )
     predicted = GapReport.model_validate_json((work / "run" / "report" / "report.json").read_text())
     assert result.evaluation is not None
     encoder = Encoder.load(result.model_dir)

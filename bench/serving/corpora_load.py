@@ -35,7 +35,7 @@ from bench.harness.ports import free_port
 from bench.harness.servers import NAIVE_APP, on_port, start_server, stop_server, uvicorn_cmd
 from bench.harness.wrk import drive_wrk, median_run
 from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
-from training.bundle.run_hooks import RunHooks
+from training.train.run_hooks import RunHooks
 
 LEVELS = (1, 8, 32)
 NAIVE = "naive FastAPI + torch + FAISS flat"

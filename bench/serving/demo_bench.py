@@ -27,9 +27,9 @@ from bench.harness.usage import asked_for_help
 from contract.config import TrainConfig
 from contract.jobs.plan import DataPlan, PublicationPlan, PublishPlan, retrain_plan
 from contract.query_config import QueryRetrainConfig
-from training.bundle.run_hooks import RunHooks
 from training.data.demo_data import DEFAULT_DOCS, build_demo_dataset
 from training.publish.pipeline import run_pipeline
+from training.train.run_hooks import RunHooks
 
 
 def busy_cpu_seconds() -> float:

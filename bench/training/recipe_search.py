@@ -35,6 +35,7 @@ from training.data.beir import load_beir
 from training.eval.embedding_cache import EmbeddingCache
 from training.eval.evaluate import evaluate
 from training.train.phase_timer import PhaseTimer
+from training.train.run_hooks import RunHooks
 from training.train.trainer import train
 
 RESULTS = Path(__file__).resolve().parent / "results" / "recipe_search.json"
@@ -74,10 +75,8 @@ def main(argv: list[str] | None = None) -> None:
         config,
         data,
         work / "runs" / name,
-        show_progress=False,
+        hooks=RunHooks(show_progress=False, cache=cache, timer=timer),
         base_eval=base_eval,
-        cache=cache,
-        timer=timer,
     )
     wall = time.perf_counter() - t0
     if result.validation_metrics is None:

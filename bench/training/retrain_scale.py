@@ -38,8 +38,8 @@ import numpy as np
 
 from bench.harness.paths import SCIFACT
 from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan, retrain_plan
-from training.bundle.run_hooks import RunHooks
 from training.eval.embedding_cache import EmbeddingCache
+from training.train.run_hooks import RunHooks
 
 
 def make_dataset(src: Path, out: Path, size: int, seed: int = 0) -> tuple[Path, int]:

@@ -25,6 +25,7 @@ from contract.encoding.encoder import Encoder
 from training.data.beir import load_beir
 from training.eval.evaluate import evaluate
 from training.train.examples import limit_queries
+from training.train.run_hooks import RunHooks
 from training.train.trainer import train
 
 
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
             data = limit_queries(load_beir(require_scifact(), config.eval_split), config)
             base_eval = evaluate(Encoder.load(config.base_model), data, show_progress=False)
             cache.write_bytes(pickle.dumps(base_eval))
-    result = train(config, require_scifact(), out, show_progress=False, base_eval=base_eval)
+    result = train(config, require_scifact(), out, hooks=RunHooks(show_progress=False), base_eval=base_eval)
     wall = time.perf_counter() - t0
     foreign = (busy_cpu_seconds() - busy0 - (time.process_time() - own0)) / wall
     print(f"options: {json.dumps(overrides)}")

@@ -24,7 +24,7 @@ import numpy as np
 
 from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
 from tests.training.stream_probe import PeakSampler, rss_anon
-from training.bundle.run_hooks import RunHooks
+from training.train.run_hooks import RunHooks
 
 WORDS = [
     "acid",

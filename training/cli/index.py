@@ -43,8 +43,8 @@ def index_cmd(
     configure_command_output(log_level, quiet=quiet)
     publish = given_config(PublishOptions, overrides)
     folder = collection_folder(bundles, collection, create=True)
-    from training.bundle.run_hooks import RunHooks
     from training.publish.index_model import index_model  # heavy imports only when the command runs
+    from training.train.run_hooks import RunHooks
 
     try:
         split = given_config(GateSplit, overrides).split

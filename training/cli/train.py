@@ -99,12 +99,12 @@ def train_cmd(
         _train_query_tower(plan, out, as_json)
         return
     from training.export.corpus_encoder import corpus_encoder_for
+    from training.train.run_hooks import RunHooks
     from training.train.trainer import train  # torch and friends load only when a run starts
 
     with one_line_errors():
-        result = train(
-            config, data, out, show_progress=progress_bars_enabled(), corpus_encoder=corpus_encoder_for
-        )
+        hooks = RunHooks(show_progress=progress_bars_enabled())
+        result = train(config, data, out, hooks=hooks, corpus_encoder=corpus_encoder_for)
     if as_json:
         echo_json(
             {
@@ -189,8 +189,8 @@ def pipeline_cmd(
     publish = given_config(PublishOptions, overrides)
     query = given_config(QueryRetrainConfig, overrides)
     folder = collection_folder(bundles, collection, create=True)
-    from training.bundle.run_hooks import RunHooks
     from training.publish.pipeline import run_pipeline  # torch and friends load only when a run starts
+    from training.train.run_hooks import RunHooks
 
     with one_line_errors():
         scope = given_config(ScopeOptions, overrides).scope()

@@ -46,7 +46,6 @@ from contract.encoding.similarity import SIMILARITY_FILE
 from contract.errors import ConfigError
 from contract.jobs.plan import RetrainPlan
 from contract.query_config import QueryRetrainConfig
-from training.bundle.run_hooks import RunHooks
 from training.bundle.store import BundleStore, PublishResult, evaluation_fingerprint
 from training.data.retrieval_data import RetrievalData
 from training.data.split import load_split
@@ -68,6 +67,7 @@ from training.distill.query_report import ReportedRetrain, write_query_report
 from training.distill.query_tower import fixed_vectors, merged, query_tower
 from training.eval.search_metrics import search_metrics
 from training.train.phase_timer import phase
+from training.train.run_hooks import RunHooks
 
 logger = logging.getLogger(__name__)
 

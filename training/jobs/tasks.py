@@ -41,8 +41,8 @@ from contract.jobs.records import JobRecord, Progress, RecordStore, update
 from training.jobs.heartbeat import JobHeartbeat
 
 if TYPE_CHECKING:
-    from training.bundle.run_hooks import RunHooks
     from training.bundle.store import PublishResult
+    from training.train.run_hooks import RunHooks
 
 logger = logging.getLogger(__name__)
 
@@ -242,8 +242,8 @@ def _confine(record: JobRecord, options: dict[str, Any]) -> tuple[list[str], Pat
 def _hooks(record: JobRecord, heartbeat: JobHeartbeat) -> RunHooks:
     """A job's hooks: progress and cancel through its record, no tqdm bars in the worker log, the corpus
     embeddings cached beside its collection's bundles."""
-    from training.bundle.run_hooks import RunHooks
     from training.eval.embedding_cache import EmbeddingCache
+    from training.train.run_hooks import RunHooks
 
     return RunHooks(
         on_progress=heartbeat.on_progress,

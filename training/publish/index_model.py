@@ -5,7 +5,7 @@ gate judges the model, not the ANN approximation; the index's own recall@10 agai
 measured on the real test queries and recorded in the manifest.
 
 index_model(model_dir, plan, hooks): the plan (contract/jobs/plan.py, a PublishPlan or a RetrainPlan)
-says what is built, the hooks (training/bundle/run_hooks.py) how this process watches it.
+says what is built, the hooks (training/train/run_hooks.py) how this process watches it.
 - `model_dir`: a training run folder (`<out>` with model/, config.json, metrics.json, report/), its model/
   folder, or any sentence-transformers folder; None means the packaged base model.
 - `plan.publication.onnx`: also export the ONNX query encoders (fp32 + int8) into the bundle and record
@@ -45,7 +45,6 @@ from contract.jobs.plan import PLAN_KEY, IndexPlan, PublishPlan
 from contract.milvus.pointer import MilvusPointer
 from contract.mutations.log import SEQ_KEY
 from training.bundle.build import BuildOptions, BundleRecord, build_bundle
-from training.bundle.run_hooks import RunHooks
 from training.bundle.store import BundleStore, PublishResult
 from training.data.split import load_split
 from training.eval.evaluate import EvalResult, evaluate
@@ -62,6 +61,7 @@ from training.publish.milvus_housekeeping import (
 from training.publish.mutation_fold import Folded, fold_log
 from training.publish.provenance import RunStory, base_model_name, resolve_run, run_story
 from training.train.phase_timer import phase
+from training.train.run_hooks import RunHooks
 
 if TYPE_CHECKING:
     from training.data.retrieval_data import RetrievalData

@@ -21,13 +21,13 @@ from pathlib import Path
 
 from contract.config import TrainConfig
 from contract.jobs.plan import RetrainPlan
-from training.bundle.run_hooks import RunHooks
 from training.bundle.store import PublishResult
 from training.eval.embedding_cache import EmbeddingCache
 from training.export.corpus_encoder import corpus_encoder_for
 from training.publish.index_model import index_model
 from training.train.phase_timer import PhaseTimer, phase
 from training.train.phases import LiveReference
+from training.train.run_hooks import RunHooks
 from training.train.trainer import TrainResult, train
 
 logger = logging.getLogger(__name__)
@@ -148,10 +148,7 @@ def _train_phase(
         config,
         data_dir,
         run_dir,
-        on_progress=hooks.on_progress,
-        show_progress=hooks.show_progress,
-        timer=hooks.timer,
-        cache=hooks.cache,
+        hooks=hooks,
         reference=reference,
         corpus_encoder=corpus_encoder_for,  # torch or ONNX for the one corpus encode, measured here
     )

@@ -32,7 +32,6 @@ from training.data.pseudo_pairs import sentence_pairs
 from training.data.retrieval_data import RetrievalData, training_pairs
 from training.data.split import load_split
 from training.data.validation_carve import carve_validation
-from training.eval.embedding_cache import EmbeddingCache
 from training.eval.evaluate import EvalResult, evaluate
 from training.hybrid.mode_metrics import ModeScorer
 from training.train.device import precision_for, resolve_device
@@ -44,11 +43,11 @@ from training.train.examples import (
     title_pairs,
     with_pseudo_qrels,
 )
-from training.train.phase_timer import PhaseTimer, StepMeter, phase
+from training.train.phase_timer import StepMeter, phase
 from training.train.phases import Fitted, LiveReference, Run
 from training.train.run_artifacts import TunedScores, gap_report, save_model, write_run_files
+from training.train.run_hooks import RunHooks
 from training.train.step import (
-    ProgressFn,
     build_loss,
     build_optimizer,
     linear_schedule,
@@ -87,50 +86,41 @@ def train(
     data_dir: str | Path,
     out_dir: str | Path,
     *,
-    on_progress: ProgressFn | None = None,
-    show_progress: bool = True,
+    hooks: RunHooks | None = None,
     base_eval: EvalResult | None = None,
-    timer: PhaseTimer | None = None,
-    cache: EmbeddingCache | None = None,
     reference: LiveReference | None = None,
     corpus_encoder: CorpusEncoderChoice | None = None,
 ) -> TrainResult:
     """Fine-tune `config.base_model` on `data_dir` (BEIR folder or pairs JSONL) and write out_dir.
 
+    `hooks`: progress (every step; raising stops the run), bars, the phase timer (load, base encode, mine,
+    train, tuned encode, report) and the on-disk corpus embeddings (training.eval.embedding_cache: an
+    unchanged corpus is never encoded again by the base model, and the tuned model's encoding is there for
+    indexing).
     `base_eval`: a previous `evaluate()` of the same base model on the same eval split (e.g. several
     runs over one dataset); it skips the base evaluation, whose corpus encoding is the costly part.
-    `timer`: records the wall time of each phase (load, base encode, mine, train, tuned encode, report).
-    `cache`: on-disk corpus embeddings (training.eval.embedding_cache): an unchanged corpus is never encoded
-    again by the base model, and the tuned model's encoding is there for indexing.
     `reference`: a live bundle over the same corpus; its vectors are the "before" evaluation and the mining
     ranking instead of a base-model corpus encode (so a retrain encodes the corpus once: the tuned model's).
     `corpus_encoder`: picks what encodes the tuned model's corpus (training/export/corpus_encoder.py, given
     by the pipeline and the CLI); None: torch.
     """
-    out_dir = Path(out_dir)
-    run = prepare(
-        config, data_dir, out_dir, show_progress=show_progress, base_eval=base_eval, timer=timer, cache=cache,
-        reference=reference,
-    )  # fmt: skip
-    fitted = fit(run, config, on_progress=on_progress, show_progress=show_progress, timer=timer)
-    return finalize(
-        run, fitted, config, data_dir, out_dir, show_progress=show_progress, timer=timer, cache=cache,
-        corpus_encoder=corpus_encoder,
-    )  # fmt: skip
+    out_dir, hooks = Path(out_dir), hooks or RunHooks()
+    run = prepare(config, data_dir, out_dir, hooks, base_eval=base_eval, reference=reference)
+    fitted = fit(run, config, hooks)
+    return finalize(run, fitted, config, data_dir, out_dir, hooks, corpus_encoder=corpus_encoder)
 
 
 def prepare(
     config: TrainConfig,
     data_dir: str | Path,
     out_dir: Path,
+    hooks: RunHooks,
     *,
-    show_progress: bool,
     base_eval: EvalResult | None,
-    timer: PhaseTimer | None,
-    cache: EmbeddingCache | None,
     reference: LiveReference | None = None,
 ) -> Run:
     """Data, base model, base evaluation, training pairs and (optionally) mined hard negatives."""
+    show_progress, timer, cache = hooks.show_progress, hooks.timer, hooks.cache
     device = resolve_device(config.device)  # before any work: `--device cuda` without a GPU fails at once
     precision = precision_for(device)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -180,15 +170,9 @@ def prepare(
     )  # fmt: skip
 
 
-def fit(
-    run: Run,
-    config: TrainConfig,
-    *,
-    on_progress: ProgressFn | None,
-    show_progress: bool,
-    timer: PhaseTimer | None,
-) -> Fitted:
+def fit(run: Run, config: TrainConfig, hooks: RunHooks) -> Fitted:
     """The loop: no-duplicate batches (+ random / hard negatives) → loss → backward → AdamW, logged."""
+    on_progress, show_progress, timer = hooks.on_progress, hooks.show_progress, hooks.timer
     model = run.encoder.model
     loss_fn = build_loss(config, run.encoder.dim).to(run.device)
     optimizer = build_optimizer(model, loss_fn, config)
@@ -247,13 +231,12 @@ def finalize(
     config: TrainConfig,
     data_dir: str | Path,
     out_dir: Path,
+    hooks: RunHooks,
     *,
-    show_progress: bool,
-    timer: PhaseTimer | None,
-    cache: EmbeddingCache | None,
     corpus_encoder: CorpusEncoderChoice | None = None,
 ) -> TrainResult:
     """Save the tuned model, evaluate it, write config.json, metrics.json, train_log.jsonl and the report."""
+    show_progress, timer, cache = hooks.show_progress, hooks.timer, hooks.cache
     tuned_encoder = Encoder(run.encoder.model, fitted.loss_fn.similarity(), source=str(out_dir / "model"))
     model_dir = save_model(tuned_encoder, out_dir / "model")
     documents, corpus_record = tuned_encoder, None

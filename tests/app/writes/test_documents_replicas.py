@@ -132,8 +132,8 @@ TARDIGRADE = {
 @pytest.mark.slow
 def test_two_replicas_share_writes_survive_kill9_reindex_and_rollback(tmp_path, staged, slice_data):
     from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
-    from training.bundle.run_hooks import RunHooks
     from training.publish.index_model import index_model
+    from training.train.run_hooks import RunHooks
 
     bundles = tmp_path / "bundles"
     first = publish(staged["B"], bundles)

@@ -25,8 +25,8 @@ from contract.mutations.rows import encoder_key
 from contract.query_config import QueryRetrainConfig
 from tests.doc_encode_guard import DocumentEncodeCalled, install
 from tests.training.beir_slice import beir_slice
-from training.bundle.run_hooks import RunHooks
 from training.bundle.store import BundleStore
+from training.train.run_hooks import RunHooks
 
 # no validation carve: early stopping (its own test below) would keep the live tower after 3 steps
 QUICK = TrainConfig(max_steps=3, eval_max_queries=10, seed=0, validation_fraction=0.0)

@@ -268,6 +268,7 @@ def test_training_writes_the_report_and_the_cli_regenerates_it(demo_dataset, tmp
     import torch
 
     from tests.training.beir_slice import beir_slice
+    from training.train.run_hooks import RunHooks
     from training.train.trainer import train
 
     data_dir = beir_slice(demo_dataset, tmp_path / "data", n_train=8, n_test=6, n_distractors=16)
@@ -277,7 +278,7 @@ def test_training_writes_the_report_and_the_cli_regenerates_it(demo_dataset, tmp
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # two OpenMP threads stall on this shared 2-core machine
     try:
-        train(config, data_dir, tmp_path / "run", show_progress=False)
+        train(config, data_dir, tmp_path / "run", hooks=RunHooks(show_progress=False))
     finally:
         torch.set_num_threads(threads)
     path = tmp_path / "run" / "report" / REPORT_FILE

@@ -18,13 +18,13 @@ from contract.milvus.index import alias_name, connect
 from contract.milvus.pointer import MilvusPointer
 from tests.servers import milvus_server
 from training.bundle.build import BuildOptions, BundleRecord, build_bundle
-from training.bundle.run_hooks import RunHooks
 from training.bundle.store import PUBLISH_STEPS, BundleStore
 from training.data.retrieval_data import Document
 from training.export.index_factory import recall_at
 from training.export.milvus_build import milvus_builder
 from training.export.milvus_rows import typed_fields
 from training.publish.milvus_housekeeping import reconcile_live_alias, sweep_orphan_collections
+from training.train.run_hooks import RunHooks
 
 N, DIM = 60, 384
 

@@ -15,13 +15,13 @@ from contract.config import TrainConfig
 from contract.encoding.encoder import document_text
 from contract.errors import JobCancelled
 from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
-from training.bundle.run_hooks import RunHooks
 from training.bundle.store import BundleStore
 from training.data.beir import load_beir
 from training.data.query_sample import subset
 from training.eval.evaluate import evaluate, trec_metrics
 from training.publish.index_model import index_model
 from training.publish.provenance import resolve_run
+from training.train.run_hooks import RunHooks
 
 REPO = Path(__file__).resolve().parents[3]
 

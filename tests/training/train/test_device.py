@@ -13,7 +13,10 @@ from contract.config import TrainConfig
 from contract.errors import ConfigError
 from training.data.demo_data import build_demo_dataset
 from training.train.device import precision_for, resolve_device
+from training.train.run_hooks import RunHooks
 from training.train.trainer import train
+
+QUIET = RunHooks(show_progress=False)
 
 NO_GPU = not torch.cuda.is_available()
 
@@ -62,8 +65,8 @@ def test_cuda_without_a_gpu_is_a_one_line_error(tmp_path, tiny):
 
 @pytest.mark.skipif(not NO_GPU, reason="auto means cuda on this machine, so it cannot equal the cpu run")
 def test_cpu_and_auto_train_identically_on_a_cpu_machine(tmp_path, tiny):
-    cpu = train(tiny_config("cpu"), tiny, tmp_path / "cpu", show_progress=False)
-    auto = train(tiny_config("auto"), tiny, tmp_path / "auto", show_progress=False)
+    cpu = train(tiny_config("cpu"), tiny, tmp_path / "cpu", hooks=QUIET)
+    auto = train(tiny_config("auto"), tiny, tmp_path / "auto", hooks=QUIET)
     curve = losses(cpu.out_dir)
     assert len(curve) == 2
     assert losses(auto.out_dir) == curve  # same seed, same device: the same loss at every step
@@ -74,8 +77,8 @@ def test_cpu_and_auto_train_identically_on_a_cpu_machine(tmp_path, tiny):
 def test_cuda_trains_with_mixed_precision(tmp_path, tiny):
     precision = precision_for(torch.device("cuda"))
     assert precision.dtype in (torch.bfloat16, torch.float16)
-    result = train(tiny_config("cuda"), tiny, tmp_path / "cuda", show_progress=False)
+    result = train(tiny_config("cuda"), tiny, tmp_path / "cuda", hooks=QUIET)
     curve = losses(result.out_dir)
     assert len(curve) == 2 and all(torch.isfinite(torch.tensor(curve)))
-    cpu = losses(train(tiny_config("cpu"), tiny, tmp_path / "cpu", show_progress=False).out_dir)
+    cpu = losses(train(tiny_config("cpu"), tiny, tmp_path / "cpu", hooks=QUIET).out_dir)
     assert curve[0] == pytest.approx(cpu[0], rel=0.05)  # the first step's loss, before any update

@@ -12,6 +12,7 @@ from contract.config import TrainConfig
 from contract.encoding.encoder import Encoder
 from tests.training.beir_slice import beir_slice
 from training.gap.training_k import training_k
+from training.train.run_hooks import RunHooks
 from training.train.trainer import train
 
 
@@ -45,7 +46,9 @@ def test_tiny_run_writes_artifacts_and_the_model_reloads(slice_dir, tmp_path):
     )
     progress: list[dict] = []
     # When
-    result = train(config, slice_dir, tmp_path / "run", on_progress=progress.append, show_progress=False)
+    result = train(
+        config, slice_dir, tmp_path / "run", hooks=RunHooks(on_progress=progress.append, show_progress=False)
+    )
     # Then: every artifact is there and consistent
     out = tmp_path / "run"
     assert result.model_dir == out / "model" and not (out / "model.partial").exists()
@@ -113,7 +116,7 @@ def test_aninfonce_with_grad_cache_can_be_cancelled_from_on_progress(slice_dir, 
         report=False,
     )
     with pytest.raises(Cancelled):
-        train(config, slice_dir, tmp_path / "run", on_progress=cancel, show_progress=False)
+        train(config, slice_dir, tmp_path / "run", hooks=RunHooks(on_progress=cancel, show_progress=False))
     assert not (tmp_path / "run" / "model").exists() and not (tmp_path / "run" / "metrics.json").exists()
 
 
