@@ -42,9 +42,9 @@ PLAN_KEY = "retrain_plan"  # manifest.extras: the plan a bundle was built by (it
 # time at 15k documents, bench/retrain_scale.py); `train` / `pipeline` on the command line train both
 # towers unless asked, as they did before the query side existed
 JOB_SCOPE: RetrainScope = "auto"
+CLI_SCOPE: RetrainScope = "full"
 # the static query tower: ~0.06 ms a query against ONNX int8's ~1.5 ms, at the cost the phase table prints
 DEFAULT_VARIANTS: tuple[Variant, ...] = ("static",)
-CLI_SCOPE: RetrainScope = "full"
 
 
 class DataPlan(BaseModel):

@@ -105,9 +105,13 @@ class RetrainOptions(TrainConfig, QueryRetrainConfig):
 
     def plan(self, *, data_dir: str, bundles_dir: str, backend: BackendConfig | None = None) -> RetrainPlan:
         """These options as the job's plan: the one place that reads them (the worker)."""
-        values = self.model_dump()
-        training = TrainConfig(**{name: values[name] for name in TrainConfig.model_fields})
-        query = QueryRetrainConfig(**{name: values[name] for name in QueryRetrainConfig.model_fields})
+        # these options are both configs already, validated (cross-field rules too): taken apart, not
+        # checked a second time
+        values = dict(self)
+        training = TrainConfig.model_construct(**{name: values[name] for name in TrainConfig.model_fields})
+        query = QueryRetrainConfig.model_construct(
+            **{name: values[name] for name in QueryRetrainConfig.model_fields}
+        )
         publish = _publish_plan(self, data_dir, bundles_dir, backend)
         return retrain_plan(training, query, publish, scope_of(self.retrain_scope, self.tower, JOB_SCOPE))
 

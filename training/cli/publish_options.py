@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from contract.defaults import KEEP_VERSIONS, TARGET_RECALL
 from contract.index.backend import BackendConfig, IndexBackend, IndexKind
-from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
+from contract.jobs.plan import DEFAULT_VARIANTS, DataPlan, IndexPlan, PublicationPlan, PublishPlan
 from training.cli.settings_options import collection_backend, job_settings, setting_extra
 from training.distill.config import Variant
 
@@ -37,7 +37,7 @@ class PublishOptions(BaseModel):
         json_schema_extra={"shown_default": "on"},
     )
     distill_variants: list[Variant] = Field(
-        ["static"],
+        list(DEFAULT_VARIANTS),
         description="Comma-separated: static (token table served in numpy), distilled (2-layer transformer, "
         "~20 min on 2 CPU cores for scifact).",
     )

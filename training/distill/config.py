@@ -8,11 +8,10 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from contract.config import as_in_training
+from contract.jobs.plan import Variant  # a plan names the variants it publishes
 
 if TYPE_CHECKING:
     from contract.jobs.plan import PublicationPlan
-
-Variant = Literal["distilled", "static"]  # contract/jobs/plan.py's too (a plan names the variants)
 
 
 class DistillConfig(BaseModel):

@@ -43,11 +43,13 @@ def query_side_blocker(
     return _documents_differ(store.version_path(live), data)
 
 
-def live_reference(store: BundleStore, data_dir: str | Path, eval_split: str) -> LiveReference | None:
+def live_reference(
+    store: BundleStore, data_dir: str | Path, eval_split: str, *, data: RetrievalData | None = None
+) -> LiveReference | None:
     """The live bundle's query encoder and document vectors (read back from its index), for a full retrain
     to evaluate "before" and mine negatives with instead of encoding the corpus with the base model; None
     when no live bundle holds this dataset's documents (query_side_blocker's conditions)."""
-    reason = query_side_blocker(store, data_dir, eval_split)
+    reason = query_side_blocker(store, data_dir, eval_split, data=data)
     if reason is not None:
         logger.info("no live bundle's vectors to start from (%s): the base model encodes the corpus", reason)
         return None

@@ -48,7 +48,6 @@ from contract.jobs.plan import RetrainPlan
 from contract.query_config import QueryRetrainConfig
 from training.bundle.store import BundleStore, PublishResult, evaluation_fingerprint
 from training.data.retrieval_data import RetrievalData
-from training.data.split import load_split
 from training.data.validation_carve import carve_validation
 from training.distill.config import DistillConfig, publication_distill
 from training.distill.pairs import DistillPairs, distill_pairs
@@ -74,7 +73,7 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class QueryRetrainResult:
-    publish: PublishResult | None  # None: not published (`train --tower query`)
+    publish: PublishResult | None  # None: not published (`train --retrain-scope query`)
     parent: str
     base_metrics: dict[str, float]  # the live query encoder on the test split, through the shared index
     tuned_metrics: dict[str, float]  # the tuned query tower, the same way
@@ -96,7 +95,7 @@ def query_side_retrain(
     hooks = hooks or RunHooks()
     store = BundleStore(plan.publication.bundles_dir, keep=plan.publication.keep)
     with phase(hooks.timer, "load data + live bundle"):
-        splits = retrain_splits(plan.data.data_dir, plan.training)
+        splits = retrain_splits(plan.data.data_dir, plan.training, hooks)
         if not plan.live_eligible:  # not already checked (resolve_scope, for `auto`)
             blocker = query_side_blocker(store, plan.data.data_dir, plan.data.eval_split, data=splits[2])
             if blocker is not None:
@@ -168,12 +167,14 @@ def _keep_in_run(staging: Path, run_dir: Path) -> None:
 
 
 def retrain_splits(
-    data_dir: str | Path, config: TrainConfig
+    data_dir: str | Path, config: TrainConfig, hooks: RunHooks | None = None
 ) -> tuple[RetrievalData, RetrievalData, RetrievalData]:
-    """(pairs to fit, the validation carve, the whole evaluation split)."""
-    train = load_split(data_dir, config.train_split, seed=config.seed)
+    """(pairs to fit, the validation carve, the whole evaluation split); through the run's hooks, which keep
+    the splits a run has loaded, when given."""
+    hooks = hooks or RunHooks()
+    train = hooks.split(data_dir, config.train_split, seed=config.seed)
     fit, val = carve_validation(train, config.validation_fraction, config.seed)
-    return fit, val, load_split(data_dir, config.eval_split, seed=config.seed)
+    return fit, val, hooks.split(data_dir, config.eval_split, seed=config.seed)
 
 
 def training_inputs(
@@ -306,7 +307,7 @@ def _attach(staging: Path, plan: RetrainPlan, test: RetrievalData, hooks: RunHoo
         hooks.stop()
         from training.distill.bundle_step import attach_query_encoders
 
-        train = load_split(plan.data.data_dir, plan.training.train_split, seed=plan.training.seed)
+        train = hooks.split(plan.data.data_dir, plan.training.train_split, seed=plan.training.seed)
         with phase(hooks.timer, "distill query encoders"):
             bundle = load_bundle(staging, verify=False, mmap=True)
             try:

@@ -91,7 +91,7 @@ def index_model(
         raise ModelLoadError(f"{model_path}: no such model folder (give a training run folder or its model/)")
     with phase(hooks.timer, "load data + model"):
         # the data first: a missing folder or a broken line is reported in a moment, not after the model load
-        data = load_split(plan.data.data_dir, plan.data.eval_split)
+        data = hooks.split(plan.data.data_dir, plan.data.eval_split)
         encoder = Encoder.load(model_path)
     story = run_story(run_dir, plan.data.data_dir, plan.data.eval_split, data)
     story.extras[PLAN_KEY] = plan.record()  # the plan, recorded once: in the manifest it builds

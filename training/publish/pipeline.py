@@ -68,7 +68,7 @@ def run_pipeline(plan: RetrainPlan, work_dir: str | Path, hooks: RunHooks | None
     if hooks.cache is None:
         hooks.cache = EmbeddingCache(Path(work_dir) / CACHE_SUBDIR)
     run_dir = default_run_dir(work_dir)
-    plan = resolve_scope(plan)
+    plan = resolve_scope(plan, hooks)
     if plan.scope == "query":
         return _query_side(plan, run_dir, hooks, started)
     reference = _live_reference(plan, hooks)
@@ -92,7 +92,7 @@ def _finish(
     return PipelineResult(run_dir, trained, published, time.perf_counter() - started, hooks.timer, plan)
 
 
-def resolve_scope(plan: RetrainPlan) -> RetrainPlan:
+def resolve_scope(plan: RetrainPlan, hooks: RunHooks | None = None) -> RetrainPlan:
     """The plan with its scope resolved once, and why: `auto` takes the query side whenever the live bundle
     can be its fixed side; full and query are taken as asked."""
     if plan.scope != "auto":
@@ -106,7 +106,8 @@ def resolve_scope(plan: RetrainPlan) -> RetrainPlan:
         why = f"a base model was given ({plan.training.base_model}): the document tower changes"
         return plan.resolved("full", why)
     store = BundleStore(plan.publication.bundles_dir)
-    blocker = query_side_blocker(store, plan.data.data_dir, plan.data.eval_split)
+    evaluation = (hooks or RunHooks()).split(plan.data.data_dir, plan.data.eval_split)
+    blocker = query_side_blocker(store, plan.data.data_dir, plan.data.eval_split, data=evaluation)
     if blocker is not None:
         logger.info("retrain_scope auto: full retrain (%s)", blocker)
         return plan.resolved("full", blocker, live_eligible=False)
@@ -163,7 +164,8 @@ def _live_reference(plan: RetrainPlan, hooks: RunHooks) -> LiveReference | None:
 
     with phase(hooks.timer, "read the live bundle's vectors"):
         store = BundleStore(plan.publication.bundles_dir)
-        return live_reference(store, plan.data.data_dir, plan.data.eval_split)
+        evaluation = hooks.split(plan.data.data_dir, plan.data.eval_split)
+        return live_reference(store, plan.data.data_dir, plan.data.eval_split, data=evaluation)
 
 
 def _write_timings(timer: PhaseTimer, run_dir: Path) -> None:

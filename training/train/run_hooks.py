@@ -1,14 +1,18 @@
 """RunHooks: what a run reports to and is steered by, apart from its plan (contract/jobs/plan.py): the
 plan says what to build, the hooks how this process watches it. One object instead of five keywords on
-run_pipeline, index_model and query_side_retrain."""
+run_pipeline, index_model and query_side_retrain. It also holds the splits the run has loaded, so the
+evaluation split read by the scope check, the live reference, the index and the query side is parsed
+once per run, not once per reader."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from training.data.retrieval_data import RetrievalData
     from training.eval.embedding_cache import EmbeddingCache
     from training.train.phase_timer import PhaseTimer
     from training.train.step import ProgressFn
@@ -26,8 +30,18 @@ class RunHooks:
     checkpoint: Callable[[], None] | None = None
     timer: PhaseTimer | None = None
     cache: EmbeddingCache | None = None
+    loaded: dict[tuple[str, str, int], RetrievalData] = field(default_factory=dict, repr=False)
 
     def stop(self) -> None:
         """The checkpoint, when there is one."""
         if self.checkpoint is not None:
             self.checkpoint()
+
+    def split(self, data_dir: str | Path, name: str, seed: int = 0) -> RetrievalData:
+        """training.data.split.load_split, once per (folder, split, seed) in this run; its readers only read."""
+        key = (str(data_dir), name, seed)
+        if key not in self.loaded:
+            from training.data.split import load_split
+
+            self.loaded[key] = load_split(data_dir, name, seed=seed)
+        return self.loaded[key]

@@ -30,7 +30,6 @@ from contract.encoding.encoder import Encoder, document_text
 from training.cards.model_card import write_run_card
 from training.data.pseudo_pairs import sentence_pairs
 from training.data.retrieval_data import RetrievalData, training_pairs
-from training.data.split import load_split
 from training.data.validation_carve import carve_validation
 from training.eval.evaluate import EvalResult, evaluate
 from training.hybrid.mode_metrics import ModeScorer
@@ -127,9 +126,9 @@ def prepare(
     seed_everything(config.seed)
     rng = np.random.default_rng(config.seed)
     with phase(timer, "load data + model"):
-        train_data = load_split(data_dir, config.train_split, seed=config.seed)
+        train_data = hooks.split(data_dir, config.train_split, seed=config.seed)
         train_data, val_data = carve_validation(train_data, config.validation_fraction, config.seed)
-        eval_data = limit_queries(load_split(data_dir, config.eval_split, seed=config.seed), config)
+        eval_data = limit_queries(hooks.split(data_dir, config.eval_split, seed=config.seed), config)
         encoder = Encoder.load(config.base_model, device=str(device))
     # the encoder whose vectors `base` holds: the base model, or the live bundle's (no corpus encode)
     before, base_is = encoder, "base model"

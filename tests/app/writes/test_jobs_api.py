@@ -150,3 +150,15 @@ def test_the_lifespan_opens_the_job_queue_and_closes_it(settings, tmp_path, monk
         assert closed == []
     assert closed == [queue]  # closed once, when the lifespan ends
     assert Settings(bundles_dir=tmp_path / "b").queue_url == f"sqlite:///{(tmp_path / 'jobs.db').as_posix()}"
+
+
+def test_the_old_tower_option_is_still_accepted_and_the_spec_marks_it_deprecated(client):
+    """`tower` was renamed `retrain_scope`: a job sending the old key is queued with it as sent (the worker
+    maps it), and the spec documents both, the old one deprecated."""
+    r = _submit(client, options={"tower": "query"})
+    assert r.status_code == 202, r.text
+    assert r.json()["options"] == {"tower": "query"}
+    assert _submit(client, options={"retrain_scope": "auto"}).status_code == 202
+    options = client.get("/openapi.json").json()["components"]["schemas"]["RetrainOptions"]["properties"]
+    assert options["tower"].get("deprecated") is True
+    assert "retrain_scope" in options and not options["retrain_scope"].get("deprecated")
