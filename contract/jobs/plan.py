@@ -39,7 +39,7 @@ RetrainScope = Literal["auto", "full", "query"]
 Variant = Literal["distilled", "static"]
 PLAN_KEY = "retrain_plan"  # manifest.extras: the plan a bundle was built by (its record(), no secrets)
 # a retrain job lets the live bundle decide (a query-side retrain when it can: 0.26 of a full retrain's
-# time at 15k documents, bench/retrain_scale.py); `train` / `pipeline` on the command line train both
+# time at 15k documents, bench/training/retrain_scale.py); `train` / `pipeline` on the command line train both
 # towers unless asked, as they did before the query side existed
 JOB_SCOPE: RetrainScope = "auto"
 CLI_SCOPE: RetrainScope = "full"
