@@ -120,7 +120,7 @@ async def _embed(
             f"{settings.max_response_bytes:,}: send fewer texts"
         )
     token_ids = await asyncio.to_thread(live.tokenize, texts)  # tokenised once (app/engine/query_tokens.py)
-    tokens = [len(ids) for ids in token_ids]
+    tokens = [live.count_tokens(ids) for ids in token_ids]
     if sum(tokens) > settings.max_request_tokens:
         raise TokenBudgetError(
             f"body.{field}: {sum(tokens)} tokens, above this server's budget of "

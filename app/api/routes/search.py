@@ -54,22 +54,24 @@ async def search(
     live = hot_swap.require()  # one bundle for the whole request, even if a swap happens meanwhile
     field = next(n for n in ("query", "queries", "vector", "vectors") if getattr(body, n) is not None)
     _check_limits(body, field, settings)
-    tokens = token_ids = None
-    if (
-        body.texts is not None
-    ):  # tokenised once: counted here, encoded as they are (app/engine/query_tokens.py)
-        token_ids = await asyncio.to_thread(live.tokenize, body.texts)
-        tokens = [len(ids) for ids in token_ids]
-        if sum(tokens) > settings.max_request_tokens:
+    prepared = None
+    if body.texts is not None:
+        # the cache first: a hit pays its lookup only; the misses are tokenised once, for the budget and
+        # for whichever encoder runs (app/engine/query_tokens.py)
+        # (lexical queries are not encoded: no cache lookup, their tokens only counted)
+        encoded = (body.mode or retrieval_modes.default_mode(live.bundle)) != "lexical"
+        prepared = await asyncio.to_thread(live.prepare_queries, body.texts, None, encoded)
+        if sum(prepared.tokens) > settings.max_request_tokens:
             raise TokenBudgetError(
-                f"body.{field}: {sum(tokens)} tokens, above this server's budget of "
+                f"body.{field}: {sum(prepared.tokens)} tokens, above this server's budget of "
                 f"{settings.max_request_tokens} per request (send fewer or shorter queries)"
             )
     raw = body.raw_vectors
     spec = SearchSpec(
         texts=body.texts,
-        tokens=tokens,
-        token_ids=token_ids,
+        tokens=None if prepared is None else prepared.tokens,
+        token_ids=None if prepared is None else prepared.token_ids,
+        cached=None if prepared is None else prepared.cached,
         vectors=live.vectors_to_index_space(raw, field) if raw is not None else None,
         top_k=body.offset + body.top_k,  # the page is the tail of this ranking (cut below)
         filter=body.filter_dict(),
