@@ -188,7 +188,7 @@ class LiveBundle:
         ids: list[list[int] | None] = [None] * n
         need = [i for i in range(n) if known[i] is None]  # the misses
         fresh = [i for i in need if token_ids is None or token_ids[i] is None]
-        tokenised = dict(zip(fresh, self.tokenize([texts[i] for i in fresh]), strict=True))
+        tokenised = dict(zip(fresh, self.tokenize([texts[i] for i in fresh]), strict=True)) if fresh else {}
         for i in need:
             ids[i] = tokenised[i] if i in tokenised else list(token_ids[i])  # type: ignore[index,arg-type]
         tokens = [k if k is not None else self.count_tokens(x or []) for k, x in zip(known, ids, strict=True)]
