@@ -9,9 +9,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body
 
 from app.api.deps import HotSwapDep, RunnerDep, SettingsDep
-from app.engine import retrieval_modes
+from app.engine import request_limits, retrieval_modes
 from app.engine.search_spec import SearchSpec
-from app.errors import InvalidInputError, ResponseTooLargeError, TokenBudgetError
+from app.errors import InvalidInputError, ResponseTooLargeError
 from app.schemas.search import SEARCH_EXAMPLES, Hit, QueryResult, SearchRequest, SearchResponse, Timings
 from app.settings import Settings
 
@@ -61,11 +61,7 @@ async def search(
         # (lexical queries are not encoded: no cache lookup, their tokens only counted)
         encoded = (body.mode or retrieval_modes.default_mode(live.bundle)) != "lexical"
         prepared = await asyncio.to_thread(live.prepare_queries, body.texts, None, encoded)
-        if sum(prepared.tokens) > settings.max_request_tokens:
-            raise TokenBudgetError(
-                f"body.{field}: {sum(prepared.tokens)} tokens, above this server's budget of "
-                f"{settings.max_request_tokens} per request (send fewer or shorter queries)"
-            )
+        request_limits.check_token_budget(prepared.tokens, settings.max_request_tokens, field, "queries")
     raw = body.raw_vectors
     spec = SearchSpec(
         texts=body.texts,
@@ -106,25 +102,16 @@ def _check_limits(body: SearchRequest, field: str, settings: Settings) -> None:
         raise InvalidInputError(
             f"body.{field}: {body.n_queries} queries, at most {settings.max_batch} per request"
         )
-    if body.top_k > settings.max_top_k:
-        raise InvalidInputError(
-            f"body.top_k: {body.top_k} is above this server's limit of {settings.max_top_k}"
-        )
-    if body.offset + body.top_k > settings.max_top_k:
-        raise InvalidInputError(
-            f"body.offset: offset + top_k is {body.offset + body.top_k}, above this server's limit of "
-            f"{settings.max_top_k} (the deepest rank a page may reach)"
-        )
+    request_limits.check_depth(body.top_k, body.offset, settings.max_top_k)
     if body.filter and len(body.filter) > settings.max_filter_fields:
         raise InvalidInputError(
             f"body.filter: {len(body.filter)} fields, this server's limit is {settings.max_filter_fields}"
         )
-    long = [i for i, t in enumerate(body.texts or []) if len(t) > settings.max_query_chars]
-    if long:
-        where = "query" if field == "query" else f"queries[{long[0]}]"
-        raise InvalidInputError(
-            f"body.{where}: longer than this server's limit of {settings.max_query_chars} characters"
-        )
+    request_limits.check_query_chars(
+        body.texts or [],
+        settings.max_query_chars,
+        lambda i: "query" if field == "query" else f"queries[{i}]",
+    )
 
 
 def _estimated_bytes(hits: list[list[Hit]]) -> int:
