@@ -27,8 +27,16 @@ from app.engine.encoder_choice import (
     routed_encoder,
 )
 from app.engine.query_cache import QueryCache
-from app.engine.query_tokens import QueryTokenizer, TokenIds, encode_token_ids
-from app.engine.search_spec import Answer, EmbedAnswer, EmbedSpec, SearchAnswer, SearchSpec, Spec
+from app.engine.query_tokens import QueryTokenizer, TokenIds, encode_ids, encode_token_ids, shares_tokenizer
+from app.engine.search_spec import (
+    Answer,
+    EmbedAnswer,
+    EmbedSpec,
+    PreparedQueries,
+    SearchAnswer,
+    SearchSpec,
+    Spec,
+)
 from app.schemas.search import Hit
 from app.settings import Settings
 from contract.bundles import parts
@@ -79,6 +87,8 @@ class LiveBundle:
     tokenize: QueryTokenizer = field(
         init=False, repr=False
     )  # the model's tokenizer (app/engine/query_tokens.py)
+    shares_ids: bool = field(init=False, repr=False)
+    max_tokens: int = field(init=False, repr=False)  # the full model's max length
     # why a part of this bundle failed while serving (None: it did not); `on_damage` hears it once, from
     # whichever thread met it (app/live/hot_swap.py turns the replica not-ready and falls back)
     damage: str | None = None
@@ -87,6 +97,9 @@ class LiveBundle:
     def __post_init__(self) -> None:
         self.overlay = Overlay.for_bundle(self.bundle)
         self.tokenize = QueryTokenizer(self.encoder)
+        self.max_tokens = self.tokenize.max_length
+        # the query encoder encodes the request's ids (no tokenisation of its own), when it can read them
+        self.shares_ids = shares_tokenizer(self.query_encoder, self.tokenize)
         self.bundle.docstore.on_damage = self.report_damage
 
     def report_damage(self, message: str) -> None:
@@ -156,26 +169,66 @@ class LiveBundle:
         }
 
     # -- blocking work --------------------------------------------------------------------------------
+    def prepare_queries(
+        self,
+        texts: Sequence[str],
+        token_ids: Sequence[Sequence[int] | None] | None = None,
+        use_cache: bool = True,
+    ) -> PreparedQueries:
+        """Look `texts` up in the query cache, then tokenise only the misses, once (blocking; a request's
+        own thread, before it queues). `token_ids` given are reused. A hit costs its lookup only: its
+        entry carries its token count."""
+        n = len(texts)
+        if self.cache is not None and use_cache:
+            found = self.cache.lookup([self.cache.key(self.version, self.encoder_backend, t) for t in texts])
+        else:
+            found = [None] * n
+        cached = [None if e is None else e[0] for e in found]
+        known = [None if e is None else e[1] for e in found]  # a hit's token count
+        ids: list[list[int] | None] = [None] * n
+        need = [i for i in range(n) if known[i] is None]  # the misses
+        fresh = [i for i in need if token_ids is None or token_ids[i] is None]
+        tokenised = dict(zip(fresh, self.tokenize([texts[i] for i in fresh]), strict=True)) if fresh else {}
+        for i in need:
+            ids[i] = tokenised[i] if i in tokenised else list(token_ids[i])  # type: ignore[index,arg-type]
+        tokens = [k if k is not None else self.count_tokens(x or []) for k, x in zip(known, ids, strict=True)]
+        # a hit stored without its count (not by this class) was tokenised only to count it
+        ids = [x if c is None else None for x, c in zip(ids, cached, strict=True)]
+        return PreparedQueries(tokens, ids, cached)
+
+    def count_tokens(self, ids: Sequence[int]) -> int:
+        """Tokens of one tokenised text as the full model encodes it (cut at its max length): the token
+        budget's unit (app/engine/token_slicing.py)."""
+        return min(len(ids), self.max_tokens)
+
+    def encode_prepared(self, texts: Sequence[str], prepared: PreparedQueries) -> np.ndarray:
+        """Index-space query vectors (n, dim) of prepared texts: the cached rows as they are, the misses
+        encoded from their ids in one call and stored in the cache (blocking; the inference thread)."""
+        missing = [i for i, row in enumerate(prepared.cached) if row is None]
+        out = np.empty((len(texts), self.bundle.index.dim), dtype=np.float32)
+        if missing:
+            miss_texts = [texts[i] for i in missing]
+            miss_ids = [prepared.token_ids[i] or [] for i in missing]
+            computed = self._encode(miss_texts, miss_ids)  # (n_missing, dim)
+            out[missing] = computed
+            if self.cache is not None:
+                keys = [self.cache.key(self.version, self.encoder_backend, t) for t in miss_texts]
+                self.cache.store(keys, computed, [prepared.tokens[i] for i in missing])
+        for i, row in enumerate(prepared.cached):
+            if row is not None:
+                out[i] = row
+        return out
+
     def encode(self, texts: Sequence[str], token_ids: TokenIds | None = None) -> np.ndarray:
-        """Texts -> index-space query vectors (n, dim), through the query cache when there is one.
+        """Texts -> index-space query vectors (n, dim), through the query cache when there is one: each
+        text tokenised once (`token_ids` when given), whichever encoder serves it."""
+        return self.encode_prepared(texts, self.prepare_queries(texts, token_ids))
 
-        The full model (torch) encodes `token_ids`, the request's one tokenisation (tokenised here when
-        not given); the other query encoders tokenise with their own tokenizer."""
-        encode: Callable[[list[str]], np.ndarray] = self._encode_texts
-        if self.encoder_backend == "torch":
-            ids = token_ids if token_ids is not None else self.tokenize(texts)
-            encode = partial(self._encode_ids, dict(zip(texts, ids, strict=True)))
-        if self.cache is not None:
-            return self.cache.encode(self.version, self.encoder_backend, texts, encode)
-        return encode(list(texts))
-
-    def _encode_texts(self, texts: list[str]) -> np.ndarray:
-        emb = self.query_encoder.encode(texts, kind="query", batch_size=self.encode_batch_size)  # (n, dim)
-        return self.encoder.to_index_space(emb)  # (n, dim)
-
-    def _encode_ids(self, ids_of: dict[str, list[int]], texts: list[str]) -> np.ndarray:
-        token_ids = [ids_of[t] for t in texts]  # the cache's misses, or every text
-        emb = encode_token_ids(self.encoder, texts, token_ids, batch_size=self.encode_batch_size)  # (n, dim)
+    def _encode(self, texts: list[str], token_ids: TokenIds) -> np.ndarray:
+        if self.shares_ids:  # the request's ids, whatever the backend (app/engine/query_tokens.py)
+            emb = encode_ids(self.query_encoder, texts, token_ids, batch_size=self.encode_batch_size)
+        else:  # an encoder with a tokenizer of its own
+            emb = self.query_encoder.encode(texts, kind="query", batch_size=self.encode_batch_size)
         return self.encoder.to_index_space(emb)  # (n, dim)
 
     def encode_documents(self, texts: Sequence[str], token_ids: TokenIds | None = None) -> np.ndarray:
@@ -252,7 +305,7 @@ class LiveBundle:
         is encoded in one call in that order, so without vector queries the encoder's output is the matrix."""
         order = sorted(range(len(specs)), key=lambda i: not self._plain(specs[i]))  # stable
         texts: list[str] = []
-        token_ids: TokenIds = []  # the torch backend's input: the request's tokens (or tokenised here)
+        prepared = PreparedQueries([], [], [])  # every text's, in `texts` order
         rows: list[tuple[int, np.ndarray | None]] = []  # (spec, its vectors; None = its texts' rows)
         for i in order:
             s = specs[i]
@@ -264,11 +317,16 @@ class LiveBundle:
                 continue
             assert s.texts is not None
             texts += s.texts
-            if self.encoder_backend == "torch":
-                token_ids += s.token_ids if s.token_ids is not None else self.tokenize(s.texts)
+            if isinstance(s, SearchSpec) and s.cached is not None and s.tokens is not None:
+                part = PreparedQueries(s.tokens, s.token_ids or [None] * s.n, s.cached)  # by the route
+            else:  # the canary, /embed queries: looked up and (the misses) tokenised once here
+                part = self.prepare_queries(s.texts, s.token_ids)
+            prepared.tokens += part.tokens
+            prepared.token_ids += part.token_ids
+            prepared.cached += part.cached
             rows.append((i, None))
         dim = self.bundle.index.dim
-        encoded = self.encode(texts, token_ids or None) if texts else np.empty((0, dim), np.float32)
+        encoded = self.encode_prepared(texts, prepared) if texts else np.empty((0, dim), np.float32)
         spans = [slice(0, 0)] * len(specs)
         pieces, n, used = [], 0, 0
         for i, vectors in rows:

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from app.engine.query_tokens import encode_ids
 from contract.encoding.routing import top2_margins
 
 
@@ -46,16 +47,49 @@ class RoutedEncoder:
         self.counts = {"queries": 0, "routed": 0}
         self._lock = threading.Lock()
 
+    @property
+    def sides(self) -> tuple[Any, Any]:
+        return self.cheap, self.fallback
+
     def encode(self, texts: Sequence[str], *, kind: str = "query", batch_size: int = 64) -> np.ndarray:
         """float32 (n, D) normalised query vectors: the cheap encoder's, or the full model's when routed."""
         del batch_size  # each side uses its own
         texts = list(texts)
-        emb = np.array(self.cheap.encode(texts, kind=kind, batch_size=self.cheap_batch), dtype=np.float32)
+        return self._routed(
+            texts,
+            lambda: self.cheap.encode(texts, kind=kind, batch_size=self.cheap_batch),
+            lambda rows: self.fallback.encode(
+                [texts[i] for i in rows], kind=kind, batch_size=self.fallback_batch
+            ),
+        )
+
+    def encode_ids(
+        self, texts: Sequence[str], token_ids: Sequence[Sequence[int]], batch_size: int = 64
+    ) -> np.ndarray:
+        """As `encode`, from the request's one tokenisation: the escalated queries reuse the same ids."""
+        del batch_size
+        texts = list(texts)
+        return self._routed(
+            texts,
+            lambda: encode_ids(self.cheap, texts, token_ids, batch_size=self.cheap_batch),
+            lambda rows: encode_ids(
+                self.fallback,
+                [texts[i] for i in rows],
+                [token_ids[i] for i in rows],
+                batch_size=self.fallback_batch,
+            ),
+        )
+
+    def _routed(
+        self,
+        texts: list[str],
+        cheap: Callable[[], np.ndarray],
+        full: Callable[[np.ndarray], np.ndarray],
+    ) -> np.ndarray:
+        emb = np.array(cheap(), dtype=np.float32)  # (n, D)
         routed = np.flatnonzero(top2_margins(self.index, self.to_index_space(emb)) < self.margin)
         if len(routed):
-            emb[routed] = self.fallback.encode(
-                [texts[i] for i in routed], kind=kind, batch_size=self.fallback_batch
-            )
+            emb[routed] = full(routed)
         with self._lock:
             self.counts["queries"] += len(texts)
             self.counts["routed"] += len(routed)

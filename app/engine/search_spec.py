@@ -28,7 +28,10 @@ class SearchSpec:
     min_score: float | None = None
     include: Sequence[str] = ()
     tokens: list[int] | None = None  # per text, as the encoder will see them (app/engine/token_slicing.py)
-    token_ids: list[list[int]] | None = None  # those tokens, encoded as they are (app/engine/query_tokens.py)
+    # per text, its one tokenisation, encoded as it is (app/engine/query_tokens.py); None for a cache hit
+    token_ids: list[list[int] | None] | None = None
+    # per text, its index-space row when the route found it in the query cache (app/engine/query_cache.py)
+    cached: list[np.ndarray | None] | None = None
     mode: str = (
         "dense"  # dense | lexical | hybrid, resolved against the bundle (app/engine/retrieval_modes.py)
     )
@@ -36,6 +39,16 @@ class SearchSpec:
     @property
     def n(self) -> int:
         return len(self.texts) if self.texts is not None else len(self.vectors)  # type: ignore[arg-type]
+
+
+@dataclass
+class PreparedQueries:
+    """A request's query texts after the cache lookup and the one tokenisation of the misses
+    (LiveBundle.prepare_queries): per text its token count, its ids (None: cached) and its cached row."""
+
+    tokens: list[int]
+    token_ids: list[list[int] | None]
+    cached: list[np.ndarray | None]
 
 
 @dataclass

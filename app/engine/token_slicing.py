@@ -21,7 +21,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from app.engine.search_spec import Answer, EmbedAnswer, SearchAnswer, Spec
+from app.engine.search_spec import Answer, EmbedAnswer, SearchAnswer, SearchSpec, Spec
 
 
 def slices(spec: Spec, max_tokens: int) -> list[Spec]:
@@ -43,12 +43,15 @@ def slices(spec: Spec, max_tokens: int) -> list[Spec]:
 def _part(spec: Spec, start: int, stop: int) -> Spec:
     assert spec.texts is not None and spec.tokens is not None
     ids = spec.token_ids
-    return replace(
+    part = replace(
         spec,
         texts=spec.texts[start:stop],
         tokens=spec.tokens[start:stop],
-        token_ids=None if ids is None else ids[start:stop],
+        token_ids=None if ids is None else ids[start:stop],  # type: ignore[arg-type]
     )
+    if isinstance(part, SearchSpec) and part.cached is not None:
+        part.cached = part.cached[start:stop]
+    return part
 
 
 async def run_sliced(run_one: Callable[[Spec], Awaitable[Answer]], spec: Spec, max_tokens: int) -> Answer:

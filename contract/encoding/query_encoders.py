@@ -66,10 +66,23 @@ class StaticQueryEncoder:
     def encode(self, texts: Sequence[str], *, kind: str = "query", batch_size: int = 64) -> np.ndarray:
         """float32 (n, dim), L2-normalised rows; a text without tokens gets a zero row (scores 0)."""
         del kind, batch_size
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, enc in enumerate(self.tokenizer.encode_batch(list(texts), add_special_tokens=False)):
-            if enc.ids:
-                out[i] = self.table[enc.ids].mean(0)  # (dim,)
+        return self._pooled(
+            [e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)]
+        )
+
+    def encode_ids(
+        self, texts: Sequence[str], token_ids: Sequence[Sequence[int]], batch_size: int = 64
+    ) -> np.ndarray:
+        """As `encode`, from ids this tokenizer gave *with* its special tokens (the shared tokenisation of
+        app/engine/query_tokens.py, uncut): the opening and closing ones are dropped."""
+        del texts, batch_size
+        return self._pooled([list(ids[1:-1]) for ids in token_ids])
+
+    def _pooled(self, token_ids: Sequence[Sequence[int]]) -> np.ndarray:
+        out = np.zeros((len(token_ids), self.dim), dtype=np.float32)
+        for i, ids in enumerate(token_ids):
+            if ids:
+                out[i] = self.table[list(ids)].mean(0)  # (dim,)
         norms = np.linalg.norm(out, axis=1, keepdims=True)  # (n, 1)
         return out / np.maximum(norms, 1e-12)
 

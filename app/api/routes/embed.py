@@ -17,10 +17,11 @@ import numpy as np
 from fastapi import APIRouter, Request
 
 from app.api.deps import HotSwapDep, RunnerDep, SettingsDep
+from app.engine import request_limits
 from app.engine.live_bundle import LiveBundle
 from app.engine.search_spec import EmbedAnswer, EmbedSpec
 from app.engine.token_input import decode_token_ids
-from app.errors import InvalidInputError, ResponseTooLargeError, ServiceError, TokenBudgetError
+from app.errors import InvalidInputError, ResponseTooLargeError, ServiceError
 from app.schemas.embed import (
     SERVED_MODEL,
     EmbedKind,
@@ -104,15 +105,8 @@ async def _embed(
     if len(texts) > settings.max_batch:
         raise InvalidInputError(f"body.{field}: {len(texts)} texts, at most {settings.max_batch} per request")
     # the query limit, as /search; documents are bounded by the schema and the token budget
-    long = [
-        i
-        for i, t in enumerate(texts)
-        if kind == "query" and not decoded and len(t) > settings.max_query_chars
-    ]
-    if long:
-        raise InvalidInputError(
-            f"body.{field}[{long[0]}]: longer than this server's limit of {settings.max_query_chars} characters"
-        )
+    if kind == "query" and not decoded:
+        request_limits.check_query_chars(texts, settings.max_query_chars, lambda i: f"{field}[{i}]")
     size = len(texts) * live.bundle.index.dim * BYTES_PER_NUMBER
     if size > settings.max_response_bytes:
         raise ResponseTooLargeError(
@@ -120,12 +114,8 @@ async def _embed(
             f"{settings.max_response_bytes:,}: send fewer texts"
         )
     token_ids = await asyncio.to_thread(live.tokenize, texts)  # tokenised once (app/engine/query_tokens.py)
-    tokens = [len(ids) for ids in token_ids]
-    if sum(tokens) > settings.max_request_tokens:
-        raise TokenBudgetError(
-            f"body.{field}: {sum(tokens)} tokens, above this server's budget of "
-            f"{settings.max_request_tokens} per request (send fewer or shorter texts)"
-        )
+    tokens = [live.count_tokens(ids) for ids in token_ids]
+    request_limits.check_token_budget(tokens, settings.max_request_tokens, field, "texts")
     spec = EmbedSpec(texts=texts, kind=kind, tokens=tokens, token_ids=token_ids)
     return await runner.submit(live, spec), tokens
 

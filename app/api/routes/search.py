@@ -9,9 +9,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body
 
 from app.api.deps import HotSwapDep, RunnerDep, SettingsDep
-from app.engine import retrieval_modes
+from app.engine import request_limits, retrieval_modes
 from app.engine.search_spec import SearchSpec
-from app.errors import InvalidInputError, ResponseTooLargeError, TokenBudgetError
+from app.errors import InvalidInputError, ResponseTooLargeError
 from app.schemas.search import SEARCH_EXAMPLES, Hit, QueryResult, SearchRequest, SearchResponse, Timings
 from app.settings import Settings
 
@@ -54,22 +54,20 @@ async def search(
     live = hot_swap.require()  # one bundle for the whole request, even if a swap happens meanwhile
     field = next(n for n in ("query", "queries", "vector", "vectors") if getattr(body, n) is not None)
     _check_limits(body, field, settings)
-    tokens = token_ids = None
-    if (
-        body.texts is not None
-    ):  # tokenised once: counted here, encoded as they are (app/engine/query_tokens.py)
-        token_ids = await asyncio.to_thread(live.tokenize, body.texts)
-        tokens = [len(ids) for ids in token_ids]
-        if sum(tokens) > settings.max_request_tokens:
-            raise TokenBudgetError(
-                f"body.{field}: {sum(tokens)} tokens, above this server's budget of "
-                f"{settings.max_request_tokens} per request (send fewer or shorter queries)"
-            )
+    prepared = None
+    if body.texts is not None:
+        # the cache first: a hit pays its lookup only; the misses are tokenised once, for the budget and
+        # for whichever encoder runs (app/engine/query_tokens.py)
+        # (lexical queries are not encoded: no cache lookup, their tokens only counted)
+        encoded = (body.mode or retrieval_modes.default_mode(live.bundle)) != "lexical"
+        prepared = await asyncio.to_thread(live.prepare_queries, body.texts, None, encoded)
+        request_limits.check_token_budget(prepared.tokens, settings.max_request_tokens, field, "queries")
     raw = body.raw_vectors
     spec = SearchSpec(
         texts=body.texts,
-        tokens=tokens,
-        token_ids=token_ids,
+        tokens=None if prepared is None else prepared.tokens,
+        token_ids=None if prepared is None else prepared.token_ids,
+        cached=None if prepared is None else prepared.cached,
         vectors=live.vectors_to_index_space(raw, field) if raw is not None else None,
         top_k=body.offset + body.top_k,  # the page is the tail of this ranking (cut below)
         filter=body.filter_dict(),
@@ -104,25 +102,16 @@ def _check_limits(body: SearchRequest, field: str, settings: Settings) -> None:
         raise InvalidInputError(
             f"body.{field}: {body.n_queries} queries, at most {settings.max_batch} per request"
         )
-    if body.top_k > settings.max_top_k:
-        raise InvalidInputError(
-            f"body.top_k: {body.top_k} is above this server's limit of {settings.max_top_k}"
-        )
-    if body.offset + body.top_k > settings.max_top_k:
-        raise InvalidInputError(
-            f"body.offset: offset + top_k is {body.offset + body.top_k}, above this server's limit of "
-            f"{settings.max_top_k} (the deepest rank a page may reach)"
-        )
+    request_limits.check_depth(body.top_k, body.offset, settings.max_top_k)
     if body.filter and len(body.filter) > settings.max_filter_fields:
         raise InvalidInputError(
             f"body.filter: {len(body.filter)} fields, this server's limit is {settings.max_filter_fields}"
         )
-    long = [i for i, t in enumerate(body.texts or []) if len(t) > settings.max_query_chars]
-    if long:
-        where = "query" if field == "query" else f"queries[{long[0]}]"
-        raise InvalidInputError(
-            f"body.{where}: longer than this server's limit of {settings.max_query_chars} characters"
-        )
+    request_limits.check_query_chars(
+        body.texts or [],
+        settings.max_query_chars,
+        lambda i: "query" if field == "query" else f"queries[{i}]",
+    )
 
 
 def _estimated_bytes(hits: list[list[Hit]]) -> int:
