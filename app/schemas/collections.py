@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.schemas.search import ReadyResponse
+from contract.jobs.confine import NAME_PATTERN
 
 NAME_DESCRIPTION = (
     "1-63 lower-case ASCII letters, digits, '_' and '-', starting with a letter or digit "
@@ -24,6 +25,7 @@ class CollectionCreate(BaseModel):
         None,
         min_length=1,
         max_length=255,
+        pattern=NAME_PATTERN,
         description="A dataset name under the data root: a retrain job is queued for the new collection "
         "(fine-tune → gap report → index → publish). Without it the collection stays empty until something "
         "publishes into it (`python -m training pipeline --collection NAME …`, a job).",

@@ -28,6 +28,15 @@ PACKAGED_MODEL = "all-MiniLM-L6-v2"
 SPLIT_OPTIONS = ("train_split", "eval_split")
 # files of a BEIR folder a job reads besides qrels/<split>.tsv (training.data.split)
 BEIR_FILES = ("corpus.jsonl", "queries.jsonl")
+# every character str.isspace() is true for (a name may not start or end with one: _plain_name)
+SPACES = (
+    "\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
+    "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
+)
+_CLASS = "".join(f"\\u{ord(c):04x}" for c in SPACES)
+# _plain_name as a pattern, for the API's schema: a request the spec calls valid is never refused for
+# its name's shape (no leading or trailing space, no NUL, not absolute)
+NAME_PATTERN = rf"^[^{_CLASS}/\x00](?:[^\x00]*[^{_CLASS}\x00])?$"
 
 
 def _inside(root: str, path: str) -> bool:

@@ -18,6 +18,7 @@ from app.api.deps import ApiKeyDep, CollectionScope, SettingsDep, has_api_key
 from app.settings import Settings
 from contract.defaults import DEFAULT_COLLECTION
 from contract.errors import JobNotFound
+from contract.jobs.confine import NAME_PATTERN
 from contract.jobs.queue import (
     JobQueue,
     JobRecord,
@@ -34,7 +35,10 @@ REQUEST_SCHEMA_KEY = "x-request-schema"  # app/api/openapi.py replaces the body 
 
 
 DatasetName = Annotated[
-    str, Field(min_length=1, max_length=255, description="A dataset name under the data root.")
+    str,
+    Field(
+        min_length=1, max_length=255, pattern=NAME_PATTERN, description="A dataset name under the data root."
+    ),
 ]
 
 
