@@ -70,6 +70,7 @@ from contract.bundles.folder import (
 from contract.bundles.parts import sha256_file
 from contract.defaults import GATE_METRIC, GATE_TOLERANCE, KEEP_VERSIONS
 from contract.errors import BundleInvalid
+from contract.jobs.plan import PublicationPlan
 from training.cards.bundle_card import write_bundle_card
 
 if TYPE_CHECKING:
@@ -183,12 +184,16 @@ class BundleStore(BundleFolder):
         self,
         staging_dir: str | Path,
         *,
-        gate_metric: str = GATE_METRIC,
-        tolerance: float = GATE_TOLERANCE,
+        gate: PublicationPlan | None = None,
         force: bool = False,
         hook: StepHook | None = None,
     ) -> PublishResult:
-        """Publish a staged bundle as a new version; make it live if it passes the quality gate."""
+        """Publish a staged bundle as a new version; make it live if it passes the quality gate: the plan's
+        publication group (metric, tolerance, force) when a run brings one, else the project's defaults
+        with `force`."""
+        gate_metric, tolerance, force = (
+            gate.gate if gate is not None else (GATE_METRIC, GATE_TOLERANCE, force)
+        )
         step = hook or (lambda name: None)
         staging = Path(staging_dir)
         with self._locked():
@@ -202,14 +207,8 @@ class BundleStore(BundleFolder):
             step("gate")
             fingerprint = manifest.extras.get(FINGERPRINT_KEY)
             decision = self._gate(
-                manifest.version,
-                manifest.metrics,
-                gate_metric,
-                tolerance,
-                force,
-                fingerprint,
-                _mode(manifest),
-            )
+                manifest.version, manifest.metrics, gate_metric, tolerance, force, fingerprint, _mode(manifest)
+            )  # fmt: skip
             write_json_atomic(staging / GATE_FILE, decision.model_dump(mode="json"))
             write_bundle_card(staging, manifest.model_dump(mode="json"), decision.model_dump(mode="json"))
             _seal(staging, manifest)

@@ -114,8 +114,7 @@ def query_side_retrain(
                 _attach(staging, plan, splits[2], hooks)
                 hooks.stop()  # the last moment a cancel is honoured
                 with phase(hooks.timer, "publish"):
-                    metric, tolerance, force = plan.publication.gate
-                    published = store.publish(staging, gate_metric=metric, tolerance=tolerance, force=force)
+                    published = store.publish(staging, gate=plan.publication)
     finally:
         live.docstore.close()
     return QueryRetrainResult(

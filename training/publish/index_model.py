@@ -41,7 +41,7 @@ import numpy as np
 
 from contract.encoding.encoder import Encoder
 from contract.errors import ConfigError, DataError, ModelLoadError
-from contract.jobs.plan import PLAN_KEY, IndexPlan, PublishPlan
+from contract.jobs.plan import PLAN_KEY, IndexPlan, PublicationPlan, PublishPlan
 from contract.milvus.pointer import MilvusPointer
 from contract.mutations.log import SEQ_KEY
 from training.bundle.build import BuildOptions, BundleRecord, build_bundle
@@ -114,7 +114,7 @@ def index_model(
         _Attach(plan, story, distill, pointer, hooks).run(staging, encoder, data, emb, folded)
         hooks.stop()  # the last moment a cancel is honoured: publishing is not interrupted
         with phase(hooks.timer, "publish"):
-            return _publish(store, staging, pointer, (scratch, staging), plan.publication.gate)
+            return _publish(store, staging, pointer, (scratch, staging), plan.publication)
 
 
 def _distill(plan: PublishPlan) -> DistillConfig | None:
@@ -283,15 +283,14 @@ def _publish(
     staging: Path,
     pointer: MilvusPointer | None,
     own_builds: tuple[Path, ...],
-    gate: tuple[str, float, bool],
+    publication: PublicationPlan,
 ) -> PublishResult:
-    """store.publish with the gate's (metric, tolerance, force), and with Milvus its housekeeping: the
+    """store.publish through the plan's publication gate, and with Milvus its housekeeping: the
     live alias is re-pointed at CURRENT's collection first if a publisher died before flipping it, and
     collections of killed builds are swept after (`own_builds`: this build's folders)."""
-    gate_metric, tolerance, force = gate
     if pointer is not None:
         reconcile_live_alias(store, pointer)
-    result = store.publish(staging, gate_metric=gate_metric, tolerance=tolerance, force=force)
+    result = store.publish(staging, gate=publication)
     if pointer is not None:
         sweep_orphan_collections(store, pointer, own_builds)
     return result
