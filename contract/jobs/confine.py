@@ -34,9 +34,10 @@ SPACES = (
     "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 )
 _CLASS = "".join(f"\\u{ord(c):04x}" for c in SPACES)
-# _plain_name as a pattern, for the API's schema: a request the spec calls valid is never refused for
-# its name's shape (no leading or trailing space, no NUL, not absolute)
-NAME_PATTERN = rf"^[^{_CLASS}/\x00](?:[^\x00]*[^{_CLASS}\x00])?$"
+# _plain_name's shape as a pattern, for the API's schema, so a request the spec calls valid is never refused
+# for its name's shape: no leading or trailing space, no NUL. Where a name leads (absolute, `..`, a link out)
+# is the confinement's to refuse, with 400 `dataset_refused`, after resolving it.
+NAME_PATTERN = rf"^[^{_CLASS}\x00](?:[^\x00]*[^{_CLASS}\x00])?$"
 
 
 def _inside(root: str, path: str) -> bool:
