@@ -26,7 +26,7 @@ from app.settings import Settings
 from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
 from contract.jobs.queue import JobQueue
 from tests.app.conftest import wait_until
-from tests.training.beir_slice import beir_slice
+from training.data.beir_slice import beir_slice
 from training.jobs.tasks import WORK_DIR
 from training.train.run_hooks import RunHooks
 

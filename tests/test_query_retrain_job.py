@@ -25,7 +25,7 @@ from app.settings import Settings
 from contract.bundles.bundle import read_manifest
 from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
 from tests.app.conftest import wait_until
-from tests.training.beir_slice import beir_slice
+from training.data.beir_slice import beir_slice
 from training.train.run_hooks import RunHooks
 
 pytestmark = pytest.mark.slow

@@ -117,9 +117,9 @@ def perturbed(encoder: Any, seed: int) -> Any:
 
 
 def prepare(work: Path, n: int, k: int, n_docs: int) -> None:
-    from bench.harness.beir_slice import beir_slice
     from contract.encoding.encoder import Encoder
     from training.data.beir import load_beir
+    from training.data.beir_slice import beir_slice
 
     data = load_beir(require_scifact(), "test")
     encoder = Encoder.load()

@@ -138,8 +138,8 @@ class QueryLoad:
 
 
 def build_slice(scifact: Path, data_root: Path) -> tuple[Path, list[str]]:
-    from bench.harness.beir_slice import beir_slice
     from training.data.beir import load_beir
+    from training.data.beir_slice import beir_slice
 
     folder = beir_slice(scifact, data_root / "slice", n_train=16, n_test=8, n_distractors=40)
     queries = list(load_beir(folder, "test").queries.values()) + list(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.training.beir_slice import beir_slice
+from training.data.beir_slice import beir_slice
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -277,7 +277,7 @@ def test_every_file_each_job_type_opens_under_a_root_goes_through_the_confined_r
     under the models root) and a reindex each open their dataset files and model files only through the
     reader, and no file under either root by any other way."""
     from contract.encoding.encoder import Encoder
-    from tests.training.beir_slice import beir_slice
+    from training.data.beir_slice import beir_slice
 
     data = tmp_path / "data"
     beir_slice(demo_dataset, data / "slice", n_train=16, n_test=8, n_distractors=20)

@@ -24,8 +24,8 @@ from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
 from contract.mutations.rows import encoder_key
 from contract.query_config import QueryRetrainConfig
 from tests.doc_encode_guard import DocumentEncodeCalled, install
-from tests.training.beir_slice import beir_slice
 from training.bundle.store import BundleStore
+from training.data.beir_slice import beir_slice
 from training.train.run_hooks import RunHooks
 
 # no validation carve: early stopping (its own test below) would keep the live tower after 3 steps

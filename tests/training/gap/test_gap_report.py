@@ -267,7 +267,7 @@ def test_actual_training_k_reads_the_log_and_falls_back_to_old_records():
 def test_training_writes_the_report_and_the_cli_regenerates_it(demo_dataset, tmp_path):
     import torch
 
-    from tests.training.beir_slice import beir_slice
+    from training.data.beir_slice import beir_slice
     from training.train.run_hooks import RunHooks
     from training.train.trainer import train
 

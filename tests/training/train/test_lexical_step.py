@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.training.beir_slice import beir_slice
+from training.data.beir_slice import beir_slice
 from training.data.split import load_split
 from training.data.validation_carve import carve_validation
 from training.hybrid.lexical_step import validation_split

@@ -10,7 +10,7 @@ import torch
 
 from contract.config import TrainConfig
 from contract.encoding.encoder import Encoder
-from tests.training.beir_slice import beir_slice
+from training.data.beir_slice import beir_slice
 from training.gap.training_k import training_k
 from training.train.run_hooks import RunHooks
 from training.train.trainer import train

@@ -1,4 +1,6 @@
-"""A small seeded slice of a BEIR folder, written as a BEIR folder (benches that need real data fast)."""
+"""Write a small seeded slice of a BEIR folder: real queries, their relevant documents and seeded
+distractors, so a run on real data is fast (the test suite's slices of the demo dataset, the benches' of
+scifact)."""
 
 from __future__ import annotations
 
