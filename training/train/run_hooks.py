@@ -30,7 +30,7 @@ class RunHooks:
     checkpoint: Callable[[], None] | None = None
     timer: PhaseTimer | None = None
     cache: EmbeddingCache | None = None
-    loaded: dict[tuple[str, str, int], RetrievalData] = field(default_factory=dict, repr=False)
+    loaded: dict[tuple[str, str, int | None], RetrievalData] = field(default_factory=dict, repr=False)
 
     def stop(self) -> None:
         """The checkpoint, when there is one."""
@@ -38,8 +38,10 @@ class RunHooks:
             self.checkpoint()
 
     def split(self, data_dir: str | Path, name: str, seed: int = 0) -> RetrievalData:
-        """training.data.split.load_split, once per (folder, split, seed) in this run; its readers only read."""
-        key = (str(data_dir), name, seed)
+        """training.data.split.load_split, once per (dataset, split) in this run; its readers only read. The
+        seed draws only a pairs file's held-out side, so a BEIR folder's split is one entry whatever the seed
+        (the trainer passes its config's, the gate and the scope check none)."""
+        key = (str(data_dir), name, None if Path(data_dir).is_dir() else seed)
         if key not in self.loaded:
             from training.data.split import load_split
 
