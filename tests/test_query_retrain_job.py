@@ -108,6 +108,7 @@ def test_a_query_side_retrain_job_goes_live_without_encoding_a_document(env):
     assert env["marker"].read_text() == str(env["worker"].pid)  # the job ran in the guarded worker
     assert job["state"] == "succeeded", (job, tail())  # any document encode would have failed it
     assert job["retrain_scope"] == "query" and job["tower"] == "query" and job["live"] is True, job
+    assert job["scope_reason"] == "asked for (retrain_scope query)"  # why, in the record as in the manifest
     child = job["bundle_version"]
     plan = read_manifest(bundles / child).extras["retrain_plan"]  # the job's plan, recorded once
     assert plan["scope"] == "query" and plan["scope_reason"].startswith("asked for"), plan

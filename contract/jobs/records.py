@@ -77,6 +77,7 @@ class JobRecord(BaseModel):
     # what a retrain trained: full, or query (a query-side retrain), as its manifest's plan says
     retrain_scope: str | None = None
     tower: str | None = None  # retrain_scope's old name, still written for records' older readers
+    scope_reason: str | None = None  # why that scope (what `auto` saw, or "asked for")
     error: str | None = None
     cancel_requested: bool = False
     worker: str | None = None  # host:pid of the process running it

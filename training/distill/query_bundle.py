@@ -32,6 +32,7 @@ from contract.bundles.bundle import (
     MANIFEST_FILE,
     MODEL_DIR,
     Bundle,
+    Manifest,
     checksums,
     new_version_id,
 )
@@ -175,7 +176,7 @@ def write_manifest(
     manifest.extras[FINGERPRINT_KEY] = scores.fingerprint
     manifest.extras["retrieval"] = scores.retrieval
     manifest.extras[PLAN_KEY] = plan.record()
-    manifest.extras[EXTRAS_KEY] = _tower_record(plan, tower)
+    manifest.extras[EXTRAS_KEY] = _tower_record(plan, tower, live.manifest)
     manifest.metrics = {f"test.{m}": v for m, v in scores.by_mode.items()}
     manifest.metrics["test"] = scores.by_mode[scores.retrieval["default_mode"]]
     manifest.training_config = TrainingRecord.model_validate(
@@ -194,7 +195,7 @@ def write_manifest(
     write_json_atomic(staging / MANIFEST_FILE, manifest.model_dump(mode="json"))
 
 
-def _tower_record(plan: RetrainPlan, tower: TrainedTower) -> dict[str, Any]:
+def _tower_record(plan: RetrainPlan, tower: TrainedTower, live_manifest: Manifest) -> dict[str, Any]:
     """extras["query_retrain"]: the parent, the query tower's kind, how its training went, what is shared.
     Its knobs are the plan's (extras["retrain_plan"]["query"]); manifests written before the plan carry
     them here as `config`, and the kind as `tower`."""
@@ -210,7 +211,19 @@ def _tower_record(plan: RetrainPlan, tower: TrainedTower) -> dict[str, Any]:
         "stopped_early": loop.stopped_early,
         "shared_files": dict(tower.shared),
         "documents_encoded": 0,
+        # kept here so that `auto` still knows once the parent is pruned (training/distill/query_eligibility.py)
+        "documents_adapted": documents_adapted(live_manifest),
     }
+
+
+def documents_adapted(manifest: Manifest) -> bool | None:
+    """Did a training run fine-tune the model that encoded this version's documents? A query-side version
+    shares its parent's documents: its record says (None: a record from before it did, look at the parent)."""
+    record = manifest.extras.get(EXTRAS_KEY)
+    if isinstance(record, dict):
+        adapted = record.get("documents_adapted")
+        return adapted if isinstance(adapted, bool) else None
+    return manifest.training_config.config is not None
 
 
 def write_run(run_dir: Path, plan: RetrainPlan, tower: TrainedTower, scores: TowerScores) -> None:

@@ -276,7 +276,8 @@ def _retrain(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
     scope = result.plan.scope
     logger.info("job %s: retrain_scope %s (%s)", record.id, scope, result.plan.scope_reason)
     # `tower`: the scope's name in records before retrain_scope, kept for their readers
-    return _publish_outcome(result.publish) | {"retrain_scope": scope, "tower": scope}
+    outcome = {"retrain_scope": scope, "tower": scope, "scope_reason": result.plan.scope_reason}
+    return _publish_outcome(result.publish) | outcome
 
 
 def _reindex(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:

@@ -93,12 +93,12 @@ def _finish(
 
 
 def resolve_scope(plan: RetrainPlan, hooks: RunHooks | None = None) -> RetrainPlan:
-    """The plan with its scope resolved once, and why: `auto` takes the query side whenever the live bundle
-    can be its fixed side; full and query are taken as asked."""
+    """The plan with its scope resolved once, and why: `auto` takes the query side when the live bundle can
+    be its fixed side and its documents were encoded by a fine-tuned model; full and query as asked."""
     if plan.scope != "auto":
         return plan.resolved(plan.scope, f"asked for (retrain_scope {plan.scope})")
     from training.bundle.store import BundleStore
-    from training.distill.query_eligibility import query_side_blocker
+    from training.distill.query_eligibility import documents_never_adapted, query_side_blocker
 
     if plan.index.milvus:
         return plan.resolved("full", "the index backend is milvus")
@@ -111,6 +111,10 @@ def resolve_scope(plan: RetrainPlan, hooks: RunHooks | None = None) -> RetrainPl
     if blocker is not None:
         logger.info("retrain_scope auto: full retrain (%s)", blocker)
         return plan.resolved("full", blocker, live_eligible=False)
+    base_documents = documents_never_adapted(store)
+    if base_documents is not None:  # the live vectors still spare the full retrain its base-model encode
+        logger.info("retrain_scope auto: full retrain (%s)", base_documents)
+        return plan.resolved("full", base_documents, live_eligible=True)
     logger.info("retrain_scope auto: query-side retrain (the live bundle holds this dataset's documents)")
     why = "the live bundle holds this dataset's documents unchanged"
     return plan.resolved("query", why, live_eligible=True)

@@ -109,6 +109,10 @@ class JobDetail(JobSummary):
     tower: str | None = Field(
         None, description="Deprecated: the old name of retrain_scope (the same value).", deprecated=True
     )
+    scope_reason: str | None = Field(
+        None,
+        description="Why a retrain trained that scope: what `auto` saw in the live bundle, or 'asked for'.",
+    )
     error: str | None = None
     worker: str | None = Field(None, description="host:pid of the worker running it.")
     heartbeat_at: float | None = None

@@ -189,7 +189,9 @@ def test_a_query_side_retrain_needs_the_live_documents(world, tmp_path):
 
     plan = auto(changed, world["bundles"])
     assert plan.scope == "full" and doc["_id"] in plan.scope_reason
-    assert auto(world["data"], world["bundles"]).scope == "query"
+    # this world's live documents were encoded by the base model (its parent is a bare index): `auto` runs full
+    plan = auto(world["data"], world["bundles"])
+    assert plan.scope == "full" and "base model" in plan.scope_reason and plan.live_eligible
     assert auto(world["data"], tmp_path / "empty").scope == "full"
     from training.distill.query_retrain import query_side_retrain
 
@@ -206,6 +208,42 @@ def test_a_query_side_retrain_needs_the_live_documents(world, tmp_path):
             ),
             tmp_path / "r",
         )
+
+
+def test_auto_takes_the_query_side_only_over_adapted_documents(world, tmp_path):
+    """The query side keeps the documents; `auto` chooses it only when a run adapted them (issue 40)."""
+    from training.publish.pipeline import resolve_scope
+
+    bundles = tmp_path / "bundles"
+    shutil.copytree(world["bundles"], bundles, symlinks=True)
+    child = world["result"].publish.version
+    publish = PublishPlan(
+        data=DataPlan(data_dir=str(world["data"])), publication=PublicationPlan(bundles_dir=str(bundles))
+    )
+
+    def scope_with(record: dict[str, Any]) -> tuple[str, str]:
+        path = bundles / child / "manifest.json"
+        manifest = json.loads(path.read_text())
+        manifest["extras"]["query_retrain"] = record
+        path.write_text(json.dumps(manifest))  # the manifest is not under its own checksums
+        plan = resolve_scope(retrain_plan(QUICK, QueryRetrainConfig(), publish, "auto"))
+        return plan.scope, plan.scope_reason
+
+    record = read_manifest(world["bundles"] / child).extras["query_retrain"]
+    assert record["documents_adapted"] is False  # its parent is the base model's index
+    assert scope_with(record | {"documents_adapted": True}) == (
+        "query",
+        "the live bundle holds this dataset's documents unchanged",
+    )
+    older = {
+        k: v for k, v in record.items() if k != "documents_adapted"
+    }  # a record from before: ask the parent
+    scope, reason = scope_with(older)
+    assert scope == "full" and "base model" in reason
+    parent = json.loads((bundles / world["parent"] / "manifest.json").read_text())
+    parent["training_config"] = {"config": QUICK.model_dump(mode="json")}  # as if a run had trained it
+    (bundles / world["parent"] / "manifest.json").write_text(json.dumps(parent))
+    assert scope_with(older)[0] == "query"
 
 
 def test_the_guard_catches_a_corpus_encode(world, tmp_path):
