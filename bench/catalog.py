@@ -21,6 +21,7 @@ BENCHES: dict[str, str] = {
     "hybrid_profile": "bench.serving.hybrid_profile",
     "demo_bench": "bench.serving.demo_bench",
     "txtai_peer": "bench.serving.txtai_peer",
+    "auto_stability": "bench.serving.auto_stability",
     # index
     "index_bench": "bench.index.index_bench",
     "milvus_bench": "bench.index.milvus_bench",

@@ -9,7 +9,13 @@ on the evaluation split, is within `max_ndcg_loss` (torch always qualifies: it *
 each, times it on this machine and serves the fastest. Timed, not assumed: on a CPU without VNNI the int8
 export is no faster than fp32 (bench/serving/load_bench.py prints both), and which is faster depends on the
 machine. Each candidate encodes the recorded evaluation queries one at a time (the latency a lone client
-sees), after a warm-up; the mean ms per query decides. The choice and its timings show in GET /bundles.
+sees), after a warm-up. The choice must not flip with the machine's load at start-up (issue 42: one bundle
+served int8 on a quiet start and static-routed on a busy one), so the candidates are timed interleaved —
+TIMING_ROUNDS rounds, each one pass of every candidate in a rotated order, so a burst of load costs one
+pass of each rather than every pass of one — and each keeps its fastest pass. Candidates within TIE_BAND
+of the fastest are a tie, which the smaller recorded nDCG@10 loss breaks: a near-tie is exactly what load
+flips, and the more accurate encoder is the better side to land on. The choice, its timings and how sure it
+is (rounds the chosen one won, the runner-up's ratio) show in GET /bundles.
 
 Routed candidates (`static-routed`, `distilled-routed`; app/engine/query_routing.py): a distilled variant
 over the budget on its own still qualifies when the bundle's routing curve (contract/encoding/routing.py)
@@ -24,6 +30,8 @@ import logging
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from app.engine.query_routing import RoutedEncoder
 from contract.bundles.bundle import Bundle
@@ -47,7 +55,12 @@ ROUTED_BACKENDS = tuple(f"{v}{ROUTED_SUFFIX}" for v in DISTILLED_BACKENDS)
 # texts per encoder call of each side of a routed encoder (app/engine/live_bundle.py's defaults)
 _SIDE_BATCH = {"torch": 8, "onnx": 1, "onnx-int8": 1, "distilled": 1, "static": 64}
 MAX_TIMING_QUERIES = 32
-TIMING_ROUNDS = 2  # best of 2 passes: a pass disturbed by another process's burst should not decide
+TIMING_ROUNDS = (
+    5  # interleaved passes per candidate; each keeps its fastest (bench/serving/auto_stability.py)
+)
+# candidates this close to the fastest are a tie (the smaller nDCG loss wins); bench/serving/auto_stability.py
+# prints how far one candidate's best pass moves between a quiet start and one beside a busy core
+TIE_BAND = 0.15
 
 
 def load_encoder_backend(
@@ -106,16 +119,62 @@ def recorded_ndcg_losses(bundle: Bundle) -> dict[str, float]:
 
 
 def time_encoder(encoder: Any, queries: list[str]) -> float:
-    """Mean ms per query encoded alone, best of TIMING_ROUNDS passes after a warm-up."""
-    for q in queries[:3]:
-        encoder.encode([q], kind="query", batch_size=1)
-    best = float("inf")
-    for _ in range(TIMING_ROUNDS):
-        started = time.perf_counter()
-        for q in queries:
-            encoder.encode([q], kind="query", batch_size=1)
-        best = min(best, (time.perf_counter() - started) * 1000 / len(queries))
-    return best
+    """Mean ms per query encoded alone, the best of TIMING_ROUNDS passes after a warm-up."""
+    return time_interleaved({"one": encoder}, queries)["one"]["ms_per_query"]
+
+
+def time_interleaved(
+    encoders: dict[str, Any], queries: list[str], rounds: int = TIMING_ROUNDS
+) -> dict[str, dict[str, Any]]:
+    """{name: {ms_per_query (its fastest pass), median_ms, wins (rounds it was the fastest)}}.
+
+    Every round times one pass of each encoder over `queries`, one query per call, in an order rotated
+    by the round: load that comes and goes hits a pass of each, not all the passes of one."""
+    names = list(encoders)
+    for name in names:
+        for q in queries[:3]:
+            encoders[name].encode([q], kind="query", batch_size=1)
+    passes: dict[str, list[float]] = {name: [] for name in names}
+    wins = dict.fromkeys(names, 0)
+    for r in range(rounds):
+        this_round: dict[str, float] = {}
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            started = time.perf_counter()
+            for q in queries:
+                encoders[name].encode([q], kind="query", batch_size=1)
+            this_round[name] = (time.perf_counter() - started) * 1000 / len(queries)
+            passes[name].append(this_round[name])
+        wins[min(this_round, key=this_round.__getitem__)] += 1
+    return {
+        name: {"ms_per_query": min(p), "median_ms": float(np.median(p)), "wins": wins[name]}
+        for name, p in passes.items()
+    }
+
+
+def decide(rows: list[dict[str, Any]], tie_band: float = TIE_BAND) -> tuple[str, dict[str, Any]]:
+    """(chosen backend, how sure) from timed candidate rows: the fastest, unless others are within
+    `tie_band` of it, then the one of those with the smallest nDCG loss (then the fastest)."""
+    timed = [c for c in rows if "ms_per_query" in c]
+    if not timed:
+        return "torch", {"rule": "nothing timed: the full model"}
+    fastest = min(c["ms_per_query"] for c in timed)
+    tied = [c for c in timed if c["ms_per_query"] <= fastest * (1 + tie_band)]
+    chosen = min(tied, key=lambda c: (c["ndcg_loss"] or 0.0, c["ms_per_query"]))
+    others = sorted((c for c in timed if c is not chosen), key=lambda c: c["ms_per_query"])
+    certainty: dict[str, Any] = {
+        "rounds": TIMING_ROUNDS,
+        "wins": chosen.get("wins"),
+        "tie_band": tie_band,
+        "tied": sorted(c["backend"] for c in tied),
+        "rule": "fastest" if len(tied) == 1 else "tie within the band: the smallest nDCG@10 loss",
+    }
+    if others:
+        runner = others[0]
+        certainty |= {
+            "runner_up": runner["backend"],
+            "runner_up_ratio": round(runner["ms_per_query"] / chosen["ms_per_query"], 3),
+        }
+    return chosen["backend"], certainty
 
 
 def _timing_queries(bundle: Bundle, fallback_query: str = "a query") -> list[str]:
@@ -125,24 +184,21 @@ def _timing_queries(bundle: Bundle, fallback_query: str = "a query") -> list[str
 def fastest_full_backend(
     bundle: Bundle, *, max_ndcg_loss: float, threads: int = 0, timed: dict[str, float] | None = None
 ) -> tuple[str, Any]:
-    """The fastest full-model backend (torch, onnx, onnx-int8) within `max_ndcg_loss`, and it loaded;
-    `timed`: ms per query already measured (auto's candidates), else each is timed here."""
+    """The fastest full-model backend (torch, onnx, onnx-int8) within `max_ndcg_loss` (`decide`'s rule),
+    and it loaded; `timed`: ms per query already measured (auto's candidates), else they are timed here."""
     losses = recorded_ndcg_losses(bundle)
-    best: tuple[float, str, Any] | None = None
+    loaded: dict[str, Any] = {}
     for name in FULL_BACKENDS:
-        if name not in losses or losses[name] > max_ndcg_loss:
-            continue
-        try:
-            encoder = load_encoder_backend(bundle, name, threads=threads)
-        except ModelLoadError:
-            continue
-        ms = (timed or {}).get(name)
-        if ms is None:
-            ms = time_encoder(encoder, _timing_queries(bundle))
-        if best is None or ms < best[0]:
-            best = (ms, name, encoder)
-    assert best is not None  # torch is always within any budget
-    return best[1], best[2]
+        if name in losses and losses[name] <= max_ndcg_loss:
+            try:
+                loaded[name] = load_encoder_backend(bundle, name, threads=threads)
+            except ModelLoadError:
+                continue
+    if timed is None or not set(loaded) <= set(timed):
+        timed = {n: t["ms_per_query"] for n, t in time_interleaved(loaded, _timing_queries(bundle)).items()}
+    rows = [{"backend": n, "ndcg_loss": losses[n], "ms_per_query": timed[n]} for n in loaded]
+    name, _ = decide(rows)  # torch is always within any budget, so never empty
+    return name, loaded[name]
 
 
 def routed_encoder(
@@ -200,6 +256,39 @@ def choose_encoder_backend(
 ) -> tuple[str, Any, dict[str, Any]]:
     """(encoder_backend, its loaded encoder, the choice record shown by GET /bundles) for `auto`."""
     queries = _timing_queries(bundle, fallback_query)
+    candidates, loaded = _plain_candidates(bundle, max_ndcg_loss, threads)
+    _time_rows(candidates, loaded, queries)
+    if routing:
+        routed = _routed_candidates(bundle, candidates, loaded, max_ndcg_loss, threads)
+        candidates += routed
+        if any(c["backend"] in loaded for c in routed):  # timed again beside the others, interleaved
+            _time_rows(candidates, loaded, queries)
+    chosen, certainty = decide(candidates)
+    encoder = loaded.get(chosen) or load_encoder_backend(bundle, "torch", threads=threads)
+    record = {
+        "chosen": chosen,
+        "max_ndcg_loss": max_ndcg_loss,
+        "timed_queries": len(queries),
+        "certainty": certainty,
+        "candidates": candidates,
+    }
+    logger.info(
+        "auto query encoder for %s: %s (%s; %s)",
+        bundle.version,
+        chosen,
+        ", ".join(f"{c['backend']} {c.get('ms_per_query', '-')} ms" for c in candidates),
+        certainty["rule"],
+    )
+    routed_row = next((c for c in candidates if c["backend"] == chosen and "routing" in c), None)
+    if routed_row is not None:
+        record["routing"] = routed_row["routing"]
+    return chosen, encoder, record
+
+
+def _plain_candidates(
+    bundle: Bundle, max_ndcg_loss: float, threads: int
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """A row per backend the bundle carries (its loss, eligible or not), and the eligible ones loaded."""
     candidates: list[dict[str, Any]] = []
     loaded: dict[str, Any] = {}
     for encoder_backend, loss in sorted(recorded_ndcg_losses(bundle).items()):
@@ -211,49 +300,42 @@ def choose_encoder_backend(
         if row["eligible"]:
             try:
                 loaded[encoder_backend] = load_encoder_backend(bundle, encoder_backend, threads=threads)
-                row["ms_per_query"] = round(time_encoder(loaded[encoder_backend], queries), 4)
             except ModelLoadError as exc:  # a damaged optional encoder must not stop the bundle
                 row |= {"eligible": False, "error": str(exc)}
                 logger.warning("bundle %s: %s not usable: %s", bundle.version, encoder_backend, exc)
         candidates.append(row)
-    if routing:
-        candidates += _routed_candidates(bundle, candidates, loaded, queries, max_ndcg_loss, threads)
-    timed = [c for c in candidates if "ms_per_query" in c]
-    chosen = min(timed, key=lambda c: c["ms_per_query"])["backend"] if timed else "torch"
-    encoder = loaded.get(chosen) or load_encoder_backend(bundle, "torch", threads=threads)
-    record = {
-        "chosen": chosen,
-        "max_ndcg_loss": max_ndcg_loss,
-        "timed_queries": len(queries),
-        "candidates": candidates,
-    }
-    logger.info(
-        "auto query encoder for %s: %s (%s)",
-        bundle.version,
-        chosen,
-        ", ".join(f"{c['backend']} {c.get('ms_per_query', '-')} ms" for c in candidates),
-    )
-    routed = next((c for c in candidates if c["backend"] == chosen and "routing" in c), None)
-    if routed is not None:
-        record["routing"] = routed["routing"]
-    return chosen, encoder, record
+    return candidates, loaded
+
+
+def _time_rows(rows: list[dict[str, Any]], loaded: dict[str, Any], queries: list[str]) -> None:
+    """Every loaded candidate timed, interleaved with the others; its row gets the timings."""
+    names = [c["backend"] for c in rows if c["backend"] in loaded]
+    timings = time_interleaved({n: loaded[n] for n in names}, queries)
+    for row in rows:
+        if row["backend"] in timings:
+            t = timings[row["backend"]]
+            row |= {
+                "ms_per_query": round(t["ms_per_query"], 4),
+                "median_ms": round(t["median_ms"], 4),
+                "wins": t["wins"],
+            }
 
 
 def _routed_candidates(
     bundle: Bundle,
     candidates: list[dict[str, Any]],
     loaded: dict[str, Any],
-    queries: list[str],
     max_ndcg_loss: float,
     threads: int,
 ) -> list[dict[str, Any]]:
-    """A routed row per distilled variant that is over the budget alone but routed within it (timed)."""
+    """A routed row per distilled variant that is over the budget alone but routed within it (loaded into
+    `loaded`; timed by the caller). Its fallback is the full-model backend `decide` takes among those timed."""
     rows = []
-    timed = {c["backend"]: c["ms_per_query"] for c in candidates if "ms_per_query" in c}
+    full_rows = [c for c in candidates if c["backend"] in FULL_BACKENDS and "ms_per_query" in c]
     for variant in DISTILLED_BACKENDS:
         own = next((c for c in candidates if c["backend"] == variant), None)
         routing = routing_record(bundle.manifest.extras, variant)
-        if own is None or own["eligible"] or routing is None:
+        if own is None or own["eligible"] or routing is None or not full_rows:
             continue  # absent, already eligible alone (routing would only add work), or no curve
         point = operating_point(routing, max_ndcg_loss)
         name = f"{variant}{ROUTED_SUFFIX}"
@@ -267,11 +349,10 @@ def _routed_candidates(
             "route_share": point["share"],
         }
         try:
-            fast = min((b for b in FULL_BACKENDS if b in timed), key=timed.__getitem__)
+            fast, _ = decide(full_rows)
             loaded[name], row["routing"] = routed_encoder(
                 bundle, name, max_ndcg_loss=max_ndcg_loss, threads=threads, fallback=(fast, loaded[fast])
             )
-            row["ms_per_query"] = round(time_encoder(loaded[name], queries), 4)
         except ModelLoadError as exc:
             row |= {"eligible": False, "error": str(exc)}
             logger.warning("bundle %s: %s not usable: %s", bundle.version, name, exc)

@@ -46,7 +46,9 @@ class BundlesResponse(BaseModel):
     encoder_choice: dict[str, Any] | None = Field(
         None,
         description="With SEARCH_ENCODER_BACKEND=auto: each candidate's recorded nDCG@10 loss, whether it "
-        "was eligible, its ms per query as timed at load, and the one chosen; with a routed encoder (auto's "
+        "was eligible, its ms per query as timed at load (fastest of interleaved passes, median, rounds won), "
+        "the one chosen and `certainty` (rounds it won, the runner-up's time ratio, the tie band and the rule "
+        "that decided: within the band the smaller nDCG@10 loss wins); with a routed encoder (auto's "
         "or named) `routing`: its margin, recorded share and loss, fallback and the queries routed since load.",
     )
     serving: dict[str, Any] | None = Field(

@@ -1,4 +1,5 @@
-"""`auto` serves the fastest query encoder within the nDCG budget, as timed at load; distilled ones serve."""
+"""`auto` serves the fastest query encoder within the nDCG budget (a near-tie to the smaller loss), as timed
+at load, interleaved; distilled ones serve."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from app.engine.encoder_choice import TIE_BAND, TIMING_ROUNDS, decide, time_interleaved
 from app.main import create_app
 from app.settings import Settings
 from contract.encoding.query_encoders import EXTRAS_KEY, StaticQueryEncoder
@@ -51,8 +53,50 @@ def test_auto_times_every_eligible_encoder_and_serves_the_fastest(distilled_bund
         backend, choice = _choice(client)
         timed = {c["backend"]: c["ms_per_query"] for c in choice["candidates"]}
         assert set(timed) == {"torch", "onnx", "onnx-int8", "distilled", "static"}
-        assert backend == choice["chosen"] == min(timed, key=timed.__getitem__)
+        rows = {c["backend"]: c for c in choice["candidates"]}
+        fastest = min(timed.values())
+        tied = {b for b, ms in timed.items() if ms <= fastest * (1 + TIE_BAND)}
+        # the fastest, or within the tie band of it the smallest recorded loss
+        assert backend == choice["chosen"] == min(tied, key=lambda b: (rows[b]["ndcg_loss"], timed[b]))
+        certainty = choice["certainty"]
+        assert certainty["tied"] == sorted(tied) and certainty["rounds"] == TIMING_ROUNDS
+        assert sum(c["wins"] for c in choice["candidates"]) == TIMING_ROUNDS  # one winner per round
+        assert certainty["runner_up_ratio"] >= 1.0 - TIE_BAND
         assert client.post("/search", json={"query": "bone density", "top_k": 3}).status_code == 200
+
+
+class _Recording:
+    """An encoder that records the order of its calls (the timing's interleaving is what is tested)."""
+
+    def __init__(self, name: str, calls: list[str]):
+        self.name, self.calls = name, calls
+
+    def encode(self, texts, kind, batch_size):
+        self.calls.append(self.name)
+
+
+def test_auto_times_candidates_interleaved_so_a_burst_of_load_hits_each_once():
+    calls: list[str] = []
+    encoders = {n: _Recording(n, calls) for n in ("a", "b", "c")}
+    timings = time_interleaved(encoders, ["q1", "q2"], rounds=3)
+    timed = calls[6:]  # after the warm-up: both queries, one at a time, per encoder
+    passes = [timed[i] for i in range(0, len(timed), 2)]  # one entry per pass of 2 queries
+    assert passes == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]  # every round rotates the order
+    assert sum(t["wins"] for t in timings.values()) == 3
+
+
+def test_a_near_tie_goes_to_the_smaller_loss_and_a_clear_win_to_the_fastest():
+    rows = [
+        {"backend": "onnx-int8", "ndcg_loss": 0.002, "ms_per_query": 1.30, "wins": 2},
+        {"backend": "static-routed", "ndcg_loss": 0.004, "ms_per_query": 1.20, "wins": 3},
+        {"backend": "torch", "ndcg_loss": 0.0, "ms_per_query": 5.0, "wins": 0},
+    ]
+    chosen, certainty = decide(rows)
+    assert chosen == "onnx-int8" and certainty["tied"] == ["onnx-int8", "static-routed"]
+    assert certainty["runner_up"] == "static-routed" and certainty["runner_up_ratio"] < 1.0
+    rows[1]["ms_per_query"] = 0.5  # clearly faster: speed decides
+    assert decide(rows)[0] == "static-routed" and decide(rows)[1]["rule"] == "fastest"
+    assert decide([])[0] == "torch"
 
 
 def test_auto_never_serves_an_encoder_over_the_budget(distilled_bundles, staged_distilled):
