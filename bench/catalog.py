@@ -22,6 +22,7 @@ BENCHES: dict[str, str] = {
     "demo_bench": "bench.serving.demo_bench",
     "txtai_peer": "bench.serving.txtai_peer",
     "auto_stability": "bench.serving.auto_stability",
+    "request_profile": "bench.serving.request_profile",
     # index
     "index_bench": "bench.index.index_bench",
     "milvus_bench": "bench.index.milvus_bench",
