@@ -32,6 +32,7 @@ BENCHES: dict[str, str] = {
     "device_bench": "bench.training.device_bench",
     "train_scifact": "bench.training.train_scifact",
     "train_step_cost": "bench.training.train_step_cost",
+    "step_breakdown": "bench.training.step_breakdown",
     "recipe_search": "bench.training.recipe_search",
     "recipe_cost": "bench.training.recipe_cost",
     "retrain_scale": "bench.training.retrain_scale",
