@@ -102,6 +102,17 @@ class TrainConfig(BaseModel):
         description="Learning rate of the loss's own parameters: AnInfoNCE's w (Λ = softplus(w)) or a learned τ.",
     )
 
+    # 0 (off) until measured for quality: bench/training/step_breakdown.py found 42 % of the demo corpus's
+    # tokenised positions were padding, 3 % of scifact's
+    length_buckets: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="Batches built by length: the training pairs split into this many buckets by their "
+        "document's length (quantiles), batched within a bucket, the batches shuffled; a batch then pads "
+        "to its own length and its in-batch negatives stay random within the bucket. 0 or 1: off.",
+    )
+
     # negatives
     random_negatives: int = Field(
         0,

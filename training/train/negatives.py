@@ -33,6 +33,8 @@ def no_duplicate_batches(
     *,
     positives: dict[Hashable, set[Hashable]] | None = None,
     min_size: int = 2,
+    lengths: Sequence[int] | None = None,
+    buckets: int = 0,
 ) -> list[list[int]]:
     """Shuffle pair indices into batches where no query, no positive and no known positive repeats.
 
@@ -42,11 +44,18 @@ def no_duplicate_batches(
     that conflict wait for the next batch, so every pair is used exactly once per epoch, except in
     batches smaller than `min_size` (the tail of an epoch where one query has many positives; a single
     pair has no in-batch negative), which are dropped.
+
+    `buckets` > 1 with `lengths` (one per pair): the shuffled pairs are regrouped by length quantile, so
+    consecutive batches come from one bucket (random within it), and the batches are shuffled at the end.
     """
     if len(query_keys) != len(doc_keys):
         raise ValueError("query_keys and doc_keys must have the same length")
     positives = positives or {}
-    pending = [int(i) for i in rng.permutation(len(query_keys))]
+    order = rng.permutation(len(query_keys))
+    if buckets > 1 and lengths is not None and len(order) > 1:
+        ranks = np.argsort(np.argsort(np.asarray(lengths)[order], kind="stable"), kind="stable")
+        order = order[np.argsort(ranks * buckets // len(order), kind="stable")]  # random within a bucket
+    pending = [int(i) for i in order]
     batches: list[list[int]] = []
     while pending:
         batch: list[int] = []
@@ -74,6 +83,8 @@ def no_duplicate_batches(
         batches.append(batch)
         pending = deferred
     kept = [b for b in batches if len(b) >= min_size]
+    if buckets > 1 and lengths is not None:  # bucket by bucket no more: steps alternate lengths at random
+        kept = [kept[int(i)] for i in rng.permutation(len(kept))]
     if len(kept) < len(batches):
         logger.debug(
             "dropped %d batch(es) under %d pairs (no in-batch negative)", len(batches) - len(kept), min_size

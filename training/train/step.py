@@ -128,6 +128,8 @@ def plan_steps(run: Run, config: TrainConfig) -> tuple[list[list[list[int]]], in
             config.batch_size,
             run.rng,
             positives={q: set(r) for q, r in run.qrels.items()},
+            lengths=[len(p.positive) for p in run.pairs],
+            buckets=config.length_buckets,
         )
         for _ in range(config.epochs)
     ]

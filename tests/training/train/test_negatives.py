@@ -122,3 +122,29 @@ def test_top_ranked_is_the_prefix_of_a_full_stable_sort(k):
     scores[:, 10] = scores[:, 11]  # a tie inside the ranking keeps index order
     expected = np.argsort(-scores, axis=1, kind="stable")[:, :k]
     np.testing.assert_array_equal(top_ranked(scores, k), expected)
+
+
+def test_length_buckets_batch_pairs_of_like_length_and_use_each_pair_once():
+    """`length_buckets`: each batch is drawn from one length quantile (so it pads to its own length), every
+    pair is used once, the no-duplicate rule still holds, and the batches come in random order."""
+    rng = np.random.default_rng(0)
+    n, batch, buckets = 400, 20, 4
+    lengths = [int(x) for x in rng.integers(10, 1000, n)]
+    queries, docs = [f"q{i}" for i in range(n)], [f"d{i}" for i in range(n)]
+    batches = no_duplicate_batches(
+        queries, docs, batch, np.random.default_rng(1), lengths=lengths, buckets=buckets
+    )
+    assert sorted(i for b in batches for i in b) == list(range(n))  # each pair once
+    rank = {i: r for r, i in enumerate(sorted(range(n), key=lambda i: lengths[i]))}
+    quantile = [{rank[i] * buckets // n for i in b} for b in batches]
+    assert all(len(q) == 1 for q in quantile)  # one bucket per batch
+    order = [q.pop() for q in quantile]
+    assert order != sorted(order)  # shuffled across buckets, not bucket after bucket
+    plain = no_duplicate_batches(queries, docs, batch, np.random.default_rng(1))
+    spread = [max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in batches]
+    plain_spread = [max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in plain]
+    assert np.mean(spread) < np.mean(plain_spread) / 2  # what a batch pads to is much closer to its texts
+    assert (
+        no_duplicate_batches(queries, docs, batch, np.random.default_rng(1), lengths=lengths, buckets=0)
+        == plain
+    )
