@@ -9,7 +9,8 @@ included when the recipe has it), with timers around its parts rather than a cop
 post-hook on the embeddings, each transformer layer and the pooling (split into forwards with a graph and
 the no-graph forward GradCache adds), every `Tensor.backward`, and `optimizer.step`. `other` is what is
 left of the step (the loss, gradient clipping, Python). Cells are bench/training/train_step_cost.py's (one
-knob of the default recipe changed); batches are training pairs of --data with random corpus documents
+knob of the default recipe changed; --length-buckets overrides the cell's); batches are the trainer's
+no-duplicate batches of --data's training pairs (by length with --length-buckets), random corpus documents
 as the mined negatives (a step's cost depends on their lengths, not on how hard they are). Prints the
 median over --steps timed steps (after a warm-up) of each part, in seconds and as a share of the step.
 """
@@ -93,6 +94,7 @@ def run(data: Path, cell: str, steps: int) -> tuple[list[dict[str, float]], floa
     from contract.encoding.encoder import Encoder, document_text
     from training.data.beir import load_beir
     from training.data.retrieval_data import training_pairs
+    from training.train.negatives import no_duplicate_batches
     from training.train.step import build_loss, build_optimizer, optimizer_step
     from training.train.trainer import seed_everything
 
@@ -109,8 +111,16 @@ def run(data: Path, cell: str, steps: int) -> tuple[list[dict[str, float]], floa
     instrument(model, optimizer, timers)
     model.train()
     rng, rows = np.random.default_rng(0), []
+    drawn = no_duplicate_batches(
+        [p.query_id for p in pairs],
+        [p.positive_id for p in pairs],
+        config.batch_size,
+        rng,
+        lengths=[len(p.positive) for p in pairs],
+        buckets=config.length_buckets,
+    )  # the trainer's batches (training/train/step.py plan_steps), one epoch's worth, in its order
     for i in range(steps + 1):
-        batch = [pairs[int(j)] for j in rng.choice(len(pairs), config.batch_size, replace=False)]
+        batch = [pairs[j] for j in drawn[i % len(drawn)]]
         n_neg = config.batch_size * config.hard_negatives
         negs = [docs[int(j)] for j in rng.choice(len(docs), n_neg, replace=False)] if n_neg else []
         timers.parts.clear()
@@ -130,10 +140,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--data", type=Path, default=SCIFACT)
     parser.add_argument("--cell", default="default", choices=[c for c in CELLS if "query" not in c])
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--length-buckets", type=int, default=None, help="override the cell's length_buckets")
     args = parser.parse_args(argv)
+    if args.length_buckets is not None:
+        CELLS[args.cell] = CELLS[args.cell] | {"length_buckets": args.length_buckets}
     rows, padded = run(args.data, args.cell, args.steps)
     step = statistics.median(r["step"] for r in rows)
-    print(f"cell {args.cell!r} on {args.data.name}: {step:.2f} s/step (median of {len(rows)}), "
+    print(f"cell {args.cell!r} ({CELLS[args.cell]}) on {args.data.name}: {step:.2f} s/step (median of {len(rows)}), "
           f"padded tokens {padded:.1%} of all tokenised")  # fmt: skip
     parts = sorted({k for r in rows for k in r if k != "step"}, key=_order)
     for part in parts:
