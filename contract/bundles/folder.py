@@ -15,6 +15,7 @@ import fcntl
 import json
 import logging
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CURRENT_FILE = "CURRENT"
+# a version id and its newline, with room for a CRLF and stray spaces; anything longer is not one
+CURRENT_MAX_BYTES = 64
 GATE_LOG = "gate.jsonl"
 GATE_LOG_MAX_BYTES = 1 << 20  # gate.jsonl is rotated to gate.jsonl.1 beyond this (thousands of decisions)
 LOCK_FILE = ".lock"
@@ -100,17 +103,40 @@ class BundleFolder:
 
     # -- reading ------------------------------------------------------------------------------------
     def current_version(self) -> str | None:
-        """The version CURRENT names; None when there is no CURRENT; BundleInvalid when it is unreadable."""
+        """The version CURRENT names; None when there is no CURRENT; BundleInvalid when it is not one.
+
+        CURRENT is read as a version id and nothing else: a link (wherever it points), anything but a
+        regular file, or content that is not one version id is refused, and the message never repeats a
+        byte of it (GET /bundles is public and shows the error)."""
         path = self.root / CURRENT_FILE
         try:
-            version = path.read_bytes().decode("utf-8").strip()
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
         except FileNotFoundError:
             return None
-        except UnicodeDecodeError:
-            raise BundleInvalid(f"{CURRENT_FILE} is not UTF-8 text") from None
-        except OSError as exc:  # a folder named CURRENT, no permission, I/O error
-            raise BundleInvalid(f"{CURRENT_FILE} is unreadable ({exc.strerror or exc})") from None
-        return version or None
+        except OSError as exc:  # a link (ELOOP), no permission, I/O error
+            what = "a link" if path.is_symlink() else f"unreadable ({exc.strerror or type(exc).__name__})"
+            raise BundleInvalid(f"{CURRENT_FILE} is {what}: it must be a file naming one version") from None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise BundleInvalid(
+                    f"{CURRENT_FILE} is unreadable (not a regular file): it must be a file naming one version"
+                )
+            raw = os.read(fd, CURRENT_MAX_BYTES + 1)
+        except OSError as exc:
+            raise BundleInvalid(
+                f"{CURRENT_FILE} is unreadable ({exc.strerror or type(exc).__name__})"
+            ) from None
+        finally:
+            os.close(fd)
+        text = raw.strip()
+        if not text:
+            return None
+        version = text.decode("ascii", errors="replace")
+        if len(raw) > CURRENT_MAX_BYTES or not VERSION_RE.match(version):
+            raise BundleInvalid(
+                f"{CURRENT_FILE} does not hold a version id ({len(raw)} bytes that are not one)"
+            )
+        return version
 
     def version_path(self, version: str) -> Path:
         if not VERSION_RE.match(version):

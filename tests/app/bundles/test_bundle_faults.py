@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from app.main import create_app
@@ -45,9 +46,9 @@ def test_unreadable_current_is_a_failed_load_logged_once_and_cleared_when_repair
     with TestClient(create_app(make_settings(bundles, reload_poll_seconds=0.02))) as client:
         _point(bundles, b"\xff\xfe not utf-8\n")
         failure = wait_until(lambda: client.get("/bundles").json()["last_failed_load"], what="the failure")
-        assert failure["version"] == "CURRENT" and "UTF-8" in failure["error"]
+        assert failure["version"] == "CURRENT" and "not hold a version id" in failure["error"]
         time.sleep(0.3)  # ~15 more polls
-        assert _failures(caplog, "UTF-8") == 1
+        assert _failures(caplog, "not hold a version id") == 1
         assert client.post("/search", json={"query": "x"}).json()["version"] == a  # still serving
         (bundles / "CURRENT").unlink()
         (bundles / "CURRENT").mkdir()  # a directory where the pointer should be
@@ -64,6 +65,34 @@ def test_unreadable_current_is_a_failed_load_logged_once_and_cleared_when_repair
         (bundles / "CURRENT").rmdir()
         _point(bundles, f"{a}\n".encode())
         wait_until(lambda: client.get("/bundles").json()["last_failed_load"] is None, what="recovery")
+
+
+MARKER = "ZQX-secret-line-7731"
+
+
+@pytest.mark.parametrize("shape", ["link", "long", "text", "link-to-version"])
+def test_current_is_read_as_a_version_name_and_never_echoed(tmp_path, staged, shape):
+    """Issue 43 item 3: whatever CURRENT holds or points at, GET /bundles (public) shows none of its bytes."""
+    bundles = tmp_path / "bundles"
+    a = publish(staged["A"], bundles)
+    secret = tmp_path / "secret.txt"
+    secret.write_text(f"{MARKER}\nroot:x:0:0:{tmp_path}\n")
+    (bundles / "CURRENT").unlink()
+    if shape == "link":
+        (bundles / "CURRENT").symlink_to(secret)
+    elif shape == "link-to-version":  # even a link to a good pointer is not followed
+        (tmp_path / "elsewhere").write_text(a + "\n")
+        (bundles / "CURRENT").symlink_to(tmp_path / "elsewhere")
+    elif shape == "long":
+        (bundles / "CURRENT").write_text(a + "\n" + MARKER * 100)
+    else:
+        (bundles / "CURRENT").write_text(MARKER + "\n")
+    with TestClient(create_app(make_settings(bundles, reload_poll_seconds=0))) as client:
+        body = client.get("/bundles").text
+        assert client.get("/bundles").status_code == 200
+        assert MARKER not in body and "root:x" not in body and str(tmp_path) not in body
+        assert "CURRENT" in client.get("/bundles").json()["last_failed_load"]["error"]
+        assert client.post("/search", json={"query": "x"}).json()["version"] == a  # the fallback serves
 
 
 def test_malformed_gate_records_and_manifests_are_listed_as_unreadable(tmp_path, staged):
