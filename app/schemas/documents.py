@@ -8,7 +8,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from app.schemas.search import INT64_MAX, INT64_MIN, Text
+from app.schemas.search import INT64_MAX, INT64_MIN
+from app.schemas.text import Text, valid_unicode
 
 MAX_ID_CHARS = 512
 MAX_METADATA_DEPTH = 32  # json_extract paths and the JSON encoder stay far from their recursion limits
@@ -20,8 +21,8 @@ def _json_value(value: Any, depth: int = 0) -> Any:
         raise ValueError(f"nested deeper than {MAX_METADATA_DEPTH} levels")
     if isinstance(value, str):
         try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
+            valid_unicode(value)
+        except ValueError:
             raise ValueError("contains a string that is not valid Unicode (lone surrogate)") from None
     elif isinstance(value, bool) or value is None:
         pass

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator
 
-from app.schemas.search import Text
+from app.schemas.text import Text, valid_unicode
 
 EmbedKind = Literal["query", "document"]
 # documents may be longer than queries (SEARCH_MAX_QUERY_CHARS applies to queries; every text is cut at the
@@ -123,6 +123,10 @@ class OpenAIEmbeddingRequest(BaseModel):
             for i, text in enumerate(v):
                 if not 1 <= len(text) <= MAX_TEXT_CHARS:
                     raise ValueError(f"input[{i}]: a text of 1 to {MAX_TEXT_CHARS} characters")
+                try:
+                    valid_unicode(text)  # the check /embed and /search apply (app/schemas/text.py)
+                except ValueError as exc:
+                    raise ValueError(f"input[{i}] {exc}") from None
             return list(v)
         for i, row in enumerate(v):
             if not isinstance(row, list) or not row or not all(_is_id(x) for x in row):

@@ -6,8 +6,9 @@ import math
 from typing import Annotated, Any, Literal
 
 from fastapi.openapi.models import Example
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
+from app.schemas.text import Text, valid_unicode
 from contract.bundles.report_schema import GapReport
 from contract.defaults import MAX_DEPTH, MAX_QUERY_CHARS
 
@@ -25,18 +26,9 @@ MAX_FILTER_VALUES = 10_000
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1  # SQLite integers are 64-bit
 
 
-def _unicode(text: str) -> str:
-    """Refuse lone surrogates (valid JSON escapes, not valid Unicode): nothing downstream can encode them."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"is not valid Unicode (lone surrogate at character {exc.start})") from None
-    return text
-
-
 def _scalar(value: Any) -> Any:
     if isinstance(value, str):
-        return _unicode(value)
+        return valid_unicode(value)
     if isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
         raise ValueError("integers must fit in 64 bits")
     if isinstance(value, float) and not math.isfinite(value):
@@ -44,7 +36,6 @@ def _scalar(value: Any) -> Any:
     return value
 
 
-Text = Annotated[str, AfterValidator(_unicode)]
 Int64 = Annotated[int, Field(ge=INT64_MIN, le=INT64_MAX)]
 
 

@@ -83,6 +83,30 @@ def test_bad_bodies_are_422_in_the_one_error_shape(client, case):
     assert ok.status_code == 200
 
 
+SURROGATES = [b'"\\udfff"', b'"\\ud800"', b'"a\\udfffb"', b'"\\ud83d tail"']
+TEXT_ROUTES = ["/embed", "/v1/embeddings", "/collections/default/embed", "/collections/default/v1/embeddings"]
+
+
+@pytest.mark.parametrize("route", TEXT_ROUTES)
+@pytest.mark.parametrize("text", SURROGATES)
+@pytest.mark.parametrize("shape", ["alone", "in a list", "after a good text"])
+def test_a_lone_surrogate_is_422_on_every_text_route(client, route, text, shape):
+    """Issue 43 item 4: /v1/embeddings answered 500 (the tokenizer raised); every text route shares one
+    check (app/schemas/text.py), so each refuses the same input in the same words, naming the item."""
+    value = {"alone": text, "in a list": b"[" + text + b"]", "after a good text": b'["ok", ' + text + b"]"}[
+        shape
+    ]
+    r = client.post(route, content=b'{"input": ' + value + b"}", headers=JSON)
+    assert r.status_code == 422, r.text
+    message = r.json()["error"]["message"]
+    assert (
+        "not valid Unicode (lone surrogate" in message
+        and ("1" if shape == "after a good text" else "0") in message
+    )
+    ok = client.post(route, json={"input": ["still fine"]})
+    assert ok.status_code == 200
+
+
 def test_a_vector_of_another_dimension_is_409_in_the_one_error_shape(client):
     """Well-formed, but not the live model's dimension (which the spec cannot state: a hot swap may
     change it): 409 dimension_mismatch (issue 27, item 12)."""

@@ -43,18 +43,15 @@ def no_duplicate_batches(
     of a query already there, and no document already there is a known positive of its query. Pairs
     that conflict wait for the next batch, so every pair is used exactly once per epoch, except in
     batches smaller than `min_size` (the tail of an epoch where one query has many positives; a single
-    pair has no in-batch negative), which are dropped.
-
-    `buckets` > 1 with `lengths` (one per pair): the shuffled pairs are regrouped by length quantile, so
-    consecutive batches come from one bucket (random within it), and the batches are shuffled at the end.
+    pair has no in-batch negative), which are dropped. `buckets` > 1 with `lengths` (one per pair): each
+    batch is drawn from one length quantile (random within it), and the batches are shuffled at the end.
     """
     if len(query_keys) != len(doc_keys):
         raise ValueError("query_keys and doc_keys must have the same length")
     positives = positives or {}
     order = rng.permutation(len(query_keys))
-    if buckets > 1 and lengths is not None and len(order) > 1:
-        ranks = np.argsort(np.argsort(np.asarray(lengths)[order], kind="stable"), kind="stable")
-        order = order[np.argsort(ranks * buckets // len(order), kind="stable")]  # random within a bucket
+    if buckets > 1 and lengths is not None:
+        order = _by_length_bucket(order, lengths, buckets)
     pending = [int(i) for i in order]
     batches: list[list[int]] = []
     while pending:
@@ -83,13 +80,19 @@ def no_duplicate_batches(
         batches.append(batch)
         pending = deferred
     kept = [b for b in batches if len(b) >= min_size]
-    if buckets > 1 and lengths is not None:  # bucket by bucket no more: steps alternate lengths at random
+    if buckets > 1 and lengths is not None:  # steps alternate lengths at random, not bucket by bucket
         kept = [kept[int(i)] for i in rng.permutation(len(kept))]
     if len(kept) < len(batches):
-        logger.debug(
-            "dropped %d batch(es) under %d pairs (no in-batch negative)", len(batches) - len(kept), min_size
-        )
+        logger.debug("dropped %d batch(es) under %d pairs (no negative)", len(batches) - len(kept), min_size)
     return kept
+
+
+def _by_length_bucket(order: np.ndarray, lengths: Sequence[int], buckets: int) -> np.ndarray:
+    """`order` regrouped by length quantile (shortest bucket first), still shuffled within each bucket."""
+    if len(order) < 2:
+        return order
+    ranks = np.argsort(np.argsort(np.asarray(lengths)[order], kind="stable"), kind="stable")
+    return order[np.argsort(ranks * buckets // len(order), kind="stable")]
 
 
 def random_negatives(
