@@ -9,6 +9,20 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from contract.limits import (
+    MAX_BATCH,
+    MAX_COUNT,
+    MAX_EPOCHS,
+    MAX_GRAD_NORM,
+    MAX_LR,
+    MAX_MARGIN,
+    MAX_NEGATIVES_PER_PAIR,
+    MAX_SEED,
+    MAX_STEPS,
+    MAX_TEMPERATURE,
+    MAX_WEIGHT_DECAY,
+)
+
 SPLIT_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"  # contract.jobs.confine checks the same
 # The one default InfoNCE temperature τ (sentence-transformers' MultipleNegativesRankingLoss scale 20).
 # It lives here, in a base module, because TrainConfig sits below every layer; everything else reads it as
@@ -19,7 +33,7 @@ DEFAULT_TEMPERATURE = 0.05
 class TrainConfig(BaseModel):
     """Hyper-parameters of one fine-tuning run. Written to `<out>/config.json` and into bundles."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     # data (split names are plain names, never paths: they are joined into qrels/<split>.tsv)
     train_split: str = Field(
@@ -47,6 +61,7 @@ class TrainConfig(BaseModel):
     )
     corpus_title_pairs: int = Field(
         0,
+        le=MAX_COUNT,
         ge=0,
         description="Add n unsupervised pairs from the corpus itself: a document's title as a pseudo-query "
         "for its body text (title removed). Uses no queries or labels, only the corpus that gets indexed "
@@ -54,6 +69,7 @@ class TrainConfig(BaseModel):
     )
     corpus_sentence_pairs: int = Field(
         0,
+        le=MAX_COUNT,
         ge=0,
         description="Add n unsupervised pairs from the corpus: one sentence of a document as a pseudo-query "
         "for the rest of it (inverse cloze).",
@@ -75,6 +91,7 @@ class TrainConfig(BaseModel):
     )
     temperature: float = Field(
         DEFAULT_TEMPERATURE,
+        le=MAX_TEMPERATURE,
         gt=0,
         description="InfoNCE temperature τ (MultipleNegativesRankingLoss scale = 1/τ, 20 at the default); "
         "AnInfoNCE starts at Λ = 1/τ.",
@@ -98,6 +115,7 @@ class TrainConfig(BaseModel):
     )
     lambda_lr: float = Field(
         1e-2,
+        le=MAX_LR,
         gt=0,
         description="Learning rate of the loss's own parameters: AnInfoNCE's w (Λ = softplus(w)) or a learned τ.",
     )
@@ -116,6 +134,7 @@ class TrainConfig(BaseModel):
     # negatives
     random_negatives: int = Field(
         0,
+        le=MAX_COUNT,
         ge=0,
         description="Extra negatives per batch: k corpus documents drawn uniformly (never a batch query's "
         "positive).",
@@ -126,37 +145,45 @@ class TrainConfig(BaseModel):
     # the time but loses 0.030 on scifact; 64 training tokens halve a step and lose 0.005 / 0.008.
     hard_negatives: int = Field(
         3,
+        le=MAX_NEGATIVES_PER_PAIR,
         ge=0,
         description="Mined negatives per training pair, ranked by the base model (0 disables mining).",
     )
     hard_negative_rank_min: int = Field(
         3,
+        le=MAX_COUNT,
         ge=0,
         description="Skip ranks below this when mining: the very top often holds unlabelled positives.",
     )
     hard_negative_rank_max: int = Field(
         50,
+        le=MAX_COUNT,
         ge=1,
         description="Sample hard negatives among the ranks [hard_negative_rank_min, hard_negative_rank_max).",
     )
     hard_negative_margin: float = Field(
         0.05,
+        le=MAX_MARGIN,
         ge=0.0,
         description="Drop candidates scoring above (positive's score − margin): likely false negatives.",
     )
 
     # optimisation
     # 2 epochs: scifact validation nDCG@10 0.6467 vs 0.6413 at 3 (bench/training/recipe_search.py)
-    epochs: int = Field(2, ge=1, description="Passes over the training pairs.")
+    epochs: int = Field(2, le=MAX_EPOCHS, ge=1, description="Passes over the training pairs.")
     batch_size: int = Field(
         32,
+        le=MAX_BATCH,
         ge=2,
         description="(query, positive) pairs per step; each query sees batch_size − 1 in-batch negatives.",
     )
     # 6e-5 with 3 mined negatives: see hard_negatives
-    lr: float = Field(6e-5, gt=0, description="Peak learning rate of the encoder (AdamW).")
+    lr: float = Field(6e-5, le=MAX_LR, gt=0, description="Peak learning rate of the encoder (AdamW).")
     weight_decay: float = Field(
-        0.01, ge=0, description="AdamW weight decay (not applied to biases and LayerNorm weights)."
+        0.01,
+        le=MAX_WEIGHT_DECAY,
+        ge=0,
+        description="AdamW weight decay (not applied to biases and LayerNorm weights).",
     )
     warmup_ratio: float = Field(
         0.1,
@@ -165,7 +192,10 @@ class TrainConfig(BaseModel):
         description="Share of the steps with a linear learning-rate warmup; then linear decay to 0.",
     )
     max_grad_norm: float = Field(
-        1.0, ge=0, description="Clip the encoder's gradient norm at this value; 0 disables clipping."
+        1.0,
+        le=MAX_GRAD_NORM,
+        ge=0,
+        description="Clip the encoder's gradient norm at this value; 0 disables clipping.",
     )
     # on: a default step's peak resident memory 1.9 GB instead of 7.0 GB, for 1.39x its seconds (scifact,
     # 32 pairs x 3 mined negatives, 128 tokens: bench/training/train_step_cost.py, bench/results/train_step_cost.txt)
@@ -175,14 +205,20 @@ class TrainConfig(BaseModel):
         "mini_batch_size; the batch size is no longer bounded by memory. Off: one forward pass instead of "
         "two, about a quarter less time a step, about 3.7x the memory.",
     )
-    mini_batch_size: int = Field(16, ge=1, description="Texts embedded at once under grad_cache.")
+    mini_batch_size: int = Field(
+        16, le=MAX_BATCH, ge=1, description="Texts embedded at once under grad_cache."
+    )
     max_steps: int | None = Field(
         None,
+        le=MAX_STEPS,
         ge=1,
         description="Stop after this many optimiser steps (tests, smoke runs); the schedule is fitted to it.",
     )
     seed: int = Field(
-        0, description="Seed of python, numpy and torch: batches, negatives and dropout are reproducible."
+        0,
+        ge=0,
+        le=MAX_SEED,
+        description="Seed of python, numpy and torch: batches, negatives and dropout are reproducible.",
     )
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto",
@@ -200,6 +236,7 @@ class TrainConfig(BaseModel):
     # evaluation / report
     eval_max_queries: int | None = Field(
         None,
+        le=MAX_COUNT,
         ge=1,
         description="Evaluate on a seeded subsample of this many held-out queries (tests, quick runs).",
     )

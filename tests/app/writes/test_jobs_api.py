@@ -6,6 +6,7 @@ What a worker does with the jobs is proven in tests/test_jobs_e2e.py; here: the 
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -162,3 +163,36 @@ def test_the_old_tower_option_is_still_accepted_and_the_spec_marks_it_deprecated
     options = client.get("/openapi.json").json()["components"]["schemas"]["RetrainOptions"]["properties"]
     assert options["tower"].get("deprecated") is True
     assert "retrain_scope" in options and not options["retrain_scope"].get("deprecated")
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("lr", float("inf")),
+        ("lr", float("nan")),
+        ("query_lr", float("inf")),
+        ("max_steps", 2**70),
+        ("epochs", 10**9),
+        ("query_epochs", 10**9),
+        ("batch_size", 10**9),
+        ("query_report_pool", 10**12),
+        ("query_lora_alpha", 10**12),
+        ("seed", -1),
+    ],
+)
+def test_a_job_option_past_its_bound_is_422_naming_it(client, option, value):
+    """Issue 43 item 5: these were accepted (202) and left to run away; the bound is in contract/limits.py."""
+    body = {"type": "retrain", "dataset": "mini", "options": {option: value}}
+    r = client.post("/jobs", content=json.dumps(body), headers=KEY | {"content-type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert r.json()["error"]["message"].startswith(f"options.{option}")
+
+
+def test_every_numeric_job_option_states_its_bound_in_the_spec(client):
+    spec = client.get("/openapi.json").json()["components"]["schemas"]
+    for model in ("RetrainOptions", "ReindexOptions"):
+        for name, prop in spec[model]["properties"].items():
+            branches = [prop, *prop.get("anyOf", [])]
+            if not any(b.get("type") in ("integer", "number") for b in branches):
+                continue
+            assert any("maximum" in b or "exclusiveMaximum" in b for b in branches), f"{model}.{name}"
