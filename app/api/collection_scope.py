@@ -12,13 +12,14 @@ load, `X-Collection-Load-Ms`.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Request, Response, params
 from fastapi import Path as PathParam
 from fastapi.routing import APIRoute
 
+from app.api.deps import require_api_key
 from app.live.collections import CollectionRegistry
 from contract.defaults import DEFAULT_COLLECTION
 
@@ -68,6 +69,15 @@ def _with_collection_errors(responses: dict[int | str, Any]) -> dict[int | str, 
     return out
 
 
+def _key_first(dependencies: Sequence[params.Depends]) -> list[params.Depends]:
+    """The route's own dependencies behind `use_collection`, but its API key check before it: a request
+    without the key is 401 whether or not the collection exists (a 404 first would tell who asks which
+    collections exist)."""
+    key = [d for d in dependencies if d.dependency is require_api_key]
+    rest = [d for d in dependencies if d.dependency is not require_api_key]
+    return [*key, Depends(use_collection), *rest]
+
+
 def scoped_router(routers: Iterable[APIRouter], *, skip: Iterable[str] = ()) -> APIRouter:
     """A copy of each route of `routers` (all but the paths in `skip`) under PREFIX, behind
     `use_collection`: the same endpoint, response model, status, responses and summary. Copied rather
@@ -85,7 +95,7 @@ def scoped_router(routers: Iterable[APIRouter], *, skip: Iterable[str] = ()) -> 
                 response_model=r.response_model,
                 status_code=r.status_code,
                 tags=list(r.tags),
-                dependencies=[Depends(use_collection), *r.dependencies],
+                dependencies=_key_first(r.dependencies),
                 summary=r.summary,
                 description=r.description,
                 response_description=r.response_description,

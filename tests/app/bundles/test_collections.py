@@ -461,3 +461,24 @@ def test_bundles_with_the_same_files_share_one_loaded_encoder_and_query_tower(
     d2 = load_bundle(two / publish(staged_distilled, two))
     assert load_encoder_backend(d1, "static") is load_encoder_backend(d2, "static")
     assert load_encoder_backend(d1, "distilled") is load_encoder_backend(d2, "distilled")
+
+
+def test_a_protected_route_is_401_before_the_collection_is_looked_up(tmp_path):
+    """Issue 43 item 8: without the key, an unknown collection answered 404 and a known one 401, which told
+    anyone which collections exist; now every protected operation of the spec says 401 for both."""
+    with TestClient(_app(tmp_path)) as client:
+        spec = client.get("/openapi.json").json()["paths"]
+        protected = [
+            (method, path)
+            for path, ops in spec.items()
+            if path.startswith("/collections/{collection}/")
+            for method, op in ops.items()
+            if op.get("security") and method != "get"  # a GET with a key only shows more
+        ]
+        assert len(protected) >= 6  # writes, deletes, jobs, activation
+        for method, path in protected:
+            url = path.replace("{doc_id}", "x").replace("{version}", "20260101T000000.000000Z-abcdef")
+            url = url.replace("{job_id}", "0" * 32)
+            for name in ("docs", "no-such-collection"):
+                r = client.request(method.upper(), url.replace("{collection}", name), json={})
+                assert r.status_code == 401, (method, url, name, r.text)
