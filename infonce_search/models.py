@@ -214,6 +214,7 @@ class JobDetail(JobSummary):
     gate_reason: str | None = None
     retrain_scope: str | None = None  # what a retrain trained: full or query
     tower: str | None = None  # retrain_scope's deprecated name (the same value)
+    scope_reason: str | None = None  # why a retrain trained that scope
     error: str | None = None
     worker: str | None = None
     heartbeat_at: float | None = None

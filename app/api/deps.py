@@ -71,16 +71,21 @@ def given_keys(request: Request) -> list[str]:
     return [k for k in keys if k]
 
 
-def has_api_key(request: Request, settings: SettingsDep) -> bool:
+def has_api_key(request: Request) -> bool:
     """Read routes with more detail for the key holder: False without a key, 403 for a wrong one."""
     if not given_keys(request):
         return False
-    require_api_key(request, settings)
+    require_api_key(request)
     return True
 
 
-def require_api_key(request: Request, settings: SettingsDep) -> None:
-    """Mutating routes: header `X-API-Key: <key>` or `Authorization: Bearer <key>`."""
+def require_api_key(request: Request) -> None:
+    """Mutating routes: header `X-API-Key: <key>` or `Authorization: Bearer <key>`.
+
+    The settings are read from the request, not through SettingsDep: a collection route checks the key
+    before `use_collection` puts the collection's settings on the request (app/api/collection_scope.py),
+    and FastAPI would cache the server's settings for the rest of the request. The key is the server's."""
+    settings: Settings = request.state.settings
     if settings.api_key is None:
         raise WrongApiKeyError(
             "this server has no API key configured (SEARCH_API_KEY), so mutating routes are disabled"
