@@ -177,6 +177,13 @@ class Settings(JobSettings):
     reload_poll_seconds: float = Field(
         2.0, ge=0.0, description="How often CURRENT is checked for a new live version (0 = never poll)."
     )
+    scrub_interval_s: float = Field(
+        3600.0,
+        ge=0.0,
+        description="How often the live bundle's files are re-hashed against the manifest's sha256, off the "
+        "event loop (0 = never). A mismatch marks the replica not-ready and it falls back. Costs one read of "
+        "the bundle: about 3 s per GB at the rate bench/index/scrub_bench.py measured (docs/security.md).",
+    )
     canary_query: str = Field(
         "what is the effect of vitamin d on bone density",
         min_length=1,
