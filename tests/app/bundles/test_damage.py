@@ -94,8 +94,9 @@ def test_a_fallback_skips_a_version_that_hard_links_the_damaged_file(tmp_path, s
     caplog.set_level(logging.INFO)
     bundles = tmp_path / "bundles"
     oldest = publish(staged["B"], bundles)
-    sharer = publish(staged["A"], bundles)
-    live = publish(_restamped(staged["A"], tmp_path), bundles)
+    # restamped: version ids newer than B's, so the fallback meets the sharer first
+    sharer = publish(_restamped(staged["A"], tmp_path / "sharer"), bundles)
+    live = publish(_restamped(staged["A"], tmp_path / "live"), bundles)
     _private(bundles / live / "index.faiss")
     (bundles / sharer / "index.faiss").unlink()
     os.link(bundles / live / "index.faiss", bundles / sharer / "index.faiss")
