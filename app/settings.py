@@ -182,7 +182,7 @@ class Settings(JobSettings):
         ge=0.0,
         description="How often the live bundle's files are re-hashed against the manifest's sha256, off the "
         "event loop (0 = never). A mismatch marks the replica not-ready and it falls back. Costs one read of "
-        "the bundle: about 3 s per GB at the rate bench/index/scrub_bench.py measured (docs/security.md).",
+        "the bundle: 630 MB/s of sha256 on one core, 2.4 s for a flat 1M x 384 index (bench scrub_bench).",
     )
     canary_query: str = Field(
         "what is the effect of vitamin d on bone density",

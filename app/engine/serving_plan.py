@@ -21,8 +21,8 @@ an acknowledged write must be found by the next search. SEARCH_WORKERS / SEARCH_
 Each worker holds its own copy of the FAISS index in memory (app/live/hot_swap.py loads bundles with
 mmap=False). Until issue 43 it was memory-mapped so the workers shared its pages, but a live index.faiss
 truncated under the map killed the process with SIGBUS on the next search; a copy cannot fault. The price
-is the index's size once per worker (a flat 1M x 384 float32 index: 1.5 GB each; bench/index/scrub_bench.py
-prints the two workers' memory both ways), which only the light encoders' plan (several workers) pays.
+is the index's size once per worker (a flat 1M x 384 float32 index: 1.5 GB each, n x dim x 4 bytes; not
+measured here), which only the light encoders' plan (several workers) pays.
 """
 
 from __future__ import annotations

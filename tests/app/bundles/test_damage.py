@@ -163,7 +163,9 @@ def test_current_is_read_as_a_version_id_and_never_echoed(tmp_path, staged, kind
     marker = f"MARKER-{uuid.uuid4().hex}"
     secret = tmp_path / "secret.txt"
     secret.write_text(f"PRETTY_NAME={marker}\n" * (1 if kind != "long" else 20))
-    with TestClient(create_app(make_settings(bundles, reload_poll_seconds=0.02, scrub_interval_s=0))) as client:
+    with TestClient(
+        create_app(make_settings(bundles, reload_poll_seconds=0.02, scrub_interval_s=0))
+    ) as client:
         assert client.get("/bundles").json()["current"] == live
         tmp = bundles / "CURRENT.lnk"
         if kind == "link":
