@@ -279,7 +279,7 @@ class HotSwap:
                 continue
             if self.live is not None and self.live.version == info.version:
                 continue
-            if avoid and await asyncio.to_thread(self._shares_damage, info.version, avoid):
+            if await asyncio.to_thread(self._shares_damage, info.version, avoid):
                 continue
             async with self._lock:
                 try:
@@ -296,6 +296,8 @@ class HotSwap:
 
     def _shares_damage(self, version: str, avoid: frozenset[tuple[int, int]]) -> bool:
         """Whether a file of `version` is one of the damaged inodes (blocking: a stat per file)."""
+        if not avoid:
+            return False
         root = self.folder.root / version
         for folder, _, names in os.walk(root):
             for name in names:
