@@ -177,6 +177,13 @@ class Settings(JobSettings):
     reload_poll_seconds: float = Field(
         2.0, ge=0.0, description="How often CURRENT is checked for a new live version (0 = never poll)."
     )
+    scrub_interval_s: float = Field(
+        3600.0,
+        ge=0.0,
+        description="How often the live bundle's files are re-hashed against the manifest's sha256, off the "
+        "event loop (0 = never). A mismatch marks the replica not-ready and it falls back. Costs one read of "
+        "the bundle: 630 MB/s of sha256 on one core, 2.4 s for a flat 1M x 384 index (bench scrub_bench).",
+    )
     canary_query: str = Field(
         "what is the effect of vitamin d on bone density",
         min_length=1,

@@ -28,6 +28,7 @@ BENCHES: dict[str, str] = {
     "milvus_bench": "bench.index.milvus_bench",
     "corpus_encode_bench": "bench.index.corpus_encode_bench",
     "hybrid_scifact": "bench.index.hybrid_scifact",
+    "scrub_bench": "bench.index.scrub_bench",
     # training
     "device_bench": "bench.training.device_bench",
     "train_scifact": "bench.training.train_scifact",

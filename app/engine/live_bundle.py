@@ -40,7 +40,7 @@ from app.engine.search_spec import (
 from app.schemas.search import Hit
 from app.settings import Settings
 from contract.bundles import parts
-from contract.bundles.bundle import Bundle, mismatches
+from contract.bundles.bundle import DOCS_FILE, Bundle, mismatches
 from contract.defaults import MAX_NDCG_LOSS
 from contract.encoding.encoder import Encoder, TextKind
 from contract.errors import BundleDamaged
@@ -92,6 +92,7 @@ class LiveBundle:
     # why a part of this bundle failed while serving (None: it did not); `on_damage` hears it once, from
     # whichever thread met it (app/live/hot_swap.py turns the replica not-ready and falls back)
     damage: str | None = None
+    damaged_files: tuple[str, ...] = ()  # relative to the bundle folder, when the damage names them
     on_damage: Callable[[str], None] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -100,11 +101,12 @@ class LiveBundle:
         self.max_tokens = self.tokenize.max_length
         # the query encoder encodes the request's ids (no tokenisation of its own), when it can read them
         self.shares_ids = shares_tokenizer(self.query_encoder, self.tokenize)
-        self.bundle.docstore.on_damage = self.report_damage
+        self.bundle.docstore.on_damage = partial(self.report_damage, files=(DOCS_FILE,))
 
-    def report_damage(self, message: str) -> None:
+    def report_damage(self, message: str, files: Sequence[str] = ()) -> None:
         if self.damage is not None:
             return
+        self.damaged_files = tuple(files)
         self.damage = message
         logger.error("bundle %s: %s", self.version, message)
         if self.on_damage is not None:
@@ -112,17 +114,36 @@ class LiveBundle:
 
     def damage_problems(self) -> list[str]:
         """Readiness of the parts a request reads from disk (blocking): files unchanged since they loaded,
-        the document store's first and last rows readable; a failure found here is reported as damage."""
+        the document store's first and last rows readable; a failure found here is reported as damage.
+
+        A file whose stat changed is hashed against the manifest (parts.damaged_files): `touch` is not
+        damage, a size change is at once, different bytes are after one hash."""
         b = self.bundle
         if self.damage is None and Path(b.path).is_dir():  # a deleted folder: consistency_problems says so
-            changed = parts.changed_files(Path(b.path), b.file_stats)
+            changed = parts.damaged_files(Path(b.path), b.manifest.files, b.file_stats)
             if changed:
                 shown = ", ".join(f"{self.version}/{rel}" for rel in changed[:5])
-                self.report_damage(f"{shown} changed on disk since the bundle loaded")
+                self.report_damage(f"{shown} changed on disk since the bundle loaded", changed)
             else:
                 with contextlib.suppress(BundleDamaged):  # reported by the docstore itself
                     b.docstore.probe()
         return [] if self.damage is None else [f"bundle {self.version} is damaged: {self.damage}"]
+
+    def scrub(self) -> list[str]:
+        """Hash every file of the bundle against the manifest's sha256 (blocking: reads the whole bundle,
+        bench/index/scrub_bench.py measures the rate); damage found is reported. Returns the damaged files.
+
+        A flipped byte keeps size and mtime, so no stat shows it: only reading the bytes does. The copy
+        in memory serves on meanwhile; what the scrub protects is the next load (a fallback, a restart,
+        another replica) and the operator's knowledge that the disk is going bad."""
+        b = self.bundle
+        if self.damage is not None or not Path(b.path).is_dir():
+            return list(self.damaged_files)
+        bad = parts.verify_files(Path(b.path), b.manifest.files, b.file_stats)
+        if bad:
+            shown = ", ".join(f"{self.version}/{rel}" for rel in bad[:5])
+            self.report_damage(f"{shown} no longer match the manifest's sha256 (scrub)", bad)
+        return bad
 
     @property
     def version(self) -> str:

@@ -18,8 +18,11 @@ keeps the process count until restart. Document writes (SEARCH_API_KEY set) keep
 worker process sees a write only on its next poll of the mutation log (SEARCH_RELOAD_POLL_SECONDS), and
 an acknowledged write must be found by the next search. SEARCH_WORKERS / SEARCH_ENCODER_THREADS override.
 
-The FAISS index is memory-mapped (app/live/hot_swap.py loads bundles with mmap=True), so the workers share
-its pages in the OS cache instead of holding one copy each.
+Each worker holds its own copy of the FAISS index in memory (app/live/hot_swap.py loads bundles with
+mmap=False). Until issue 43 it was memory-mapped so the workers shared its pages, but a live index.faiss
+truncated under the map killed the process with SIGBUS on the next search; a copy cannot fault. The price
+is the index's size once per worker (a flat 1M x 384 float32 index: 1.5 GB each, n x dim x 4 bytes; not
+measured here), which only the light encoders' plan (several workers) pays.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ class ServingPlan:
     expected_encoder: str | None  # what `auto` (or the setting) will serve, as the manifest says
     reason: str
     launcher: str = "python -m app.serve"
-    index: str = "FAISS memory-mapped: the workers share its pages"
+    index: str = "FAISS read into memory: one copy per worker (a damaged file cannot fault it)"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

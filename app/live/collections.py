@@ -37,6 +37,7 @@ from app.metrics import AppMetrics
 from app.settings import Settings
 from contract.bundles.bundle import INDEX_FILE, LEXICAL_DIR, MODEL_DIR, VERSION_RE, read_manifest
 from contract.bundles.collections import DEFAULT_COLLECTION, Collections, collection_milvus_name
+from contract.bundles.folder import CURRENT_FILE, read_current
 from contract.encoding.shared_models import files_key
 from contract.errors import CollectionNotFound, InfonceSearchError
 from contract.index.backend import MILVUS_EXTRAS, is_milvus
@@ -318,9 +319,9 @@ class CollectionRegistry:
             "created_at": self.collections.meta(name).get("created_at"),
             "dataset": self.collections.meta(name).get("dataset"),
         }
-        try:
-            out["current"] = (folder / "CURRENT").read_text(encoding="utf-8").strip() or None
-        except (OSError, UnicodeDecodeError):
+        try:  # read as a version id only: this listing is public (contract.bundles.folder.read_current)
+            out["current"] = read_current(folder / CURRENT_FILE)
+        except InfonceSearchError:
             out["current"] = None
         if loaded is not None:
             live = loaded.hot_swap.live
@@ -343,8 +344,8 @@ class CollectionRegistry:
             loaded = self.loaded.get(name)
             if loaded is None:
                 try:
-                    current = (self.collections.folder(name) / "CURRENT").read_text().strip() or None
-                except (OSError, UnicodeDecodeError, InfonceSearchError):
+                    current = read_current(self.collections.folder(name) / CURRENT_FILE)
+                except InfonceSearchError:
                     current = None
                 out[name] = {"status": "unloaded" if current else "empty", "version": current}
                 continue
@@ -404,7 +405,7 @@ class CollectionRegistry:
                 return
             try:
                 folder = self.collections.folder(target)
-                version = (folder / "CURRENT").read_text(encoding="utf-8").strip()
+                version = read_current(folder / CURRENT_FILE)
                 manifest = read_manifest(folder / version) if version else None
             except (OSError, InfonceSearchError):
                 continue

@@ -75,6 +75,7 @@ class HotSwap:
         self.fallback_from: str | None = None  # CURRENT's version that failed at startup, while serving older
         self._lock = asyncio.Lock()  # one load at a time
         self._poller: asyncio.Task[None] | None = None
+        self._scrubber: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # where damage reported by threads is handled
         self._recovery: asyncio.Task[None] | None = None
         self.mutations = MutationApplier(
@@ -128,9 +129,11 @@ class HotSwap:
     def _open(self, version: str) -> LiveBundle:
         """Blocking: load + validate + pick the query encoder + canary. Raises on any problem."""
         started = time.perf_counter()
-        # memory-mapped FAISS: worker processes of one host share the index's pages (python -m app.serve)
+        # read into memory, never memory-mapped: a live file truncated under a map turns the next search
+        # into SIGBUS, which kills the process with nothing logged (issue 43); read, any damage to the file
+        # is only damage to report (LiveBundle.damage_problems, the scrub) while this copy keeps serving
         bundle = load_bundle(
-            self.folder.version_path(version), mmap=True, index_opener=self.folder.index_opener()
+            self.folder.version_path(version), mmap=False, index_opener=self.folder.index_opener()
         )
         if bundle.version != version:
             raise BundleInvalid(f"{bundle.path}: manifest says version {bundle.version}, folder is {version}")
@@ -260,11 +263,13 @@ class HotSwap:
         return live
 
     # -- background polling -------------------------------------------------------------------------
-    async def fallback(self) -> None:
+    async def fallback(self, avoid: frozenset[tuple[int, int]] = frozenset()) -> None:
         """At startup, when CURRENT's version does not load: serve the newest version that does.
 
         CURRENT is left as it is (APIs only read the bundles folder); /bundles shows `fallback_from` and
-        the metric search_bundle_fallback is 1 until CURRENT names a version that loads.
+        the metric search_bundle_fallback is 1 until CURRENT names a version that loads. `avoid`: the
+        (device, inode) of damaged files; a version holding one of them (a hard link: a query-side
+        version shares its parent's index.faiss and docs.sqlite) is skipped without loading it.
         """
         current = await asyncio.to_thread(self.current_on_disk)
         failure = self.last_failure
@@ -273,6 +278,8 @@ class HotSwap:
             if info.version == current or info.version in self._failed:
                 continue
             if self.live is not None and self.live.version == info.version:
+                continue
+            if await asyncio.to_thread(self._shares_damage, info.version, avoid):
                 continue
             async with self._lock:
                 try:
@@ -286,6 +293,25 @@ class HotSwap:
                 "CURRENT (%s) does not load: serving %s, the newest version that does", current, info.version
             )
             return
+
+    def _shares_damage(self, version: str, avoid: frozenset[tuple[int, int]]) -> bool:
+        """Whether a file of `version` is one of the damaged inodes (blocking: a stat per file)."""
+        if not avoid:
+            return False
+        root = self.folder.root / version
+        for folder, _, names in os.walk(root):
+            for name in names:
+                try:
+                    st = os.stat(os.path.join(folder, name), follow_symlinks=False)
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) in avoid:
+                    rel = os.path.relpath(os.path.join(folder, name), root)
+                    logger.warning(
+                        "not falling back to %s: its %s is the damaged file (a hard link)", version, rel
+                    )
+                    return True
+        return False
 
     # -- damage while serving ------------------------------------------------------------------------
     def _damage_reported(self, version: str, message: str) -> None:
@@ -303,12 +329,14 @@ class HotSwap:
         changes or it is activated) and the newest version that loads serves; /readyz is 503 meanwhile
         (LiveBundle.damage), and stays so if no other version loads."""
         async with self._lock:
-            if self.live is None or self.live.version != version:
+            live = self.live
+            if live is None or live.version != version:
                 return
             self._failed.add(version)
             self._record_failure(version, f"damaged while serving: {message}")
+        avoid = await asyncio.to_thread(damaged_inodes, Path(live.bundle.path), live.damaged_files)
         try:
-            await self.fallback()
+            await self.fallback(avoid)
         except Exception:  # logged; readiness keeps saying why
             logger.exception("falling back from damaged bundle %s failed", version)
 
@@ -322,12 +350,14 @@ class HotSwap:
             await self.fallback()
         if self.settings.reload_poll_seconds > 0:
             self._poller = asyncio.create_task(self._poll(), name="bundle-poller")
+        if self.settings.scrub_interval_s > 0:
+            self._scrubber = asyncio.create_task(self._scrub(), name="bundle-scrub")
 
     def _orphaned(self) -> bool:
         return not (self.folder.root / CURRENT_FILE).exists() and bool(self.folder.list_versions())
 
     async def stop(self) -> None:
-        for task in (self._poller, self._recovery):
+        for task in (self._poller, self._scrubber, self._recovery):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -341,3 +371,34 @@ class HotSwap:
                 await self.mutations.catch_up()  # what other replicas wrote to the log
             except Exception:  # the poller must survive anything; the next tick tries again
                 logger.exception("bundle poll failed")
+
+    async def _scrub(self) -> None:
+        """Every `scrub_interval_s`: hash the live bundle's files against its manifest (LiveBundle.scrub).
+
+        In a worker thread and without the load lock: hashing a large index takes seconds
+        (bench/index/scrub_bench.py), and loads, activations and the poller must not wait for it. The
+        bundle hashed is the one live when the round began; damage found goes the way of any other
+        (LiveBundle.report_damage -> not ready -> fall back)."""
+        while True:
+            await asyncio.sleep(self.settings.scrub_interval_s)
+            live = self.live
+            if live is None:
+                continue
+            try:
+                started = time.perf_counter()
+                bad = await asyncio.to_thread(live.scrub)
+                logger.debug(
+                    "scrubbed %s in %.2f s: %d damaged", live.version, time.perf_counter() - started, len(bad)
+                )
+            except Exception:  # the scrubber must survive anything; the next round tries again
+                logger.exception("bundle scrub failed")
+
+
+def damaged_inodes(folder: Path, files: tuple[str, ...]) -> frozenset[tuple[int, int]]:
+    """(device, inode) of each damaged file still on disk: what a fallback must not share (blocking)."""
+    out = set()
+    for rel in files:
+        with contextlib.suppress(OSError):  # gone: nothing can share it
+            st = os.stat(folder / rel)
+            out.add((st.st_dev, st.st_ino))
+    return frozenset(out)

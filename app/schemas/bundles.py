@@ -55,7 +55,7 @@ class BundlesResponse(BaseModel):
         None,
         description="How this API's processes were chosen (python -m app.serve, app/engine/serving_plan.py): "
         "`workers`, `encoder_threads`, `cores`, the `expected_encoder` read from the live bundle at start, "
-        "and the `reason`; the FAISS index is memory-mapped so workers share it.",
+        "and the `reason`; each worker holds its own in-memory copy of the FAISS index.",
     )
     versions: list[BundleEntry]
     gate_decisions: list[dict[str, Any]] = Field(

@@ -131,7 +131,8 @@ class Bundle:
     docstore: DocStore
     report: GapReport | None
     lexical: LexicalIndex | None = None  # None: a bundle from before hybrid search, served dense only
-    # each manifest file's (inode, size, mtime) when it loaded: readiness compares (parts.changed_files)
+    # each manifest file's (device, inode, size, mtime) when it loaded (or was last found intact):
+    # readiness and the scrub compare (parts.damaged_files, parts.verify_files)
     file_stats: dict[str, parts.FileStat] = field(default_factory=dict)
 
     @property

@@ -11,6 +11,7 @@ publishing, the quality gate and pruning on top.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import logging
@@ -42,11 +43,48 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CURRENT_FILE = "CURRENT"
-# a version id and its newline, with room for a CRLF and stray spaces; anything longer is not one
-CURRENT_MAX_BYTES = 64
 GATE_LOG = "gate.jsonl"
 GATE_LOG_MAX_BYTES = 1 << 20  # gate.jsonl is rotated to gate.jsonl.1 beyond this (thousands of decisions)
 LOCK_FILE = ".lock"
+
+
+# CURRENT holds a version id and a newline; anything longer is not a pointer (read no further than this)
+CURRENT_MAX_BYTES = 64
+
+
+def read_current(path: Path) -> str | None:
+    """The version id in a CURRENT file: None when there is none (missing or empty), BundleInvalid otherwise.
+
+    CURRENT is read as a version id only, never as text to pass on: GET /bundles is public, so a pointer
+    that is a link, not a regular file, too long or not a version id is refused with a message that holds
+    none of its bytes (a link to /etc/os-release must not be echoed). O_NOFOLLOW refuses the link itself,
+    O_NONBLOCK keeps a FIFO named CURRENT from hanging the reader."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise BundleInvalid(f"{CURRENT_FILE} is a link, not a version id (refused)") from None
+        raise BundleInvalid(f"{CURRENT_FILE} is unreadable ({exc.strerror or exc})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BundleInvalid(f"{CURRENT_FILE} is unreadable (not a regular file)")
+        data = os.read(fd, CURRENT_MAX_BYTES + 1)
+    except OSError as exc:  # an I/O error
+        raise BundleInvalid(f"{CURRENT_FILE} is unreadable ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    if len(data) > CURRENT_MAX_BYTES:
+        raise BundleInvalid(f"{CURRENT_FILE} is not a version id ({st.st_size} bytes)")
+    try:
+        version = data.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise BundleInvalid(f"{CURRENT_FILE} is not a version id ({len(data)} bytes, not text)") from None
+    if version and not VERSION_RE.match(version):
+        raise BundleInvalid(f"{CURRENT_FILE} is not a version id ({len(data)} bytes)")
+    return version or None
 
 
 class GateDecision(BaseModel):
@@ -103,40 +141,8 @@ class BundleFolder:
 
     # -- reading ------------------------------------------------------------------------------------
     def current_version(self) -> str | None:
-        """The version CURRENT names; None when there is no CURRENT; BundleInvalid when it is not one.
-
-        CURRENT is read as a version id and nothing else: a link (wherever it points), anything but a
-        regular file, or content that is not one version id is refused, and the message never repeats a
-        byte of it (GET /bundles is public and shows the error)."""
-        path = self.root / CURRENT_FILE
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
-        except FileNotFoundError:
-            return None
-        except OSError as exc:  # a link (ELOOP), no permission, I/O error
-            what = "a link" if path.is_symlink() else f"unreadable ({exc.strerror or type(exc).__name__})"
-            raise BundleInvalid(f"{CURRENT_FILE} is {what}: it must be a file naming one version") from None
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise BundleInvalid(
-                    f"{CURRENT_FILE} is unreadable (not a regular file): it must be a file naming one version"
-                )
-            raw = os.read(fd, CURRENT_MAX_BYTES + 1)
-        except OSError as exc:
-            raise BundleInvalid(
-                f"{CURRENT_FILE} is unreadable ({exc.strerror or type(exc).__name__})"
-            ) from None
-        finally:
-            os.close(fd)
-        text = raw.strip()
-        if not text:
-            return None
-        version = text.decode("ascii", errors="replace")
-        if len(raw) > CURRENT_MAX_BYTES or not VERSION_RE.match(version):
-            raise BundleInvalid(
-                f"{CURRENT_FILE} does not hold a version id ({len(raw)} bytes that are not one)"
-            )
-        return version
+        """The version CURRENT names; None when there is no CURRENT; BundleInvalid when it is unreadable."""
+        return read_current(self.root / CURRENT_FILE)
 
     def version_path(self, version: str) -> Path:
         if not VERSION_RE.match(version):

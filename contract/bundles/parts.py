@@ -47,33 +47,67 @@ def check_files(
             raise BundleInvalid(f"{file}: checksum mismatch (corrupt or modified after publication)")
 
 
-FileStat = tuple[int, int, int]  # (inode, size, mtime ns)
+FileStat = tuple[int, int, int, int]  # (device, inode, size, mtime ns)
+
+
+def stat_of(path: Path) -> FileStat:
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def file_stats(folder: Path, files: dict[str, str]) -> dict[str, FileStat]:
     """What each listed file is on disk now: taken when a bundle loads, compared while it serves."""
-    out = {}
-    for rel in files:
-        st = os.stat(folder / rel)
-        out[rel] = (st.st_ino, st.st_size, st.st_mtime_ns)
-    return out
+    return {rel: stat_of(folder / rel) for rel in files}
 
 
 def changed_files(folder: Path, stats: dict[str, FileStat]) -> list[str]:
-    """Files (relative) that are not what was loaded any more: replaced, truncated, rewritten or gone.
+    """Files (relative) whose stat is not what was loaded any more: touched, replaced, truncated, gone.
 
-    A stat per file, so readiness can afford it on every probe; a published bundle never changes, so any
-    difference is damage (or an operator editing a live version in place)."""
+    A stat per file, so readiness can afford it on every probe. A changed stat is only a reason to look
+    (`damaged_files`): `touch` changes the mtime and not one byte."""
     changed = []
     for rel, was in stats.items():
         try:
-            st = os.stat(folder / rel)
+            now = stat_of(folder / rel)
         except OSError:
             changed.append(rel)
             continue
-        if (st.st_ino, st.st_size, st.st_mtime_ns) != was:
+        if now != was:
             changed.append(rel)
     return changed
+
+
+def intact(folder: Path, rel: str, digest: str | None, stats: dict[str, FileStat]) -> bool:
+    """Whether `rel` still holds the bytes the manifest's sha256 names; when it does, its stat now is
+    remembered in `stats` (so a touched file is hashed once, not on every probe).
+
+    Gone, or a size other than at load, is damage without hashing; otherwise the whole file is hashed
+    (bench/index/scrub_bench.py measures what that costs). The stat is taken before the hash, so a change
+    made while hashing is seen again at the next look."""
+    path = folder / rel
+    try:
+        now = stat_of(path)
+        was = stats.get(rel)
+        if digest is None or (was is not None and now[2] != was[2]):
+            return False
+        if sha256_file(path) != digest:
+            return False
+    except OSError:  # removed meanwhile, unreadable
+        return False
+    stats[rel] = now
+    return True
+
+
+def damaged_files(folder: Path, files: dict[str, str], stats: dict[str, FileStat]) -> list[str]:
+    """Of the files whose stat changed since load (changed_files), those whose content did too: gone,
+    resized, or not the manifest's sha256. Readiness asks on every probe; unchanged files cost a stat."""
+    return [rel for rel in changed_files(folder, stats) if not intact(folder, rel, files.get(rel), stats)]
+
+
+def verify_files(folder: Path, files: dict[str, str], stats: dict[str, FileStat]) -> list[str]:
+    """Every listed file hashed against the manifest (the scrub: a flipped byte keeps size and mtime, so
+    no stat shows it); returns the damaged ones."""
+    return [rel for rel, digest in files.items() if not intact(folder, rel, digest, stats)]
 
 
 def read_ids(path: Path, n: int) -> list[str]:

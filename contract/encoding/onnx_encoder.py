@@ -78,7 +78,9 @@ class OnnxQueryEncoder:
         # not; end to end /search p50 2.7 vs 5.2 ms); at 32 clients req/s was within run-to-run noise.
         options.add_session_config_entry("session.intra_op.allow_spinning", "1")
         try:
-            session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+            # the model's bytes, not its path: nothing of a live bundle's file stays mapped, so damage to
+            # it while serving can never fault the process (issue 43; app/live/hot_swap.py's _open)
+            session = ort.InferenceSession(path.read_bytes(), options, providers=["CPUExecutionProvider"])
         except Exception as exc:
             raise ModelLoadError(f"cannot load ONNX model {path}: {exc}") from exc
         out_dim = session.get_outputs()[0].shape[-1]

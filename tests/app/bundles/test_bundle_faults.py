@@ -46,9 +46,9 @@ def test_unreadable_current_is_a_failed_load_logged_once_and_cleared_when_repair
     with TestClient(create_app(make_settings(bundles, reload_poll_seconds=0.02))) as client:
         _point(bundles, b"\xff\xfe not utf-8\n")
         failure = wait_until(lambda: client.get("/bundles").json()["last_failed_load"], what="the failure")
-        assert failure["version"] == "CURRENT" and "not hold a version id" in failure["error"]
+        assert failure["version"] == "CURRENT" and "not a version id" in failure["error"]
         time.sleep(0.3)  # ~15 more polls
-        assert _failures(caplog, "not hold a version id") == 1
+        assert _failures(caplog, "not a version id") == 1
         assert client.post("/search", json={"query": "x"}).json()["version"] == a  # still serving
         (bundles / "CURRENT").unlink()
         (bundles / "CURRENT").mkdir()  # a directory where the pointer should be
