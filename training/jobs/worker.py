@@ -26,6 +26,7 @@ import time
 
 from huey.consumer import Consumer
 
+from contract.bundles.folder import BundleFolder, VersionInfo
 from contract.jobs.queue import DEFAULT_HEARTBEAT_TIMEOUT_S, open_huey
 from contract.jobs.records import JobRecord, RecordStore, WorkerBeat, open_records, update
 
@@ -81,19 +82,70 @@ def _death_reason(record: JobRecord, *, host: str, at_start: bool, timeout_s: fl
     return None
 
 
+def _published_by(record: JobRecord, until: float) -> VersionInfo | None:
+    """The version a job published before its worker died, if any: the gate decided on it while the job
+    ran. Jobs of one collection never overlap (they hold its lock), so a version whose gate decision falls
+    in the job's run is the job's own; the latest one if several."""
+    if record.bundle_version is not None or record.started_at is None:
+        return None
+    try:
+        versions = BundleFolder(record.bundles_dir).list_versions()
+    except OSError:  # the folder is gone (a deleted collection): nothing to reconcile
+        return None
+    ran = [
+        v
+        for v in versions
+        if v.gate is not None and record.started_at <= v.gate.decided_at.timestamp() <= until
+    ]
+    return max(ran, key=lambda v: v.gate.decided_at if v.gate else v.created_at, default=None)
+
+
+def _end_state(record: JobRecord, reason: str, until: float) -> dict[str, object]:
+    """What a dead job's record becomes: failed, unless it had already published its bundle (killed after
+    the version went live, before it could write its outcome): then succeeded with that version, as
+    CURRENT says, and why the record was mended (issue 43, item 6)."""
+    published = _published_by(record, until)
+    if published is None:
+        return {"state": "failed", "error": reason}
+    note = f"{reason}; its bundle {published.version} had been published (live={published.live}) before"
+    return {
+        "state": "succeeded",
+        "error": None,
+        "bundle_version": published.version,
+        "live": published.live,
+        "gate_reason": published.gate.reason if published.gate else None,
+        "log_tail": [*record.log_tail, note],
+    }
+
+
+def _crashed_after_publishing(record: JobRecord) -> bool:
+    """A record an older sweep failed (worker died) whose job may still have published its version."""
+    return (
+        record.state == "failed"
+        and record.bundle_version is None
+        and (record.error or "").startswith("worker died")
+    )
+
+
 def fail_dead_jobs(records: RecordStore, *, timeout_s: float, at_start: bool = False) -> list[str]:
-    """Mark jobs whose worker is gone as failed; returns their ids."""
+    """Mark jobs whose worker is gone as failed (or succeeded, when their version had been published:
+    the record never contradicts CURRENT); returns their ids."""
     host = socket.gethostname()
     failed = []
+    now = time.time()
     for record in records.recent(limit=10_000):
+        if at_start and _crashed_after_publishing(record):
+            end = _end_state(record, record.error or "worker died", record.finished_at or now)
+            if end["state"] == "succeeded" and update(records, record.id, expect={"failed"}, **end):
+                logger.warning("job %s: %s", record.id, end["log_tail"][-1])  # type: ignore[index]
+            continue
         reason = _death_reason(record, host=host, at_start=at_start, timeout_s=timeout_s)
         if reason is None:
             continue
-        done = update(
-            records, record.id, expect={record.state}, state="failed", error=reason, finished_at=time.time()
-        )
+        end = _end_state(record, reason, now)
+        done = update(records, record.id, expect={record.state}, finished_at=now, **end)
         if done is not None:
-            logger.warning("job %s: %s", record.id, reason)
+            logger.warning("job %s: %s -> %s", record.id, reason, done.state)
             failed.append(record.id)
     return failed
 
