@@ -166,3 +166,13 @@ def test_progress_bars_only_on_a_terminal(tmp_path):
     shown = b"".join(chunks).decode(errors="replace")
     assert done.returncode == 0, shown[-2000:]
     assert BAR in shown and "INFO training." in shown
+
+
+def test_train_applies_the_job_options_bounds(tmp_path):
+    """The CLI's options are TrainConfig's fields, so the bounds a job's options get (issue 43, item 5) hold
+    here too: refused before any data or model is read."""
+    done = _cli(
+        "train", "--data", str(tmp_path / "none"), "--out", str(tmp_path / "o"), "--epochs", "1000000000"
+    )
+    line = _one_error_line(done)
+    assert "epochs" in line and "1000" in line, line
