@@ -19,6 +19,11 @@ nearly a whole single-query encode per query). Waiting ends the moment the targe
 target follows the load down within one batch.
 Exact search only gains from batches with FAISS's BLAS threshold lowered; `contract.index.vector_index` does that.
 
+Fairness (app/engine/token_slicing.py): a big request arrives as slices (`_Pending.sliced`). A batch is
+the single-slice requests waiting, or else one slice alone, so a single query waits for the slice in
+flight only and two big clients' slices are not merged into one long batch ahead of it
+(bench/serving/fairness_bench.py, bench/results/fairness_bench.txt).
+
 `DirectRunner`: the per-request path (micro-batching off), same executor and the same bound.
 A full queue is refused at once with `QueueFullError` (429) instead of growing latency without limit.
 """
