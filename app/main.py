@@ -70,9 +70,14 @@ def _runner(settings: Settings, inference: Inference, metrics: AppMetrics) -> Mi
             queue_max=settings.queue_max,
             metrics=metrics,
             slice_tokens=settings.fair_slice_tokens,
+            slice_queries=settings.fair_slice_queries,
         )
     return DirectRunner(
-        inference, queue_max=settings.queue_max, metrics=metrics, slice_tokens=settings.fair_slice_tokens
+        inference,
+        queue_max=settings.queue_max,
+        metrics=metrics,
+        slice_tokens=settings.fair_slice_tokens,
+        slice_queries=settings.fair_slice_queries,
     )
 
 

@@ -71,6 +71,12 @@ class Settings(JobSettings):
         description="A request with more tokens is encoded in slices of at most this many, each queued behind "
         "requests that arrived meanwhile, so small requests wait for one slice, not the whole batch.",
     )
+    fair_slice_queries: int = Field(
+        8,
+        ge=1,
+        description="A request with more queries is run in slices of at most this many (each slice's search, "
+        "fusion and documents too); single queries waiting run ahead of the slices of big requests.",
+    )
     max_response_bytes: int = Field(
         8_000_000,
         ge=10_000,

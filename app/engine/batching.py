@@ -19,6 +19,11 @@ nearly a whole single-query encode per query). Waiting ends the moment the targe
 target follows the load down within one batch.
 Exact search only gains from batches with FAISS's BLAS threshold lowered; `contract.index.vector_index` does that.
 
+Fairness (app/engine/token_slicing.py): a big request arrives as slices (`_Pending.sliced`). A batch is
+the single-slice requests waiting, or else one slice alone, so a single query waits for the slice in
+flight only and two big clients' slices are not merged into one long batch ahead of it
+(bench/serving/fairness_bench.py, bench/results/fairness_bench.txt).
+
 `DirectRunner`: the per-request path (micro-batching off), same executor and the same bound.
 A full queue is refused at once with `QueueFullError` (429) instead of growing latency without limit.
 """
@@ -42,6 +47,10 @@ from app.metrics import AppMetrics
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+# batches of small requests that may run ahead of a waiting slice before it joins one anyway: with slices of
+# 8 queries a single query still waits for at most one slice, and a big request under a steady stream of
+# small ones still advances one slice per SLICE_PASSES + 1 batches
+SLICE_PASSES = 8
 
 
 class Inference:
@@ -63,13 +72,16 @@ class _Pending:
     spec: Spec
     future: asyncio.Future[Answer]
     enqueued: float = field(default_factory=time.perf_counter)
+    sliced: bool = False  # one slice of a big request (app/engine/token_slicing.py): runs after single ones
+    passed: int = 0  # batches that ran ahead of this slice (SLICE_PASSES)
 
 
 class _Runner:
-    """What both runners share: a request runs in token slices (app/engine/token_slicing.py), each
-    queued on its own through `_submit`."""
+    """What both runners share: a request runs in slices of at most `slice_tokens` tokens and
+    `slice_queries` queries (app/engine/token_slicing.py), each queued on its own through `_submit`."""
 
     slice_tokens: int
+    slice_queries: int | None = None
 
     @overload
     async def submit(self, live: LiveBundle, spec: SearchSpec) -> SearchAnswer: ...
@@ -78,20 +90,31 @@ class _Runner:
     async def submit(self, live: LiveBundle, spec: EmbedSpec) -> EmbedAnswer: ...
 
     async def submit(self, live: LiveBundle, spec: Spec) -> Answer:
-        return await run_sliced(lambda part: self._submit(live, part), spec, self.slice_tokens)
+        return await run_sliced(
+            lambda part, sliced: self._submit(live, part, sliced), spec, self.slice_tokens, self.slice_queries
+        )
 
-    async def _submit(self, live: LiveBundle, spec: Spec) -> Answer:
+    async def _submit(self, live: LiveBundle, spec: Spec, sliced: bool = False) -> Answer:
         raise NotImplementedError
 
 
 class DirectRunner(_Runner):
     """Micro-batching off: each request encodes and searches on its own (bounded by `queue_max`)."""
 
-    def __init__(self, inference: Inference, *, queue_max: int, metrics: AppMetrics, slice_tokens: int = 256):
+    def __init__(
+        self,
+        inference: Inference,
+        *,
+        queue_max: int,
+        metrics: AppMetrics,
+        slice_tokens: int = 256,
+        slice_queries: int | None = None,
+    ):
         self.inference = inference
         self.queue_max = queue_max
         self.metrics = metrics
         self.slice_tokens = slice_tokens  # big requests run in slices (app/engine/token_slicing.py)
+        self.slice_queries = slice_queries
         self._waiting = 0
 
     def pending(self) -> int:
@@ -103,7 +126,7 @@ class DirectRunner(_Runner):
     async def stop(self) -> None:
         return None
 
-    async def _submit(self, live: LiveBundle, spec: Spec) -> Answer:
+    async def _submit(self, live: LiveBundle, spec: Spec, sliced: bool = False) -> Answer:
         if self._waiting >= self.queue_max:
             raise QueueFullError(
                 f"server busy: {self._waiting} searches waiting (queue_max {self.queue_max}); retry"
@@ -134,9 +157,12 @@ class MicroBatcher(_Runner):
         queue_max: int,
         metrics: AppMetrics,
         slice_tokens: int = 256,
+        slice_queries: int | None = None,
     ):
         self.inference = inference
         self.slice_tokens = slice_tokens  # big requests run in slices (app/engine/token_slicing.py)
+        self.slice_queries = slice_queries
+        self._held: list[_Pending] = []  # slices taken from the queue, waiting for a batch of their own
         self.max_size = max_size
         self.max_wait_s = max_wait_s
         self.metrics = metrics
@@ -146,7 +172,7 @@ class MicroBatcher(_Runner):
         self._last_batch = 1  # queries in the previous batch: the size the next one waits for
 
     def pending(self) -> int:
-        return self.queue.qsize()
+        return self.queue.qsize() + len(self._held)
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._worker(), name="micro-batcher")
@@ -156,13 +182,13 @@ class MicroBatcher(_Runner):
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        while not self.queue.empty():  # nobody will answer these now
-            item = self.queue.get_nowait()
+        while self._held or not self.queue.empty():  # nobody will answer these now
+            item = self._held.pop() if self._held else self.queue.get_nowait()
             if not item.future.done():
                 item.future.set_exception(QueueFullError("server shutting down"))
 
-    async def _submit(self, live: LiveBundle, spec: Spec) -> Answer:
-        item = _Pending(live, spec, asyncio.get_running_loop().create_future())
+    async def _submit(self, live: LiveBundle, spec: Spec, sliced: bool = False) -> Answer:
+        item = _Pending(live, spec, asyncio.get_running_loop().create_future(), sliced=sliced)
         try:
             self.queue.put_nowait(item)
         except asyncio.QueueFull:
@@ -173,26 +199,49 @@ class MicroBatcher(_Runner):
         return await item.future
 
     async def _collect(self) -> list[_Pending]:
-        first = await self.queue.get()
-        batch, n = [first], first.spec.n
-        target = min(self._last_batch, first.live.encode_batch_size, self.max_size)  # module docstring
-        deadline = time.perf_counter() + self.max_wait_s
-        while n < self.max_size:
-            try:
-                item = self.queue.get_nowait()
-            except asyncio.QueueEmpty:
-                remaining = deadline - time.perf_counter()
-                if n >= target or remaining <= 0:
-                    break
-                try:
-                    item = await asyncio.wait_for(self.queue.get(), remaining)
-                except TimeoutError:
-                    break
-            batch.append(item)
-            n += item.spec.n
-        self.metrics.queue_depth.set(self.queue.qsize())
-        self._last_batch = n
+        """The next batch: the single-slice requests waiting (waiting for more as the module docstring
+        says), else one slice of a big request. Slices met meanwhile are held back, so a small request
+        waits for the slice in flight at most, and big requests take turns slice by slice; a slice passed
+        over SLICE_PASSES times joins the next batch anyway (no starvation under a stream of small ones)."""
+        if not self._held:
+            self._held.append(await self.queue.get())
+        while not self.queue.empty():
+            self._held.append(self.queue.get_nowait())
+        batch = [i for i in self._held if not i.sliced][: self.max_size]
+        if not batch:
+            batch = [self._held[0]]
+        else:
+            n = sum(i.spec.n for i in batch)
+            first = batch[0]
+            target = min(self._last_batch, first.live.encode_batch_size, self.max_size)  # module docstring
+            await self._wait_for_more(batch, n, target)
+            overdue = next((i for i in self._held if i.sliced and i.passed >= SLICE_PASSES), None)
+            if overdue is not None:
+                batch.append(overdue)
+        taken = {id(i) for i in batch}
+        self._held = [i for i in self._held if id(i) not in taken]
+        for i in self._held:
+            i.passed += 1
+        self.metrics.queue_depth.set(self.pending())
+        self._last_batch = sum(i.spec.n for i in batch)
         return batch
+
+    async def _wait_for_more(self, batch: list[_Pending], n: int, target: int) -> None:
+        """Add single-slice requests that arrive within max_wait until `target` queries (slices are held)."""
+        deadline = time.perf_counter() + self.max_wait_s
+        while n < min(target, self.max_size):
+            remaining = deadline - time.perf_counter()
+            if remaining <= 0:
+                return
+            try:
+                item = await asyncio.wait_for(self.queue.get(), remaining)
+            except TimeoutError:
+                return
+            if item.sliced:
+                self._held.append(item)
+            else:
+                batch.append(item)
+                n += item.spec.n
 
     async def _worker(self) -> None:
         while True:

@@ -5,11 +5,13 @@ to the model's 256; a typical one is ~20), so the budget is counted in tokens, w
 own tokenizer and truncation:
 
 - a request over `Settings.max_request_tokens` is refused up front (422, naming the field);
-- a request over `Settings.fair_chunk_tokens` is run as consecutive slices of at most that many tokens
-  (at least one query each), each queued on its own behind whatever arrived meanwhile. Both runners
-  are FIFO (the micro-batch queue; the one-thread executor), so a small request waits for at most one
-  slice of a big one, not for all of it. bench/serving/fairness_bench.py measures single-query latency while
-  a big batch runs.
+- a request over `Settings.fair_slice_tokens` tokens or `Settings.fair_slice_queries` queries is run as
+  consecutive slices of at most that many (at least one query each), each queued on its own behind
+  whatever arrived meanwhile. Both caps matter: 256 short queries are ~15 tokens each, so by tokens alone
+  a slice held ~17 of them, and a search's own work (FAISS, fusion, documents, hits) grows with queries,
+  not tokens. The micro-batcher runs waiting single-slice requests ahead of the slices of big ones
+  (app/engine/batching.py), so a small request waits for at most the slice in flight.
+  bench/serving/fairness_bench.py measures single-query latency beside clients sending big batches.
 
 The answer of a sliced request is its slices' hits in order, with their encode and search times summed.
 """
@@ -24,15 +26,16 @@ import numpy as np
 from app.engine.search_spec import Answer, EmbedAnswer, SearchAnswer, SearchSpec, Spec
 
 
-def slices(spec: Spec, max_tokens: int) -> list[Spec]:
-    """Consecutive slices of `spec`'s texts (and their token ids) with at most `max_tokens` tokens each (one
-    text at least)."""
-    if spec.texts is None or spec.tokens is None or sum(spec.tokens) <= max_tokens:
+def slices(spec: Spec, max_tokens: int, max_queries: int | None = None) -> list[Spec]:
+    """Consecutive slices of `spec`'s texts (and their token ids) with at most `max_tokens` tokens and
+    `max_queries` texts each (one text at least)."""
+    most = max_queries or len(spec.tokens or [])
+    if spec.texts is None or spec.tokens is None or (sum(spec.tokens) <= max_tokens and spec.n <= most):
         return [spec]
     out: list[Spec] = []
     start, used = 0, 0
     for i, n in enumerate(spec.tokens):
-        if i > start and used + n > max_tokens:
+        if i > start and (used + n > max_tokens or i - start >= most):
             out.append(_part(spec, start, i))
             start, used = i, 0
         used += n
@@ -54,12 +57,18 @@ def _part(spec: Spec, start: int, stop: int) -> Spec:
     return part
 
 
-async def run_sliced(run_one: Callable[[Spec], Awaitable[Answer]], spec: Spec, max_tokens: int) -> Answer:
-    """Run `spec` slice by slice through `run_one` (each slice queues anew) and join the answers."""
-    parts = slices(spec, max_tokens)
+async def run_sliced(
+    run_one: Callable[[Spec, bool], Awaitable[Answer]],
+    spec: Spec,
+    max_tokens: int,
+    max_queries: int | None = None,
+) -> Answer:
+    """Run `spec` slice by slice through `run_one(part, sliced)` (each slice queues anew) and join the
+    answers; `sliced` tells the runner the part is one slice of a bigger request."""
+    parts = slices(spec, max_tokens, max_queries)
     if len(parts) == 1:
-        return await run_one(spec)
-    answers = [await run_one(part) for part in parts]
+        return await run_one(spec, False)
+    answers = [await run_one(part, True) for part in parts]
     if all(isinstance(a, EmbedAnswer) for a in answers):  # an /embed request's slices, in order
         return EmbedAnswer(
             np.concatenate([a.vectors for a in answers]),  # type: ignore[union-attr]

@@ -29,6 +29,44 @@ def test_slices_keep_order_and_respect_the_budget():
     assert slices(spec, 100) == [spec]
 
 
+def test_slices_cap_queries_too():
+    spec = SearchSpec(texts=list("abcde"), vectors=None, top_k=3, tokens=[1, 1, 1, 1, 1])
+    assert [p.texts for p in slices(spec, 256, 2)] == [["a", "b"], ["c", "d"], ["e"]]
+    assert slices(spec, 256) == [spec]
+
+
+def test_a_single_query_waits_for_one_slice_of_many_short_queries(live_bundles):
+    """A batch of 40 short queries fits one 256-token slice: before the query cap a single query sent
+    while it ran waited for all 40; now it runs after the slice in flight, ahead of the rest."""
+    bundles, _ = live_bundles
+    settings = make_settings(bundles, reload_poll_seconds=0, fair_slice_queries=4, encoder_backend="torch")
+    with TestClient(create_app(settings)) as client:
+        live = client.app.state.hot_swap.require()
+        runner, real = client.app.state.runner, live.answer_batch
+        order: list[list[str]] = []  # each batch's query texts, as the inference thread ran them
+
+        def recording(specs):
+            order.append([t for s in specs for t in (s.texts or [])])
+            return real(specs)
+
+        live.answer_batch = recording
+        gate = threading.Event()
+        client.app.state.inference.executor.submit(gate.wait, 30)  # hold the inference thread
+        big = [f"query number {i} about bones" for i in range(40)]
+        with ThreadPoolExecutor(2) as pool:
+            big_done = pool.submit(client.post, "/search", json={"queries": big, "top_k": 3})
+            wait_until(lambda: runner.pending() + runner.in_flight >= 1, what="the big request's first slice")
+            small = pool.submit(client.post, "/search", json={"query": "vitamin d", "top_k": 3})
+            wait_until(lambda: runner.pending() >= 1, what="the single query queued")
+            gate.set()
+            assert small.result(timeout=120).status_code == 200
+            assert big_done.result(timeout=120).status_code == 200
+        single = next(i for i, texts in enumerate(order) if "vitamin d" in texts)
+        before = sum(len(texts) for texts in order[:single])
+        assert before <= 4, f"{before} of the big request's queries ran before the single query"
+        assert [t for texts in order if "vitamin d" not in texts for t in texts] == big  # in order, once
+
+
 def test_the_budget_counts_tokens_not_characters(live_bundles):
     bundles, _ = live_bundles
     settings = make_settings(bundles, reload_poll_seconds=0, max_request_tokens=300)
@@ -45,15 +83,17 @@ def test_sliced_answers_equal_unsliced_ones(live_bundles):
     queries = ["vitamin d and bones", LONG, "statins and muscle pain", "gene therapy", LONG[:300]]
     body = {"queries": queries, "top_k": 5, "include": ["title"]}
     answers = []
-    for slice_tokens in (8, 100_000):
-        settings = make_settings(bundles, reload_poll_seconds=0, fair_slice_tokens=slice_tokens)
+    for slice_tokens, slice_queries in ((8, 100), (100_000, 1), (100_000, 100)):  # the last: one slice
+        settings = make_settings(
+            bundles, reload_poll_seconds=0, fair_slice_tokens=slice_tokens, fair_slice_queries=slice_queries
+        )
         with TestClient(create_app(settings)) as client:
             r = client.post("/search", json=body)
             assert r.status_code == 200, r.text
             answers.append(
                 [[(h["id"], round(h["score"], 4)) for h in q["hits"]] for q in r.json()["results"]]
             )
-    assert answers[0] == answers[1]
+    assert answers[0] == answers[2] and answers[1] == answers[2]
 
 
 @pytest.mark.parametrize("microbatch", [True, False])
