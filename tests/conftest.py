@@ -46,3 +46,33 @@ def base_encoder(_base_encoder):
 def shared_encoder(_base_encoder):
     """Read-only access to the session encoder (no copy): for tests that only encode."""
     return _base_encoder
+
+
+@pytest.fixture(scope="session")
+def milvus_standalone_uri(tmp_path_factory):
+    """One real Milvus standalone server for the session (~16 s to start on 2 cores); each module that uses it
+    keeps its own collection prefix, so they do not see each other's collections."""
+    from tests.servers import milvus_standalone
+
+    with milvus_standalone(tmp_path_factory.mktemp("milvus-standalone")) as uri:
+        yield uri
+
+
+@pytest.fixture(scope="module")
+def milvus_lite_uri(tmp_path_factory):
+    """A milvus-lite gRPC server for one module (its own data dir)."""
+    from tests.servers import milvus_server
+
+    with milvus_server(tmp_path_factory.mktemp("milvus")) as uri:
+        yield uri
+
+
+def milvus_endpoint(request, kind: str) -> str:
+    """The Milvus gRPC URI of each kind: `lite` (milvus-lite, one per module) or `server` (the real standalone
+    server of the session, whose consistency, load and alias semantics are a cluster proxy's)."""
+    return str(request.getfixturevalue("milvus_standalone_uri" if kind == "server" else "milvus_lite_uri"))
+
+
+@pytest.fixture(scope="module", params=["lite", "server"])
+def milvus_uri(request):
+    return milvus_endpoint(request, request.param)

@@ -96,3 +96,77 @@ def milvus_server(folder: Path) -> Iterator[str]:
         proc.terminate()
         proc.wait(timeout=30)
         log.close()
+
+
+_STANDALONE_PORTS = ("etcd", "root-coord", "proxy-internal", "query-coord", "query-node")
+_STANDALONE_PORTS += ("index-coord", "index-node", "data-coord", "data-node")
+
+
+def _unavailable(why: str) -> None:
+    """Skip with the reason; fail under CI=true, where the server's tests must run (as tests/browser.py)."""
+    import os
+
+    # the CI runner's own variable (.ci/run runs with CI=true), not a setting of this service
+    if os.environ.get("CI") == "true":  # noqa: TID251
+        pytest.fail(f"Milvus server tests must run in CI: {why}")
+    pytest.skip(why)
+
+
+@contextmanager
+def milvus_standalone(folder: Path, *, timeout_s: float = 180) -> Iterator[str]:
+    """The real Milvus standalone server (`milvus-server` of `pip install milvus==2.3.5`: embedded etcd, local
+    storage; the proxy speaks the gRPC protocol of a cluster) on free 127.0.0.1 ports, data in `folder`;
+    yields its http:// URI. Waits until a client can list collections, else fails with the log's tail."""
+    import sys
+
+    binary = Path(sys.executable).parent / "milvus-server"
+    if not binary.exists() and shutil.which("milvus-server") is None:
+        _unavailable("milvus-server not installed (pip install .[milvus]); Milvus server tests not run")
+    proxy = free_port()
+    cmd = [str(binary if binary.exists() else shutil.which("milvus-server")), "--data", str(folder / "data")]
+    cmd += ["--proxy-port", str(proxy)]
+    for name in _STANDALONE_PORTS:
+        cmd += [f"--{name}-port", str(free_port())]
+    log_path = folder / "milvus-server.log"
+    log = open(log_path, "wb")  # noqa: SIM115 - closed below, after the server stops
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    uri = f"http://127.0.0.1:{proxy}"
+    try:
+        _wait_answering(proc, uri, log_path, timeout_s)
+        yield uri
+    finally:
+        _stop(proc)
+        log.close()
+
+
+def _wait_answering(proc: subprocess.Popen[bytes], uri: str, log_path: Path, timeout_s: float) -> None:
+    from pymilvus import MilvusClient
+
+    end = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            tail = log_path.read_text(errors="replace")[-3000:]
+            if "cannot execute" in tail or "Exec format" in tail:
+                _unavailable(f"milvus-server cannot run here: {tail[-300:]}")
+            raise AssertionError(f"milvus-server exited ({proc.returncode}): {tail}")
+        try:
+            MilvusClient(uri=uri, timeout=5).list_collections()
+            return
+        except Exception:  # not answering yet; the deadline below reports why
+            if time.monotonic() > end:
+                tail = log_path.read_text(errors="replace")[-3000:]
+                raise AssertionError(f"milvus-server did not answer in {timeout_s:.0f} s: {tail}") from None
+        time.sleep(0.5)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    import os
+    import signal
+
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)

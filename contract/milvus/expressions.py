@@ -58,7 +58,12 @@ def _target(field: str, values: list[Any], fields: Mapping[str, Mapping[str, str
     typed = fields.get(field)
     if typed is not None:
         accepts = _ACCEPTS.get(typed["type"], ())
-        if all(isinstance(v, accepts) and (typed["type"] == "BOOL") == isinstance(v, bool) for v in values):
+        # a Milvus server refuses a float literal against an INT64 field ("cannot cast value to Int64";
+        # milvus-lite casts it): an integral float is written as an int below, any other goes to the JSON path
+        integral = typed["type"] != "INT64" or all(not isinstance(v, float) or v.is_integer() for v in values)
+        if integral and all(
+            isinstance(v, accepts) and (typed["type"] == "BOOL") == isinstance(v, bool) for v in values
+        ):
             name = typed["field"]
             if not NAME_RE.match(
                 name
@@ -70,6 +75,14 @@ def _target(field: str, values: list[Any], fields: Mapping[str, Mapping[str, str
     return META_FIELD + "".join(f"[{quote(part)}]" for part in field.split("."))
 
 
+def _literal_for(target: str, value: Any, fields: Mapping[str, Mapping[str, str]]) -> str:
+    """`literal`, with an integral float written as an int where the target is a typed INT64 field."""
+    int_fields = {f["field"] for f in fields.values() if f["type"] == "INT64"}
+    if target in int_fields and isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return literal(value)
+
+
 def filter_expression(filter: Mapping[str, Any], fields: Mapping[str, Mapping[str, str]]) -> str:
     """Translate a docstore filter (eq / in / range, AND-ed) into a Milvus boolean expression."""
     compile_filter(filter)  # the same validation, and the same error messages, as the FAISS path
@@ -79,9 +92,10 @@ def filter_expression(filter: Mapping[str, Any], fields: Mapping[str, Mapping[st
         for op, val in conds:
             if op == "in":
                 target = _target(field, list(val), fields)
-                clauses.append(f"{target} in [{', '.join(literal(v) for v in val)}]")
-            elif op == "eq":
-                clauses.append(f"{_target(field, [val], fields)} == {literal(val)}")
-            else:
-                clauses.append(f"{_target(field, [val], fields)} {RANGE_OPS[op]} {literal(val)}")
+                clauses.append(f"{target} in [{', '.join(_literal_for(target, v, fields) for v in val)}]")
+                continue
+            target = _target(field, [val], fields)
+            clauses.append(
+                f"{target} {'==' if op == 'eq' else RANGE_OPS[op]} {_literal_for(target, val, fields)}"
+            )
     return " and ".join(f"({c})" for c in clauses)

@@ -169,7 +169,7 @@ class MilvusIndex:
                     f"dimension {dim}, the bundle's encoder has {manifest.dim} (dimension mismatch)"
                 )
             index.client.load_collection(index.collection, timeout=config.timeout_s)
-            rows = int(index.client.get_collection_stats(index.collection)["row_count"])
+            rows = index.count_rows()
         except BundleInvalid:
             raise
         except Exception as exc:
@@ -180,6 +180,20 @@ class MilvusIndex:
                 f"the manifest says {manifest.n_vectors}"
             )
         return index
+
+    def count_rows(self) -> int:
+        """The collection's rows as a Strong-consistency count(*): a Milvus server's get_collection_stats
+        counts only sealed segments, and its default Bounded consistency may not yet see rows written in the
+        last seconds (milvus-lite does neither); Strong waits until every acknowledged row is visible, so the
+        Bounded searches that follow see them all (issue 46, docs/deploy.md)."""
+        found = self.client.query(
+            self.collection,
+            filter="",
+            output_fields=["count(*)"],
+            consistency_level="Strong",
+            timeout=self.config.timeout_s,
+        )
+        return int(found[0]["count(*)"])
 
     @property
     def ntotal(self) -> int:

@@ -27,6 +27,15 @@ def test_eq_in_range_on_typed_fields():
     )
 
 
+def test_float_bounds_on_an_int_field_are_ints_or_take_the_json_field():
+    # a Milvus server refuses `m_year >= 2005.0` ("cannot cast value to Int64"); milvus-lite accepted it
+    assert filter_expression({"year": {"gte": 2005.0, "lt": 2010.0}}, FIELDS) == (
+        "(m_year >= 2005) and (m_year < 2010)"
+    )
+    assert filter_expression({"year": {"in": [2005.0, 2006]}}, FIELDS) == "(m_year in [2005, 2006])"
+    assert filter_expression({"year": {"gt": 2005.5}}, FIELDS) == '(metadata["year"] > 2005.5)'
+
+
 def test_values_of_another_type_and_nested_fields_use_the_json_field():
     assert filter_expression({"year": "2005"}, FIELDS) == '(metadata["year"] == "2005")'
     assert filter_expression({"group": 1}, FIELDS) == '(metadata["group"] == 1)'

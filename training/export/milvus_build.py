@@ -188,6 +188,10 @@ def _fill(
     client.create_collection(name, schema=schema(client, x.shape[1], id_length, fields))
     for start in range(0, len(ids), CHUNK_ROWS):
         client.insert(name, rows(ids, corpus, x, start, fields))
+    # a Milvus server keeps fresh rows in growing segments that its row count (get_collection_stats) does not
+    # report and that the index does not cover until sealed; milvus-lite has no such split. Flushing seals
+    # them, so the collection a version publishes is whole, indexed and counted (issue 46).
+    client.flush(name)
 
 
 def _index(client: Any, name: str, index_type: str, metric_type: str, build_params: dict[str, int]) -> None:
@@ -241,6 +245,7 @@ def _tune(
             output_fields=[POS_FIELD],
             search_params={"metric_type": METRIC_TYPES[metric], "params": params},
             anns_field=VECTOR_FIELD,
+            consistency_level="Strong",  # the rows were just written: the server's Bounded default may not see them
         )
         return [np.array([h["entity"][POS_FIELD] for h in hits], dtype=np.int64) for hits in found]
 

@@ -18,13 +18,12 @@ from contract.index.backend import MILVUS_EXTRAS, BackendConfig
 from contract.milvus.index import alias_name, connect
 from contract.milvus.pointer import MilvusPointer
 from tests.app.conftest import make_settings, wait_until
-from tests.servers import free_port, milvus_server
+from tests.conftest import milvus_endpoint
+from tests.servers import free_port
 
 
-@pytest.fixture(scope="module")
-def milvus(tmp_path_factory) -> BackendConfig:
-    with milvus_server(tmp_path_factory.mktemp("milvus")) as uri:
-        yield BackendConfig(backend="milvus", milvus_uri=uri, milvus_name="apitest")
+def milvus_config(request, kind: str) -> BackendConfig:
+    return BackendConfig(backend="milvus", milvus_uri=milvus_endpoint(request, kind), milvus_name="apitest")
 
 
 def stage(encoder, corpus, doc_emb, folder: Path, ndcg: float, milvus: BackendConfig | None) -> Path:
@@ -67,9 +66,10 @@ class Env:
         return BundleStore(self.bundles, pointer=pointer).publish(copy, force=force).version
 
 
-@pytest.fixture(scope="module", params=["faiss", "milvus"])
+@pytest.fixture(scope="module", params=["faiss", "milvus-lite", "milvus-server"])
 def env(request, tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> Env:
-    config = request.getfixturevalue("milvus") if request.param == "milvus" else None
+    kind = request.param.removeprefix("milvus-")
+    config = milvus_config(request, kind) if request.param.startswith("milvus") else None
     root = tmp_path_factory.mktemp(f"backend-{request.param}")
     staged = {
         name: stage(shared_encoder, slice_data.corpus, doc_embeddings, root / name, ndcg, config)
@@ -83,7 +83,7 @@ def env(request, tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -
 
 
 # what only Milvus has: these tests take the module's Milvus environment alone (not collected for FAISS)
-MILVUS_ONLY = pytest.mark.parametrize("env", ["milvus"], indirect=True)
+MILVUS_ONLY = pytest.mark.parametrize("env", ["milvus-lite", "milvus-server"], indirect=True)
 
 
 @pytest.fixture(scope="module")

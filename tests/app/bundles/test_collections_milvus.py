@@ -16,15 +16,13 @@ from contract.milvus.index import connect
 from contract.milvus.pointer import MilvusPointer
 from tests.app.bundles.test_backends import stage
 from tests.app.conftest import make_settings
-from tests.servers import milvus_server
 
 KEY = {"X-API-Key": "test-key"}
 
 
 @pytest.fixture(scope="module")
-def milvus(tmp_path_factory):
-    with milvus_server(tmp_path_factory.mktemp("milvus")) as uri:
-        yield uri
+def milvus(milvus_uri):
+    return milvus_uri
 
 
 def test_collection_names_and_aliases_in_milvus(milvus, tmp_path, shared_encoder, slice_data, doc_embeddings):

@@ -16,7 +16,6 @@ from contract.index.backend import MILVUS_EXTRAS, BackendConfig
 from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
 from contract.milvus.index import alias_name, connect
 from contract.milvus.pointer import MilvusPointer
-from tests.servers import milvus_server
 from training.bundle.build import BuildOptions, BundleRecord, build_bundle
 from training.bundle.store import PUBLISH_STEPS, BundleStore
 from training.data.retrieval_data import Document
@@ -30,9 +29,8 @@ N, DIM = 60, 384
 
 
 @pytest.fixture(scope="module")
-def milvus(tmp_path_factory) -> BackendConfig:
-    with milvus_server(tmp_path_factory.mktemp("milvus")) as uri:
-        yield BackendConfig(backend="milvus", milvus_uri=uri, milvus_name="pubtest")
+def milvus(milvus_uri) -> BackendConfig:
+    return BackendConfig(backend="milvus", milvus_uri=milvus_uri, milvus_name="pubtest")
 
 
 def _unit(n: int, dim: int, seed: int) -> np.ndarray:
