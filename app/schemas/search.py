@@ -243,6 +243,11 @@ class Hit(BaseModel):
 
 class QueryResult(BaseModel):
     hits: list[Hit] = Field(description="Best first.")
+    search_id: str | None = Field(
+        None,
+        description="Signed id of this ranking (collection, version, mode, the ids shown, time): send it "
+        "with a judgment (POST /feedback) to tie it to what was shown.",
+    )
 
 
 class Timings(BaseModel):
