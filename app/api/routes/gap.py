@@ -47,6 +47,7 @@ async def generalization_gap(hot_swap: HotSwapDep, settings: SettingsDep) -> Gap
     report = report.model_copy(update=update)
     # off the event loop: it may encode every judged query (cached per version and judgment count)
     live_part = await asyncio.to_thread(live_section, live, feedback_store(settings))
+    hot_swap.metrics.set_live_risk(live_part)  # the collection's own series (app/metrics.py)
     return GapResponse(version=live.version, model=live.serving_summary(), report=report, live=live_part)
 
 

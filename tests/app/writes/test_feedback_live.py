@@ -41,6 +41,9 @@ def test_live_section_needs_min_queries_then_gives_a_verdict(tmp_path, staged, s
         assert client.post("/feedback", json={"judgments": more}, headers=KEY).status_code == 200
         first = client.get("/generalization-gap").json()
         live = first["live"]
+        exposed = client.get("/metrics").text
+    assert f'search_live_verdict{{verdict="{live["verdict"]}"}} 1.0' in exposed
+    assert f"search_live_risk_nats {live['risk']['value']}" in exposed
     assert first["version"] == version
     assert live["verdict"] in ("consistent", "worse than predicted", "better than predicted")
     assert live["n_queries"] == len(slice_data.qrels)
