@@ -27,7 +27,7 @@ def _grade(value: Any) -> Any:
     return value
 
 
-Grade = Annotated[int, BeforeValidator(_grade), Field(ge=0, le=3)]
+Grade = Annotated[int, Field(ge=0, le=3), BeforeValidator(_grade)]
 
 
 class Judgment(BaseModel):

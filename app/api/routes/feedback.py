@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 
 from app.api.deps import CollectionScope, FeedbackKeyDep, HotSwapDep, SettingsDep
-from app.errors import InvalidInputError
+from app.errors import InvalidInputError, ServiceError
 from app.schemas.feedback import FeedbackRequest, FeedbackResponse
 from app.settings import Settings
 from contract.defaults import DEFAULT_COLLECTION
@@ -31,12 +31,20 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "No key sent."},
     403: {"description": "Wrong key (SEARCH_API_KEY or SEARCH_FEEDBACK_KEY), or none configured."},
     413: {"description": "Body larger than SEARCH_MAX_BODY_BYTES."},
-    422: {
-        "description": "Malformed body, a blank query, an unknown document, a search id this server did not "
-        "make: `error.message` names the item and field. Nothing was stored."
+    404: {
+        "description": "An unknown document, or a search id this server did not make (`error.message` "
+        "names the item and field). Nothing was stored."
     },
+    422: {"description": "Malformed body or a blank query (`error.message` names the item and field)."},
     503: {"description": "No bundle is live, or the judgment store cannot be written. Nothing was stored."},
 }
+
+
+class JudgedUnknownError(ServiceError):
+    """A judgment about a document or a search this server does not know: 404, as a GET of it would be."""
+
+    status_code = 404
+    code = "not_found"
 
 
 def feedback_store(settings: Settings) -> FeedbackStore:
@@ -83,7 +91,7 @@ def _checked(body: FeedbackRequest, live: Any, settings: Settings, collection: s
         if not j.query.strip():
             raise InvalidInputError(f"{where}.query: is blank")
         if live.overlay.get(j.document_id) is None:
-            raise InvalidInputError(
+            raise JudgedUnknownError(
                 f"{where}.document_id: no document {j.document_id!r} in bundle {live.version}"
             )
         version = mode = rank = None
@@ -91,7 +99,7 @@ def _checked(body: FeedbackRequest, live: Any, settings: Settings, collection: s
             try:
                 shown = search_id.verify(secret, j.search_id)
             except search_id.SearchIdError as exc:
-                raise InvalidInputError(f"{where}.search_id: {exc}") from None
+                raise JudgedUnknownError(f"{where}.search_id: {exc}") from None
             if shown.collection != collection:
                 raise InvalidInputError(f"{where}.search_id: made for collection {shown.collection!r}")
             version, mode, rank = shown.version, shown.mode, shown.rank_of(j.document_id)
