@@ -25,6 +25,7 @@ from app.api.routes import (
     docs,
     documents,
     embed,
+    feedback,
     gap,
     health,
     jobs,
@@ -141,7 +142,7 @@ async def _lifespan(app: FastAPI, *, settings: Settings, app_metrics: AppMetrics
 def _include_routes(app: FastAPI) -> set[str]:
     """Every router, then the ones that serve one collection again under /collections/{collection}/;
     returns the scoped route templates (the metrics label them with their collection)."""
-    for module in (search, documents, gap, health, bundles, metrics):
+    for module in (search, documents, feedback, gap, health, bundles, metrics):
         app.include_router(module.router)
     app.include_router(embed.router)  # POST /embed, POST /v1/embeddings: vectors in the index's space
     app.include_router(jobs.router)  # POST /jobs …: records and enqueues; a worker process runs them
@@ -154,6 +155,7 @@ def _include_routes(app: FastAPI) -> set[str]:
             search.router,
             embed.router,
             documents.router,
+            feedback.router,
             gap.router,
             bundles.router,
             jobs.router,

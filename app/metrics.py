@@ -38,6 +38,9 @@ JobCounts = Callable[[], Iterable[tuple[str, str, int]]]  # (type, state, jobs)
 GateLog = Callable[[], list[dict[str, Any]]]
 
 
+LIVE_VERDICTS = ("consistent", "worse than predicted", "better than predicted", "not enough judgments yet")
+
+
 class AppMetrics:
     """Prometheus naming: `_total` counters, `_seconds` durations, `_ratio` for recall, one `_info`.
 
@@ -162,6 +165,25 @@ class AppMetrics:
             "1 while serving an older version because the one CURRENT names failed to load at startup.",
             registry=r,
         )
+        # set when GET /generalization-gap computes its live section (app/live/live_risk.py)
+        self.live_risk = Gauge(
+            "search_live_risk_nats",
+            "InfoNCE risk on the positive judgments of the live version (P1 normalisation, the report's k).",
+            registry=r,
+        )
+        self.live_verdict = Gauge(
+            "search_live_verdict",
+            "1 for the live section's current verdict against the report's prediction, 0 for the others.",
+            ["verdict"],
+            registry=r,
+        )
+
+    def set_live_risk(self, section: dict[str, Any]) -> None:
+        """The gauges of GET /generalization-gap's live section (no risk yet: NaN, and no verdict at 1)."""
+        risk = section.get("risk")
+        self.live_risk.set(float("nan") if risk is None else risk["value"])
+        for verdict in LIVE_VERDICTS:
+            self.live_verdict.labels(verdict).set(1.0 if section.get("verdict") == verdict else 0.0)
 
     def set_live(
         self, version: str, *, n_vectors: int, recall: float | None, encoder_backend: str, metric: str

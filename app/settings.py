@@ -27,6 +27,19 @@ class Settings(JobSettings):
         description="Key for mutating routes (header `X-API-Key` or `Authorization: Bearer`). "
         "Unset: those routes answer 403.",
     )
+    feedback_key: str | None = Field(
+        None,
+        description="A second key that may send relevance judgments (POST /feedback) and nothing else, so a "
+        "front end need not hold SEARCH_API_KEY. Unset: only SEARCH_API_KEY may.",
+    )
+    feedback_max_rows: int = Field(
+        1_000_000,
+        ge=1,
+        description="Most judgments kept per collection; past it the oldest go (docs/gap-report.md).",
+    )
+    feedback_retention_days: float = Field(
+        365.0, gt=0, description="Judgments older than this many days are dropped at the next write."
+    )
     max_body_bytes: int = Field(
         1_000_000, ge=1024, description="Largest accepted request body; larger is 413."
     )

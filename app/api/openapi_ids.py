@@ -17,7 +17,7 @@ from typing import Any
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 
-from app.api.deps import has_api_key, require_api_key
+from app.api.deps import has_api_key, require_api_key, require_feedback_key
 
 # the route's function name, where it reads well as a method name; a name not here is its own id
 READABLE_IDS = {
@@ -86,11 +86,11 @@ def _api_routes(routes: list[Any]) -> Iterator[tuple[APIRoute, str, set[str]]]:
 
 def state_security(spec: dict[str, Any], routes: list[Any]) -> None:
     """`securitySchemes`, and `security` on each operation whose route reads the key: required where
-    `require_api_key` guards it, optional where `has_api_key` only widens the answer."""
+    `require_api_key` (or `require_feedback_key`) guards it, optional where `has_api_key` only widens the answer."""
     spec.setdefault("components", {})["securitySchemes"] = SECURITY_SCHEMES
     for route, path, methods in _api_routes(routes):
         calls = _calls(route.dependant)
-        if require_api_key in calls:
+        if require_api_key in calls or require_feedback_key in calls:
             security = KEY_REQUIRED
         elif has_api_key in calls:
             security = KEY_OPTIONAL

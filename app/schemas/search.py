@@ -234,6 +234,11 @@ class Hit(BaseModel):
 
 class QueryResult(BaseModel):
     hits: list[Hit] = Field(description="Best first.")
+    search_id: str | None = Field(
+        None,
+        description="Signed id of this ranking (collection, version, mode, the ids shown, time): send it "
+        "with a judgment (POST /feedback) to tie it to what was shown.",
+    )
 
 
 class Timings(BaseModel):
@@ -256,6 +261,13 @@ class GapResponse(BaseModel):
     version: str
     model: dict[str, Any] = Field(description="Identity of the live model (from the bundle manifest).")
     report: GapReport
+    live: dict[str, Any] | None = Field(
+        None,
+        description="The InfoNCE risk on the positive judgments (POST /feedback) of this version, same k and "
+        "τ as `report.risk_test`, its 95% interval, the verdict against the prediction (`rule`), the "
+        "number of judgments and queries it rests on, MRR and nDCG@10 of the judged documents "
+        "(docs/gap-report.md). Judgments are a biased sample of traffic.",
+    )
 
 
 class ReadyResponse(BaseModel):

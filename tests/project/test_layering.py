@@ -159,7 +159,7 @@ LAYERS = {
         "data", "eval", "losses", "gap", "hybrid", "cards", "train", "export", "bundle", "distill",
         "publish", "jobs", "cli", "experiments",
     ],
-    "contract": ["encoding", "index", "bundles", "mutations", "milvus", "jobs"],
+    "contract": ["encoding", "index", "bundles", "mutations", "milvus", "jobs", "feedback"],
     "app": ["schemas", "engine", "live", "api"],
 }  # fmt: skip
 BASE = {

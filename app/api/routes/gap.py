@@ -3,14 +3,17 @@ only the live bundle knows: the query encoder it serves and the test metrics of 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import APIRouter
 
-from app.api.deps import HotSwapDep
+from app.api.deps import HotSwapDep, SettingsDep
+from app.api.routes.feedback import feedback_store
 from app.engine.encoder_choice import served_section
 from app.engine.retrieval_modes import default_mode, modes
 from app.errors import ReportMissingError
+from app.live.live_risk import live_section
 from app.schemas.search import GapResponse
 from contract.bundles.bundle import Bundle
 from contract.bundles.report_schema import ModeMetrics
@@ -27,7 +30,7 @@ router = APIRouter(tags=["report"])
     },
     summary="Generalization-gap report of the live model",
 )
-async def generalization_gap(hot_swap: HotSwapDep) -> GapResponse:
+async def generalization_gap(hot_swap: HotSwapDep, settings: SettingsDep) -> GapResponse:
     """The estimated generalization gap (risks, gap, bounds; all in nats) reported when the live bundle
     was built, with the bundle version and the model identity. The retrieval section also lists the test
     metrics of every search mode the bundle has, its default (served) mode marked."""
@@ -42,7 +45,10 @@ async def generalization_gap(hot_swap: HotSwapDep) -> GapResponse:
     if report.retrieval is not None:
         update["retrieval"] = report.retrieval.model_copy(update={"by_mode": mode_rows(live.bundle)})
     report = report.model_copy(update=update)
-    return GapResponse(version=live.version, model=live.serving_summary(), report=report)
+    # off the event loop: it may encode every judged query (cached per version and judgment count)
+    live_part = await asyncio.to_thread(live_section, live, feedback_store(settings))
+    hot_swap.metrics.set_live_risk(live_part)  # the collection's own series (app/metrics.py)
+    return GapResponse(version=live.version, model=live.serving_summary(), report=report, live=live_part)
 
 
 def mode_rows(bundle: Bundle) -> list[ModeMetrics]:

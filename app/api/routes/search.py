@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body
 
-from app.api.deps import HotSwapDep, RunnerDep, SettingsDep
+from app.api.deps import CollectionScope, HotSwapDep, RunnerDep, SettingsDep
 from app.engine import request_limits, retrieval_modes
 from app.engine.search_spec import SearchSpec
 from app.errors import InvalidInputError, ResponseTooLargeError
 from app.schemas.search import SEARCH_EXAMPLES, Hit, QueryResult, SearchRequest, SearchResponse, Timings
 from app.settings import Settings
+from contract.defaults import DEFAULT_COLLECTION
+from contract.feedback import search_id
 
 router = APIRouter(tags=["search"])
 HIT_OVERHEAD_BYTES = 40  # {"id":"","score":-0.123456789} and separators, per hit
@@ -47,6 +50,7 @@ async def search(
     hot_swap: HotSwapDep,
     runner: RunnerDep,
     settings: SettingsDep,
+    collection: CollectionScope,
 ) -> SearchResponse:
     """Top-k documents per query, best first. Scores are the learned similarity of the live model
     (cosine for InfoNCE; -1/2 * sum_c lambda_c (u_c - v_c)^2 for AnInfoNCE), see `metric`."""
@@ -83,17 +87,24 @@ async def search(
             f"the answer would be about {size:,} bytes, above this server's limit of "
             f"{settings.max_response_bytes:,}: ask for a smaller top_k, fewer queries or fewer include fields"
         )
+    shown = _signer(settings, collection or DEFAULT_COLLECTION, live.version, spec.mode)
     return SearchResponse(
         version=live.version,
         metric=live.encoder.metric,
         mode=spec.mode,
-        results=[QueryResult(hits=h) for h in hits],
+        results=[QueryResult(hits=h, search_id=shown(h)) for h in hits],
         timings=Timings(
             encode_ms=round(answer.encode_ms, 3),
             search_ms=round(answer.search_ms, 3),
             total_ms=round((time.perf_counter() - started) * 1000, 3),
         ),
     )
+
+
+def _signer(settings: Settings, collection: str, version: str, mode: str) -> Callable[[list[Hit]], str]:
+    """The `search_id` of each page: what it showed, signed for POST /feedback (app/api/routes/feedback.py)."""
+    secret = search_id.load_secret(settings.bundles_dir)
+    return lambda page: search_id.make(secret, collection, version, mode, [h.id for h in page])
 
 
 def _check_limits(body: SearchRequest, field: str, settings: Settings) -> None:

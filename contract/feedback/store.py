@@ -1,0 +1,147 @@
+"""The judgment store: relevance judgments of one collection, durable and shared by every API replica.
+
+    <bundles>/feedback.sqlite   (+ -wal, -shm)
+
+The same guarantees as the mutation log (contract/mutations/log.py), for the same reasons: SQLite in WAL
+mode (one writer at a time, every replica on the folder reads the same rows), `synchronous=FULL` (a batch
+the API acknowledged is committed on disk before the answer, so it survives kill -9), one transaction per
+batch (all its judgments or none). Unlike the mutation log it is bounded: after each append, rows older
+than the retention and, past the row cap, the oldest rows go (judgments are evidence about a model, not
+part of the corpus: losing the oldest costs statistical power, never a document).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from contract.errors import BundleError
+
+logger = logging.getLogger(__name__)
+
+STORE_FILE = "feedback.sqlite"
+BUSY_TIMEOUT_S = 30.0  # a writer waits this long for another replica's write transaction
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS judgments (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    query TEXT NOT NULL,
+    doc_id TEXT NOT NULL,
+    grade INTEGER NOT NULL CHECK (grade BETWEEN 0 AND 3),
+    version TEXT,
+    mode TEXT,
+    rank INTEGER,
+    at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS judgments_version ON judgments (version);
+"""
+
+
+class FeedbackStoreError(BundleError):
+    """The judgment store is unreadable or unwritable (a corrupt file, a read-only folder)."""
+
+    code = "feedback_store"
+
+
+@dataclass(frozen=True)
+class Judgment:
+    """One judgment: `grade` 0 (not relevant) to 3; version, mode and rank from its search id, if any."""
+
+    query: str
+    doc_id: str
+    grade: int
+    version: str | None = None
+    mode: str | None = None
+    rank: int | None = None
+    at: float = 0.0
+    seq: int = 0
+
+
+class FeedbackStore:
+    """The judgment file of one bundles folder; safe to share between threads (a connection each)."""
+
+    def __init__(self, bundles_dir: str | Path, *, max_rows: int, retention_s: float):
+        self.path = Path(bundles_dir) / STORE_FILE
+        self.max_rows = max_rows
+        self.retention_s = retention_s
+        self._local = threading.local()
+
+    def _con(self) -> sqlite3.Connection:
+        con: sqlite3.Connection | None = getattr(self._local, "con", None)
+        if con is None:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+                con.execute("PRAGMA journal_mode=WAL")
+                con.execute("PRAGMA synchronous=FULL")  # the commit is on disk before an answer
+                con.executescript(SCHEMA)
+            except sqlite3.Error as exc:
+                raise FeedbackStoreError(f"{self.path.name}: cannot open the judgment store ({exc})") from exc
+            self._local.con = con
+        return con
+
+    def close(self) -> None:
+        con = getattr(self._local, "con", None)
+        if con is not None:
+            con.close()
+            self._local.con = None
+
+    def append(self, judgments: Sequence[Judgment]) -> tuple[int, int]:
+        """One batch in one transaction, then the bounds applied; returns (first seq, last seq)."""
+        if not judgments:
+            raise FeedbackStoreError("nothing to append")
+        now = time.time()
+        rows = [(j.query, j.doc_id, j.grade, j.version, j.mode, j.rank, now) for j in judgments]
+        con = self._con()
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                con.executemany(
+                    "INSERT INTO judgments (query, doc_id, grade, version, mode, rank, at)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+                (last,) = con.execute("SELECT last_insert_rowid()").fetchone()
+                con.execute("DELETE FROM judgments WHERE at < ?", (now - self.retention_s,))
+                con.execute(
+                    "DELETE FROM judgments WHERE seq <= (SELECT MAX(seq) FROM judgments) - ?",
+                    (self.max_rows,),
+                )
+                con.execute("COMMIT")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise FeedbackStoreError(f"{self.path.name}: write failed, nothing was stored ({exc})") from exc
+        return int(last) - len(rows) + 1, int(last)
+
+    def count(self, version: str | None = None) -> int:
+        if not self.path.is_file():
+            return 0
+        sql, params = "SELECT COUNT(*) FROM judgments", []
+        if version is not None:
+            sql, params = sql + " WHERE version = ?", [version]
+        try:
+            (n,) = self._con().execute(sql, params).fetchone()
+        except sqlite3.Error as exc:
+            raise FeedbackStoreError(f"{self.path.name}: unreadable ({exc})") from exc
+        return int(n)
+
+    def judgments(self, version: str | None = None) -> list[Judgment]:
+        """Every judgment kept (of `version` when given), oldest first."""
+        if not self.path.is_file():
+            return []
+        sql = "SELECT query, doc_id, grade, version, mode, rank, at, seq FROM judgments"
+        params: list[str] = []
+        if version is not None:
+            sql, params = sql + " WHERE version = ?", [version]
+        try:
+            rows = self._con().execute(sql + " ORDER BY seq", params).fetchall()
+        except sqlite3.Error as exc:
+            raise FeedbackStoreError(f"{self.path.name}: unreadable ({exc})") from exc
+        return [Judgment(q, d, int(g), v, m, r, float(a), int(s)) for q, d, g, v, m, r, a, s in rows]
