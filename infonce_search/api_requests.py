@@ -140,6 +140,11 @@ class Requests:
         return Request("POST", "/jobs", models.JobDetail.model_validate, body)
 
     @staticmethod
+    def _feedback(judgments: Sequence[Mapping[str, Any]]) -> Request[models.FeedbackResponse]:
+        body = {"judgments": [dict(j) for j in judgments]}
+        return Request("POST", "/feedback", models.FeedbackResponse.model_validate, body)
+
+    @staticmethod
     def _upsert(documents: Sequence[Mapping[str, Any]]) -> Request[models.MutationResponse]:
         body = {"documents": [dict(d) for d in documents]}
         return Request("POST", "/documents", models.MutationResponse.model_validate, body)

@@ -33,6 +33,10 @@ class Hit(Model):
 
 class QueryResult(Model):
     hits: list[Hit]
+    search_id: str | None = Field(
+        None,
+        description="Signed id of this ranking: send it with a judgment (feedback) to tie it to what was shown.",
+    )
 
 
 class Timings(Model):
@@ -100,6 +104,9 @@ class GapResponse(Model):
     report: dict[str, Any] = Field(
         description="The generalization-gap report (its own versioned schema, `schema_version`; see /docs)."
     )
+    live: dict[str, Any] | None = Field(
+        None, description="The InfoNCE risk on the judgments sent with feedback(), against the prediction."
+    )
 
 
 class CollectionReadiness(Model):
@@ -161,6 +168,13 @@ class ActivateResponse(Model):
 
 
 # -- documents -----------------------------------------------------------------------------------------
+class FeedbackResponse(Model):
+    stored: int = Field(description="Judgments stored (all of the batch).")
+    first_seq: int
+    last_seq: int
+    total: int = Field(description="Judgments the collection keeps now.")
+
+
 class MutationResponse(Model):
     applied: int = Field(description="Documents written (upserts) or deleted (deletes; not_found excluded).")
     first_seq: int
@@ -239,6 +253,7 @@ __all__ = [
     "CollectionReadiness",
     "DocumentOut",
     "EmbedResponse",
+    "FeedbackResponse",
     "GapResponse",
     "Hit",
     "JobDetail",

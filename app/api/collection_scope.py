@@ -19,7 +19,7 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response, params
 from fastapi import Path as PathParam
 from fastapi.routing import APIRoute
 
-from app.api.deps import require_api_key
+from app.api.deps import require_api_key, require_feedback_key
 from app.live.collections import CollectionRegistry
 from contract.defaults import DEFAULT_COLLECTION
 
@@ -73,8 +73,9 @@ def _key_first(dependencies: Sequence[params.Depends]) -> list[params.Depends]:
     """The route's own dependencies behind `use_collection`, but its API key check before it: a request
     without the key is 401 whether or not the collection exists (a 404 first would tell who asks which
     collections exist)."""
-    key = [d for d in dependencies if d.dependency is require_api_key]
-    rest = [d for d in dependencies if d.dependency is not require_api_key]
+    checks = (require_api_key, require_feedback_key)
+    key = [d for d in dependencies if d.dependency in checks]
+    rest = [d for d in dependencies if d.dependency not in checks]
     return [*key, Depends(use_collection), *rest]
 
 

@@ -106,11 +106,13 @@ def require_api_key(request: Request) -> None:
 ApiKeyDep = Depends(require_api_key)
 
 
-def require_feedback_key(request: Request, settings: SettingsDep) -> None:
-    """POST /feedback: SEARCH_API_KEY, or SEARCH_FEEDBACK_KEY (a key that may send judgments only)."""
+def require_feedback_key(request: Request) -> None:
+    """POST /feedback: SEARCH_API_KEY, or SEARCH_FEEDBACK_KEY (a key that may send judgments only); the
+    settings are the request's own, as in require_api_key."""
+    settings: Settings = request.state.settings
     given = given_keys(request)
     if settings.feedback_key is None or not given:
-        require_api_key(request, settings)
+        require_api_key(request)
         return
     keys = [k.encode() for k in (settings.feedback_key, settings.api_key) if k is not None]
     right = [any(hmac.compare_digest(g.encode(), k) for k in keys) for g in given]

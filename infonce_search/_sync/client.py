@@ -150,6 +150,14 @@ class Client(Requests):
         """Roll back or forward to a published version (API key)."""
         return self._call(self._activate(version))
 
+    # -- feedback ------------------------------------------------------------------------------------------
+    def feedback(self, judgments: Sequence[Mapping[str, Any]]) -> schema.FeedbackResponse:
+        """POST /feedback (SEARCH_API_KEY or SEARCH_FEEDBACK_KEY): relevance judgments
+        `{query, document_id, relevant (bool or 0-3), search_id?}`, stored all or none. Pass the `search_id`
+        of the result the user judged (`search(...).results[i].search_id`) so the judgment records what was
+        shown; the judgments of the live version feed `generalization_gap().live`."""
+        return self._call(self._feedback(judgments))
+
     # -- documents (without a retrain) ---------------------------------------------------------------------
     def upsert_documents(self, documents: Sequence[Mapping[str, Any]]) -> schema.MutationResponse:
         """POST /documents (API key): add or replace `{id, text, title?, metadata?}` documents; answers

@@ -175,6 +175,26 @@ def test_sync_client_documents_upsert_search_get_delete(server):
         assert "text" in bad.value.message
 
 
+def test_sync_client_sends_feedback_tied_to_a_search(server):
+    """feedback() stores a judgment with the search id the client read from search(); the report's live
+    section counts it; a forged search id is refused and stores nothing (issue 41)."""
+    url, version = server
+    with Client(url, api_key=KEY) as client:
+        result = client.search("tardigrades survive", top_k=3).results[0]
+        assert result.search_id
+        judged = {"query": "tardigrades survive", "document_id": result.hits[0].id, "relevant": True}
+        stored = client.feedback([{**judged, "search_id": result.search_id}])
+        assert stored.stored == 1 and stored.last_seq == stored.first_seq and stored.total >= 1
+        live = client.generalization_gap().live
+        assert live is not None and live["n_judgments"] == stored.total
+        with pytest.raises(errors.NotFound) as forged:
+            client.feedback([{**judged, "search_id": result.search_id[:-4] + "AAAA"}])
+        assert "search_id" in forged.value.message
+        assert client.generalization_gap().live["n_judgments"] == stored.total
+    with Client(url) as anonymous, pytest.raises(errors.Unauthorized):
+        anonymous.feedback([judged])
+
+
 def test_document_writes_need_the_api_key(server):
     url, _ = server
     with Client(url) as anonymous:
