@@ -33,17 +33,24 @@ SUBDIR = "query_encoders"  # inside a bundle: query_encoders/<variant>/
 VARIANTS = ("distilled", "static")
 STATIC_TYPE = "StaticEmbedding"  # class name in modules.json; its "path" holds model.safetensors
 STATIC_WEIGHTS = "embedding.weight"  # its EmbeddingBag's tensor in model.safetensors
+# (vocab,) uint8 beside a static encoder's modules.json: 1 for the tokens of the texts it was distilled on
+SEEN_TOKENS_FILE = "seen_tokens.npy"
 
 
 class StaticQueryEncoder:
     """Mean of per-token vectors, L2-normalised: what `SentenceTransformer([StaticEmbedding, Normalize])`
     computes, in numpy. Tokenized without special tokens, as `StaticEmbedding.preprocess` does."""
 
-    def __init__(self, table: np.ndarray, tokenizer: Any, *, source: str):
+    def __init__(self, table: np.ndarray, tokenizer: Any, *, source: str, seen: np.ndarray | None = None):
         self.table = table  # (vocab, dim) float32
         self.tokenizer = tokenizer
         self.source = source
         self.dim = int(table.shape[1])
+        # (vocab,) bool: tokens of the texts the table was distilled on (None: not recorded, older bundles).
+        # A token outside them has a row no training touched, so a query holding one is not this table's
+        # to answer: `novel` tells the router (issue 44: a written document about a word the corpus lacks
+        # ranked 11th by the table, 1st by the full model).
+        self.seen = seen
 
     @classmethod
     def load(cls, folder: str | Path) -> StaticQueryEncoder:
@@ -61,7 +68,27 @@ class StaticQueryEncoder:
             raise ModelLoadError(f"{weights}: no tensor {STATIC_WEIGHTS!r}") from None
         tokenizer = Tokenizer.from_file(str(tok_file))
         tokenizer.no_padding()
-        return cls(np.ascontiguousarray(table, dtype=np.float32), tokenizer, source=str(module))
+        return cls(
+            np.ascontiguousarray(table, dtype=np.float32),
+            tokenizer,
+            source=str(module),
+            seen=_seen_tokens(Path(folder) / SEEN_TOKENS_FILE, len(table)),
+        )
+
+    def novel(self, token_ids: Sequence[Sequence[int]]) -> np.ndarray:
+        """(n,) bool: the queries (ids without special tokens) holding a token the table was not distilled
+        on; all False when that was not recorded."""
+        if self.seen is None:
+            return np.zeros(len(token_ids), dtype=bool)
+        return np.array([bool(ids) and not self.seen[list(ids)].all() for ids in token_ids], dtype=bool)
+
+    def novel_texts(self, texts: Sequence[str]) -> np.ndarray:
+        """As `novel`, tokenizing `texts` as `encode` does."""
+        return self.novel([e.ids for e in self.tokenizer.encode_batch(list(texts), add_special_tokens=False)])
+
+    def novel_ids(self, token_ids: Sequence[Sequence[int]]) -> np.ndarray:
+        """As `novel`, from ids with their special tokens (the request's tokenisation, as `encode_ids`)."""
+        return self.novel([list(ids[1:-1]) for ids in token_ids])
 
     def encode(self, texts: Sequence[str], *, kind: str = "query", batch_size: int = 64) -> np.ndarray:
         """float32 (n, dim), L2-normalised rows; a text without tokens gets a zero row (scores 0)."""
@@ -85,6 +112,19 @@ class StaticQueryEncoder:
                 out[i] = self.table[list(ids)].mean(0)  # (dim,)
         norms = np.linalg.norm(out, axis=1, keepdims=True)  # (n, 1)
         return out / np.maximum(norms, 1e-12)
+
+
+def _seen_tokens(path: Path, vocab: int) -> np.ndarray | None:
+    """The recorded seen-token mask, checked against the table's vocabulary (None when not recorded)."""
+    if not path.exists():
+        return None
+    try:
+        seen = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"{path}: not a readable token mask ({exc})") from None
+    if seen.shape != (vocab,):
+        raise ModelLoadError(f"{path}: {seen.shape} entries for a table of {vocab} tokens")
+    return seen.astype(bool)
 
 
 def _module_path(folder: Path, type_name: str) -> Path:

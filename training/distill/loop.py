@@ -30,6 +30,8 @@ class Student:
     epochs: int
     info: dict[str, Any] = field(default_factory=dict)  # recorded with the variant
     saved_len: int | None = None  # `distilled`: the model's max_seq_length, restored before saving
+    # `static`: (vocab,) bool, the tokens of the texts it was distilled on, saved beside it for the router
+    seen_tokens: np.ndarray | None = None
 
 
 @dataclass

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from contract.encoding.encoder import Encoder
+from contract.encoding.query_encoders import SEEN_TOKENS_FILE
 from contract.errors import ConfigError
 from training.data.retrieval_data import RetrievalData
 from training.distill.config import DistillConfig, Variant
@@ -65,7 +66,9 @@ def _static_student(
         model_dir, [*corpus_texts, *pairs.texts], only_seen=config.static_init_vocab == "seen"
     )
     info = {"init_seconds": round(time.perf_counter() - started, 1)}
-    return static_student_of(model_dir, raw, counts, config, info)
+    student = static_student_of(model_dir, raw, counts, config, info)
+    student.seen_tokens = counts > 0  # (vocab,)
+    return student
 
 
 def static_student_of(
@@ -153,6 +156,8 @@ def _save_student(variant: Variant, student: Student, out_dir: Path) -> None:
     if variant == "static" and len(model) == 3:
         model = folded_static(model, model[0].tokenizer)
     model.save(str(out_dir), safe_serialization=True)
+    if student.seen_tokens is not None:
+        np.save(out_dir / SEEN_TOKENS_FILE, student.seen_tokens.astype(np.uint8), allow_pickle=False)
     if variant == "distilled":
         from training.export.onnx_export import export_onnx
 
