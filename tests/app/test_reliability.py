@@ -72,7 +72,8 @@ def filter_body(ctx, body):
     if not isinstance(options, dict) or body.get("type", "retrain") != "retrain":
         return True
     low, high = options.get("hard_negative_rank_min", 10), options.get("hard_negative_rank_max", 100)
-    if all(isinstance(v, int) and not isinstance(v, bool) for v in (low, high)) and high <= low:
+    # 202691.0 is the integer 202691 in JSON Schema (schemathesis sends such values)
+    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in (low, high)) and high <= low:
         return False
     infonce_only = options.get("decoupled") is True or _positive(options.get("debiased_tau_plus"))
     if options.get("loss") == "aninfonce" and (infonce_only or options.get("learn_temperature") is True):

