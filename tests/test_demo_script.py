@@ -71,3 +71,69 @@ def test_a_key_in_the_environment_wins_and_is_not_written(tmp_path: Path) -> Non
     assert served_key(result) == "mine-from-env"
     assert not (tmp_path / "run" / "api-key").exists()
     assert "API key generated" not in result.stdout
+
+
+# The stand-in API answers POST /search after a delay, then stays up until the background `net` pipeline
+# has run (at most 20 s): the order of what ran is what the test reads.
+_SERVER = """
+import http.server, os, pathlib, sys, time
+log = pathlib.Path(sys.argv[1])
+time.sleep(1.5)  # the API's start-up: no answer yet
+class Search(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        with log.open("a") as f:
+            f.write("answered /search\\n")
+        self.send_response(200)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", int(sys.argv[2])), Search)
+server.timeout = 0.2
+deadline = time.monotonic() + 20
+while time.monotonic() < deadline and "pipeline --data run/data/pydocs-net" not in log.read_text():
+    server.handle_request()
+time.sleep(0.5)
+"""
+
+
+def test_the_second_collection_trains_only_after_the_first_answer_and_the_time_is_printed(
+    tmp_path: Path,
+) -> None:
+    from tests.servers import free_port
+
+    port = free_port()
+    (tmp_path / "server.py").write_text(_SERVER)
+    fake = tmp_path / ".venv" / "bin" / "python"
+    fake.parent.mkdir(parents=True)
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = -c ]; then exec {sys.executable} "$@"; fi\n'
+        f'if [ "$2" = app.serve ]; then exec {sys.executable} server.py ran.log {port}; fi\n'
+        'if [ "$3" = demo-data ]; then mkdir -p "$5"; fi\n'
+        'if [ "$3" = pipeline ]; then echo "pipeline $4 $5" >> ran.log; fi\n'
+    )
+    fake.chmod(0o755)
+    (tmp_path / "ran.log").write_text("")
+    result = subprocess.run(
+        ["bash", str(DEMO), "", "run", "127.0.0.1", str(port)],
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"], "HOME": str(tmp_path), "DEMO_STARTED_AT": "1"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    ran = (tmp_path / "ran.log").read_text().splitlines()
+    # `default` trains before the API starts; `net` only once a search has been answered
+    assert ran[0] == "pipeline --data run/data/pydocs", ran
+    assert ran.index("answered /search") < ran.index("pipeline --data run/data/pydocs-net"), ran
+    out = result.stdout
+    # counted from DEMO_STARTED_AT (make demo's start): 1 is the epoch's first second, so the number is huge
+    line = next(x for x in out.splitlines() if x.startswith("== first answer after "))
+    assert int(line.split()[4]) > 10**9, line
+    assert (
+        out.index("== first answer after")
+        < out.index("== 1b/3 collection 'net'")
+        < out.index("== collection 'net' is live")
+    )
