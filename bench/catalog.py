@@ -47,6 +47,7 @@ BENCHES: dict[str, str] = {
     # the gap report
     "gap_validation": "bench.gap.gap_validation",
     "predictive_validity": "bench.gap.predictive_validity",
+    "live_feedback": "bench.gap.live_feedback",
     "aninfonce_synthetic": "bench.gap.aninfonce_synthetic",
 }
 
