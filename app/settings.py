@@ -40,6 +40,12 @@ class Settings(JobSettings):
     feedback_retention_days: float = Field(
         365.0, gt=0, description="Judgments older than this many days are dropped at the next write."
     )
+    retrain_on_drift: bool = Field(
+        False,
+        description="When GET /generalization-gap's live verdict is `worse than predicted` (on at least its "
+        "minimum of judged queries), queue one retrain job with `feedback: include` for the collection, "
+        "unless a retrain of it is already queued or running (docs/jobs.md). Off: the verdict is only reported.",
+    )
     max_body_bytes: int = Field(
         1_000_000, ge=1024, description="Largest accepted request body; larger is 413."
     )

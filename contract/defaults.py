@@ -39,3 +39,9 @@ MAX_DEPTH: Final = 1000
 # --- collections ---
 DEFAULT_COLLECTION: Final = "default"
 """The collection a request without a collection addresses (and the folder a single-collection store uses)."""
+
+# --- relevance feedback ---
+FEEDBACK_HOLDOUT: Final = 0.2
+"""Share of the judged queries a retrain holds out of training to evaluate (and gate) on, by query and
+seeded: 1 in 5, the usual 80/20 of a BEIR dev/test carve, leaves the bulk for training while 20 judged
+queries (the live section's minimum) already give 4 held-out queries."""

@@ -229,6 +229,9 @@ class JobDetail(JobSummary):
     retrain_scope: str | None = None  # what a retrain trained: full or query
     tower: str | None = None  # retrain_scope's deprecated name (the same value)
     scope_reason: str | None = None  # why a retrain trained that scope
+    # a retrain's relevance judgments: use and reason, pairs, `heldout` nDCG@10 of candidate and live
+    feedback: dict[str, Any] | None = None
+    reason: str | None = None  # why it was submitted when no person did (SEARCH_RETRAIN_ON_DRIFT)
     error: str | None = None
     worker: str | None = None
     heartbeat_at: float | None = None

@@ -8,10 +8,15 @@ the API acknowledged is committed on disk before the answer, so it survives kill
 batch (all its judgments or none). Unlike the mutation log it is bounded: after each append, rows older
 than the retention and, past the row cap, the oldest rows go (judgments are evidence about a model, not
 part of the corpus: losing the oldest costs statistical power, never a document).
+
+Each judgment made with a search id also keeps the ids shown above the judged document (`above`): a retrain
+takes the ones above a relevant document as its hard negatives (training/feedback/pairs.py). Files made
+before that column existed gain it when opened (NULL: nothing recorded).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 import threading
@@ -36,7 +41,8 @@ CREATE TABLE IF NOT EXISTS judgments (
     version TEXT,
     mode TEXT,
     rank INTEGER,
-    at REAL NOT NULL
+    at REAL NOT NULL,
+    above TEXT
 );
 CREATE INDEX IF NOT EXISTS judgments_version ON judgments (version);
 """
@@ -60,10 +66,12 @@ class Judgment:
     rank: int | None = None
     at: float = 0.0
     seq: int = 0
+    above: tuple[str, ...] = ()  # the ids shown above it in that search, best first (with a search id)
 
 
 class FeedbackStore:
-    """The judgment file of one bundles folder; safe to share between threads (a connection each)."""
+    """The judgment file of one bundles folder; safe to share between threads (a connection each). The
+    bounds apply when appending; a reader (a retrain job) opens it with `reader`."""
 
     def __init__(self, bundles_dir: str | Path, *, max_rows: int, retention_s: float):
         self.path = Path(bundles_dir) / STORE_FILE
@@ -80,6 +88,9 @@ class FeedbackStore:
                 con.execute("PRAGMA journal_mode=WAL")
                 con.execute("PRAGMA synchronous=FULL")  # the commit is on disk before an answer
                 con.executescript(SCHEMA)
+                columns = {row[1] for row in con.execute("PRAGMA table_info(judgments)")}
+                if "above" not in columns:  # a file from before `above` was kept
+                    con.execute("ALTER TABLE judgments ADD COLUMN above TEXT")
             except sqlite3.Error as exc:
                 raise FeedbackStoreError(f"{self.path.name}: cannot open the judgment store ({exc})") from exc
             self._local.con = con
@@ -96,14 +107,26 @@ class FeedbackStore:
         if not judgments:
             raise FeedbackStoreError("nothing to append")
         now = time.time()
-        rows = [(j.query, j.doc_id, j.grade, j.version, j.mode, j.rank, now) for j in judgments]
+        rows = [
+            (
+                j.query,
+                j.doc_id,
+                j.grade,
+                j.version,
+                j.mode,
+                j.rank,
+                now,
+                json.dumps(list(j.above)) if j.above else None,
+            )
+            for j in judgments
+        ]
         con = self._con()
         try:
             con.execute("BEGIN IMMEDIATE")
             try:
                 con.executemany(
-                    "INSERT INTO judgments (query, doc_id, grade, version, mode, rank, at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO judgments (query, doc_id, grade, version, mode, rank, at, above)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     rows,
                 )
                 (last,) = con.execute("SELECT last_insert_rowid()").fetchone()
@@ -136,7 +159,7 @@ class FeedbackStore:
         """Every judgment kept (of `version` when given), oldest first."""
         if not self.path.is_file():
             return []
-        sql = "SELECT query, doc_id, grade, version, mode, rank, at, seq FROM judgments"
+        sql = "SELECT query, doc_id, grade, version, mode, rank, at, seq, above FROM judgments"
         params: list[str] = []
         if version is not None:
             sql, params = sql + " WHERE version = ?", [version]
@@ -144,4 +167,12 @@ class FeedbackStore:
             rows = self._con().execute(sql + " ORDER BY seq", params).fetchall()
         except sqlite3.Error as exc:
             raise FeedbackStoreError(f"{self.path.name}: unreadable ({exc})") from exc
-        return [Judgment(q, d, int(g), v, m, r, float(a), int(s)) for q, d, g, v, m, r, a, s in rows]
+        return [
+            Judgment(q, d, int(g), v, m, r, float(a), int(s), tuple(json.loads(above)) if above else ())
+            for q, d, g, v, m, r, a, s, above in rows
+        ]
+
+    @classmethod
+    def reader(cls, bundles_dir: str | Path) -> FeedbackStore:
+        """A handle that only reads: the bounds are the writers' (the API's settings), never applied here."""
+        return cls(bundles_dir, max_rows=2**62, retention_s=float("inf"))

@@ -19,6 +19,10 @@ whichever the live bundle allows (auto). It used to be called `tower`, a word th
 uses for its query tower's kind (`query_tower`: lora | full | truncated); `tower` stays accepted as a
 deprecated alias. `auto` is resolved once, by the pipeline (it needs the live bundle), and the plan then
 carries the scope taken and why (`RetrainPlan.resolved`).
+
+`feedback` (include | only | exclude; unset: include when the collection has positive judgments) says whether
+the relevance judgments sent to POST /feedback train too (training/feedback/): resolved once, by the job
+from the judgment store, and the plan then carries what was taken and why (`feedback_reason`).
 """
 
 from __future__ import annotations
@@ -36,8 +40,11 @@ from contract.query_config import QueryRetrainConfig
 logger = logging.getLogger(__name__)
 
 RetrainScope = Literal["auto", "full", "query"]
+FeedbackUse = Literal["include", "only", "exclude"]
 Variant = Literal["distilled", "static"]
 PLAN_KEY = "retrain_plan"  # manifest.extras: the plan a bundle was built by (its record(), no secrets)
+# manifest.extras, manifest.metrics and the job record: what the relevance judgments did in a retrain
+FEEDBACK_KEY = "feedback"
 # a retrain job lets the live bundle decide (a query-side retrain when it can: 0.26 of a full retrain's
 # time at 15k documents, bench/training/retrain_scale.py); `train` / `pipeline` on the command line train both
 # towers unless asked, as they did before the query side existed
@@ -125,6 +132,9 @@ class RetrainPlan(PublishPlan):
     live_eligible: bool | None = None
     training: TrainConfig = Field(default_factory=TrainConfig)
     query: QueryRetrainConfig = Field(default_factory=QueryRetrainConfig)
+    # the relevance judgments: None until resolved (include when the collection has positive ones)
+    feedback: FeedbackUse | None = None
+    feedback_reason: str = ""  # "asked for", or what resolving None saw in the judgment store
 
     def resolved(self, scope: RetrainScope, why: str, *, live_eligible: bool | None = None) -> RetrainPlan:
         update = {"scope": scope, "scope_reason": why, "live_eligible": live_eligible}
@@ -132,7 +142,11 @@ class RetrainPlan(PublishPlan):
 
 
 def retrain_plan(
-    training: TrainConfig, query: QueryRetrainConfig, publish: PublishPlan, scope: RetrainScope
+    training: TrainConfig,
+    query: QueryRetrainConfig,
+    publish: PublishPlan,
+    scope: RetrainScope,
+    feedback: FeedbackUse | None = None,
 ) -> RetrainPlan:
     """A RetrainPlan from its parts; the data splits follow the TrainConfig's."""
     data = publish.data.model_copy(
@@ -145,6 +159,7 @@ def retrain_plan(
         scope=scope,
         training=training,
         query=query,
+        feedback=feedback,
     )
 
 

@@ -36,6 +36,7 @@ from contract.jobs.defaults import DEFAULT_HEARTBEAT_TIMEOUT_S, default_queue_ur
 from contract.jobs.plan import (
     JOB_SCOPE,
     DataPlan,
+    FeedbackUse,
     IndexPlan,
     PublicationPlan,
     PublishPlan,
@@ -97,6 +98,13 @@ class RetrainOptions(TrainConfig, QueryRetrainConfig):
     tower: RetrainScope | None = Field(
         None, description="Deprecated: the old name of retrain_scope, still accepted.", deprecated=True
     )
+    feedback: FeedbackUse | None = Field(
+        None,
+        description="The relevance judgments of the collection (POST /feedback): include (the positive "
+        "ones train beside the dataset's pairs, a seeded 20% of the judged queries held out to evaluate "
+        "and gate on), only (they alone train), exclude (ignored). Unset: include when the collection has "
+        "positive judgments.",
+    )
     index_kind: IndexKind = "auto"
     index_backend: IndexBackend = "faiss"  # milvus: the worker's --milvus-uri (docs/deploy.md)
     force: bool = False  # True: publish live even if the quality gate would keep it as a candidate
@@ -113,7 +121,8 @@ class RetrainOptions(TrainConfig, QueryRetrainConfig):
             **{name: values[name] for name in QueryRetrainConfig.model_fields}
         )
         publish = _publish_plan(self, data_dir, bundles_dir, backend)
-        return retrain_plan(training, query, publish, scope_of(self.retrain_scope, self.tower, JOB_SCOPE))
+        scope = scope_of(self.retrain_scope, self.tower, JOB_SCOPE)
+        return retrain_plan(training, query, publish, scope, self.feedback)
 
 
 class ReindexOptions(BaseModel):
@@ -229,6 +238,7 @@ class JobQueue:
         bundles_dir: str | Path,
         models_root: str | Path | None = None,
         collection: str = DEFAULT_COLLECTION,
+        reason: str | None = None,
     ) -> JobRecord:
         """Validate, record as `queued`, then enqueue (a worker that sees the message finds its record).
 
@@ -253,6 +263,7 @@ class JobQueue:
             collection=collection,
             data_root=str(Path(data_root).resolve()),
             models_root=None if models_root is None else str(Path(models_root).resolve()),
+            reason=reason,
         )
         self.records.create(record)
         self.huey.enqueue(self._run_job.s(record.id, id=record.id))

@@ -78,6 +78,10 @@ class JobRecord(BaseModel):
     retrain_scope: str | None = None
     tower: str | None = None  # retrain_scope's old name, still written for records' older readers
     scope_reason: str | None = None  # why that scope (what `auto` saw, or "asked for")
+    # a retrain's relevance judgments: use resolved and why, pairs, held-out slice and its nDCG@10 (candidate
+    # and live), as training/feedback/use.py records them
+    feedback: dict[str, Any] | None = None
+    reason: str | None = None  # why it was submitted, when not by a person (the drift trigger)
     error: str | None = None
     cancel_requested: bool = False
     worker: str | None = None  # host:pid of the process running it

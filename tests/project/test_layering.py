@@ -157,7 +157,7 @@ def test_importing_the_app_loads_no_model_library():
 LAYERS = {
     "training": [
         "data", "eval", "losses", "gap", "hybrid", "cards", "train", "export", "bundle", "distill",
-        "publish", "jobs", "cli", "experiments",
+        "feedback", "publish", "jobs", "cli", "experiments",
     ],
     "contract": ["encoding", "index", "bundles", "mutations", "milvus", "jobs", "feedback"],
     "app": ["schemas", "engine", "live", "api"],

@@ -8,7 +8,9 @@
 Publishing is a sequence of steps (`PUBLISH_STEPS`); each is crash-safe on its own:
 
 1. validate — contract.bundles.bundle.validate with checksums, no model load (a corrupt bundle stops here);
-2. gate     — compare metrics["test"][gate_metric] with the live bundle's; write gate.json and the
+2. gate     — compare metrics["test"][gate_metric] with the live bundle's (and, when a retrain scored
+              held-out judged queries, the candidate's nDCG@10 on them with the live model's:
+              `_feedback_verdict`); write gate.json and the
               bundle card into the still-private staging folder, and their sha256 into the manifest's
               `files` (so activation refuses an edited gate decision like any other changed file);
 3. stage    — copy into `<root>/.staging-<version>` when the staging folder is elsewhere (rename needs
@@ -47,7 +49,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -68,9 +70,10 @@ from contract.bundles.folder import (
     GateDecision,
 )
 from contract.bundles.parts import sha256_file
-from contract.defaults import GATE_METRIC, GATE_TOLERANCE, KEEP_VERSIONS
+from contract.defaults import FEEDBACK_HOLDOUT, GATE_METRIC, GATE_TOLERANCE, KEEP_VERSIONS
 from contract.errors import BundleInvalid
-from contract.jobs.plan import PublicationPlan
+from contract.feedback.live_risk import MIN_QUERIES
+from contract.jobs.plan import FEEDBACK_KEY, PublicationPlan
 from training.cards.bundle_card import write_bundle_card
 
 if TYPE_CHECKING:
@@ -141,6 +144,36 @@ def _verdict(
     )
 
 
+# held-out judged queries the gate needs to compare on: the held-out share of the fewest judged queries the
+# live section gives a verdict on (contract/feedback/live_risk.py), 4 of 20; fewer say nothing reliable
+FEEDBACK_GATE_MIN_QUERIES = round(FEEDBACK_HOLDOUT * MIN_QUERIES)
+
+
+def _feedback_verdict(
+    accepted: tuple[bool, str], heldout: dict[str, Any] | None, tolerance: float, live_version: str
+) -> tuple[bool, str]:
+    """The test verdict, then the held-out judged queries (a retrain's feedback slice, scored by the
+    candidate and the live model in the same run): a candidate worse there than the live model by more
+    than the tolerance is kept as a candidate. Those queries are the traffic the service now answers, the
+    population a drift retrain (SEARCH_RETRAIN_ON_DRIFT) is meant to serve better, so passing the static
+    test split while losing on them is a regression. Compared only at FEEDBACK_GATE_MIN_QUERIES or more
+    and against the version live now; otherwise the reason says why not."""
+    ok, reason = accepted
+    if not ok or not heldout or heldout.get("candidate_ndcg@10") is None:
+        return ok, reason
+    cand, live, n = heldout["candidate_ndcg@10"], heldout.get("live_ndcg@10"), int(heldout.get("queries", 0))
+    if live is None or heldout.get("live_version") != live_version:
+        return ok, f"{reason}; held-out feedback not compared (scored against {heldout.get('live_version')})"
+    if n < FEEDBACK_GATE_MIN_QUERIES:
+        return ok, f"{reason}; held-out feedback not gated ({n} < {FEEDBACK_GATE_MIN_QUERIES} queries)"
+    if cand >= live - tolerance:
+        return True, f"{reason}; held-out feedback nDCG@10 {cand:.4f} vs live {live:.4f} ({n} queries)"
+    return (
+        False,
+        f"held-out feedback nDCG@10 {cand:.4f} is worse than live {live:.4f} by more than {tolerance}",
+    )
+
+
 class PublishResult(BaseModel):
     version: str
     live: bool
@@ -207,7 +240,8 @@ class BundleStore(BundleFolder):
             step("gate")
             fingerprint = manifest.extras.get(FINGERPRINT_KEY)
             decision = self._gate(
-                manifest.version, manifest.metrics, gate_metric, tolerance, force, fingerprint, _mode(manifest)
+                manifest.version, manifest.metrics, gate_metric, tolerance, force, fingerprint, _mode(manifest),
+                heldout=(manifest.extras.get(FEEDBACK_KEY) or {}).get("heldout"),
             )  # fmt: skip
             write_json_atomic(staging / GATE_FILE, decision.model_dump(mode="json"))
             write_bundle_card(staging, manifest.model_dump(mode="json"), decision.model_dump(mode="json"))
@@ -255,6 +289,7 @@ class BundleStore(BundleFolder):
         force: bool,
         fingerprint: str | None = None,
         mode: str = "dense",
+        heldout: dict[str, Any] | None = None,
     ) -> GateDecision:
         now = datetime.now(UTC)
         cand = metrics.get("test", {}).get(gate_metric)
@@ -278,8 +313,13 @@ class BundleStore(BundleFolder):
         common["live_value"] = live_value
         common["live_eval_fingerprint"] = live_fingerprint
         common["live_mode"] = _mode(live_manifest)
-        ok, reason = _verdict(
-            gate_metric, tolerance, (cand, fingerprint), (live_value, live_fingerprint), live_version
+        ok, reason = _feedback_verdict(
+            _verdict(
+                gate_metric, tolerance, (cand, fingerprint), (live_value, live_fingerprint), live_version
+            ),
+            heldout,
+            tolerance,
+            live_version,
         )
         if force and not ok:
             return GateDecision(accepted=True, reason=f"forced: {reason}", **common)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from training.cards.metrics_table import markdown_table
 from training.cards.model_card import (
     CARD_FILE,
     gap_section,
@@ -51,6 +52,7 @@ def bundle_card(manifest: dict[str, Any], gate: dict[str, Any] | None, report: d
             title="Evaluation (exact search, the gate's numbers)",
             empty="No test metrics recorded.",
         ),
+        *_feedback((manifest.get("extras") or {}).get("feedback")),
         *_gate(gate),
         *_index(manifest),
         "",
@@ -59,6 +61,32 @@ def bundle_card(manifest: dict[str, Any], gate: dict[str, Any] | None, report: d
         *_how_to_use(manifest["version"]),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _feedback(record: dict[str, Any] | None) -> list[str]:
+    """What a retrain did with the relevance judgments, and the held-out judged queries' nDCG@10 of this
+    candidate and of the version live when it was built (training/feedback/use.py)."""
+    if not record:
+        return []
+    lines = ["", "## Relevance feedback", "", f"Judgments: {record.get('use')} ({record.get('reason')})."]
+    if "train_pairs" in record:
+        lines.append(
+            f"{record['train_pairs']} judged pairs of {record['train_queries']} queries trained, with "
+            f"{record['hard_negatives']} shown-above hard negatives; {record['heldout_queries']} judged "
+            "queries held out."
+        )
+    held = record.get("heldout")
+    if held:
+        columns = {"candidate": {"ndcg@10": held["candidate_ndcg@10"]}}
+        if held.get("live_ndcg@10") is not None:
+            columns[f"live {held['live_version']}"] = {"ndcg@10": held["live_ndcg@10"]}
+        lines += [
+            "",
+            f"Held-out judged queries ({held['queries']}), exact search:",
+            "",
+            *markdown_table(columns),
+        ]
+    return lines
 
 
 def _summary(manifest: dict[str, Any]) -> list[str]:

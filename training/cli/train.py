@@ -13,6 +13,7 @@ from contract.config import TrainConfig
 from contract.jobs.plan import (
     CLI_SCOPE,
     DataPlan,
+    FeedbackUse,
     PublicationPlan,
     PublishPlan,
     RetrainPlan,
@@ -67,6 +68,19 @@ class ScopeOptions(BaseModel):
 
     def scope(self) -> RetrainScope:
         return scope_of(self.retrain_scope, self.tower, CLI_SCOPE)
+
+
+class FeedbackOptions(BaseModel):
+    """What `pipeline` does with the relevance judgments in the bundles folder (training/feedback/)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    feedback: FeedbackUse | None = Field(
+        None,
+        description="The judgments sent to POST /feedback for this collection: include (they train beside "
+        "the dataset's pairs, 20% of the judged queries held out and gated on), only (they alone train), "
+        "exclude. Unset: include when there are positive judgments.",
+    )
 
 
 @with_config_options(TrainConfig, QueryRetrainConfig, ScopeOptions)
@@ -171,7 +185,9 @@ class RunFolder(BaseModel):
     work_dir: Path = Field(Path("runs"), description="Where training run folders are written.")
 
 
-@with_config_options(PublishOptions, TrainConfig, QueryRetrainConfig, ScopeOptions, RunFolder)
+@with_config_options(
+    PublishOptions, TrainConfig, QueryRetrainConfig, ScopeOptions, FeedbackOptions, RunFolder
+)
 def pipeline_cmd(
     data: DataOpt,
     bundles: Annotated[
@@ -194,7 +210,8 @@ def pipeline_cmd(
 
     with one_line_errors():
         scope = given_config(ScopeOptions, overrides).scope()
-        plan = retrain_plan(config, query, publish.plan(data, folder, collection=collection), scope)
+        feedback = given_config(FeedbackOptions, overrides).feedback
+        plan = retrain_plan(config, query, publish.plan(data, folder, collection=collection), scope, feedback)
         work_dir = given_config(RunFolder, overrides).work_dir
         result = run_pipeline(plan, work_dir, RunHooks(show_progress=progress_bars_enabled()))
     _print_pipeline(result, as_json)
@@ -210,6 +227,7 @@ def _print_pipeline(result: PipelineResult, as_json: bool) -> None:
                 "publish": result.publish.model_dump(),
                 "retrain_scope": result.scope,
                 "tower": result.scope,  # the scope's old name, for readers of earlier output
+                "feedback": result.feedback,
                 "phase_seconds": result.timer.seconds,
                 "seconds": result.seconds,
                 "run_dir": result.run_dir,
@@ -222,6 +240,8 @@ def _print_pipeline(result: PipelineResult, as_json: bool) -> None:
     published = result.publish
     state = "live" if published.live else "kept as a candidate"
     typer.echo(f"bundle {published.version} {state} ({published.reason})")
+    if result.feedback is not None:
+        typer.echo(f"feedback {result.feedback['use']} ({result.feedback['reason']})")
     typer.echo(result.timer.table())
     typer.echo(
         f"run folder {result.run_dir} (phase times in timings.json); pipeline took {result.seconds:.0f}s"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from contract.encoding.encoder import document_text
@@ -24,6 +24,9 @@ class RetrievalData:
     queries: dict[str, str]  # only the queries that have relevant qrels in this split
     qrels: dict[str, dict[str, int]]  # query id -> {doc id: relevance > 0}
     source: str  # folder or file it came from
+    # query id -> documents shown above a relevant one when a user judged it (training/feedback/pairs.py):
+    # that query's hard negatives, never one of its positives; empty for a dataset read from files
+    negatives: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -52,6 +52,7 @@ def carve_validation(data: RetrievalData, fraction: float, seed: int) -> tuple[R
             queries={q: t for q, t in data.queries.items() if (q in held) == keep},
             qrels={q: dict(r) for q, r in data.qrels.items() if (q in held) == keep},
             source=data.source,
+            negatives={q: list(n) for q, n in data.negatives.items() if (q in held) == keep},
         )
 
     return side(False), side(True)

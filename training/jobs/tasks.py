@@ -276,7 +276,12 @@ def _retrain(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
     scope = result.plan.scope
     logger.info("job %s: retrain_scope %s (%s)", record.id, scope, result.plan.scope_reason)
     # `tower`: the scope's name in records before retrain_scope, kept for their readers
-    outcome = {"retrain_scope": scope, "tower": scope, "scope_reason": result.plan.scope_reason}
+    outcome = {
+        "retrain_scope": scope,
+        "tower": scope,
+        "scope_reason": result.plan.scope_reason,
+        "feedback": result.feedback,  # the judgments used, and the held-out slice's nDCG@10 of both models
+    }
     return _publish_outcome(result.publish) | outcome
 
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -76,12 +76,15 @@ def index_model(
     hooks: RunHooks | None = None,
     *,
     evaluation: EvalResult | None = None,
+    metrics: dict[str, dict[str, float]] | None = None,
+    extras: dict[str, Any] | None = None,
 ) -> PublishResult:
     """Encode the plan's corpus with the model, evaluate on its eval split, build and publish a bundle.
 
     The module docstring says what each option does. The corpus embeddings are encoded to a memory-mapped
     shard in a scratch build folder (or come memory-mapped from `hooks.cache`, or from `evaluation`), so
     no step holds them in RAM twice; the scratch folder goes when the build ends, published or not.
+    `metrics` and `extras` join the manifest's (a retrain's held-out feedback slice: the gate reads it).
     """
     hooks = hooks or RunHooks()
     distill = _distill(plan)
@@ -95,6 +98,7 @@ def index_model(
         encoder = Encoder.load(model_path)
     story = run_story(run_dir, plan.data.data_dir, plan.data.eval_split, data)
     story.extras[PLAN_KEY] = plan.record()  # the plan, recorded once: in the manifest it builds
+    story.extras.update(extras or {})
     backend = plan.index.backend
     pointer = MilvusPointer(backend) if backend is not None and plan.index.milvus else None
     store = BundleStore(plan.publication.bundles_dir, keep=plan.publication.keep, pointer=pointer)
@@ -107,6 +111,7 @@ def index_model(
         hooks.stop()
         with phase(hooks.timer, "encode + evaluate (index)"):
             emb = _encode_and_evaluate(encoder, data, scratch, evaluation, hooks)
+            emb.metrics.update(metrics or {})
         hooks.stop()
         with phase(hooks.timer, "index + bundle"):
             where = _Staging(staging, scratch, store.root)

@@ -9,6 +9,12 @@ encode the corpus, index), `query` (only a query tower against the live bundle's
 and index: training/distill/query_retrain.py, no corpus encode) or `auto` (query when the live bundle can serve as
 the fixed side for this dataset, training.distill.query_eligibility.query_side_blocker, else full),
 resolved once (`resolve_scope`) and carried by the plan into the manifest.
+
+The plan's `feedback` (include | only | exclude, unset: include when there are judgments) is resolved first
+(training/feedback/use.py): the relevance judgments of the collection join the training split, a held-out
+slice of them is scored by the candidate and the live model, and both go to the manifest, where the gate
+reads them. A retrain that trains on judgments is a full one when `auto` would have taken the query side:
+the query side does not score the held-out slice, so its gate could not see it.
 """
 
 from __future__ import annotations
@@ -18,12 +24,15 @@ import time
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from contract.config import TrainConfig
 from contract.jobs.plan import RetrainPlan
 from training.bundle.store import PublishResult
 from training.eval.embedding_cache import EmbeddingCache
 from training.export.corpus_encoder import corpus_encoder_for
+from training.feedback.pairs import FeedbackSlices
+from training.feedback.use import FEEDBACK_KEY, feedback_record, heldout_metrics, resolve_feedback
 from training.publish.index_model import index_model
 from training.train.phase_timer import PhaseTimer, phase
 from training.train.phases import LiveReference
@@ -43,6 +52,7 @@ class PipelineResult:
     seconds: float
     timer: PhaseTimer  # wall time per phase; also in <run_dir>/timings.json
     plan: RetrainPlan  # as run: its scope resolved (full, or query: a query-side retrain) and why
+    feedback: dict[str, Any] | None = None  # what the judgments did (training/feedback/use.py)
 
     @property
     def scope(self) -> str:
@@ -68,15 +78,25 @@ def run_pipeline(plan: RetrainPlan, work_dir: str | Path, hooks: RunHooks | None
     if hooks.cache is None:
         hooks.cache = EmbeddingCache(Path(work_dir) / CACHE_SUBDIR)
     run_dir = default_run_dir(work_dir)
-    plan = resolve_scope(plan, hooks)
+    plan, slices = resolve_feedback(plan, hooks)
+    plan = resolve_scope(plan, hooks, slices)
     if plan.scope == "query":
-        return _query_side(plan, run_dir, hooks, started)
+        done = _query_side(plan, run_dir, hooks, started)
+        done.feedback = feedback_record(plan, slices)  # trained on, not scored: see the module docstring
+        return done
     reference = _live_reference(plan, hooks)
     trained = _train_phase(plan.training, plan.data.data_dir, run_dir, hooks, reference)
     hooks.stop()
+    scored = heldout_metrics(plan, slices, trained, hooks, reference)
+    record = feedback_record(plan, slices, None if scored is None else scored[1])
+    metrics = {} if scored is None else {FEEDBACK_KEY: scored[0]}
     logger.info("pipeline: indexing %s into %s", plan.data.data_dir, plan.publication.bundles_dir)
-    published = index_model(run_dir, plan, hooks, evaluation=trained.evaluation)
-    return _finish(run_dir, trained, published, started, hooks, plan)
+    published = index_model(
+        run_dir, plan, hooks, evaluation=trained.evaluation, metrics=metrics, extras={FEEDBACK_KEY: record}
+    )
+    done = _finish(run_dir, trained, published, started, hooks, plan)
+    done.feedback = record
+    return done
 
 
 def _finish(
@@ -92,9 +112,12 @@ def _finish(
     return PipelineResult(run_dir, trained, published, time.perf_counter() - started, hooks.timer, plan)
 
 
-def resolve_scope(plan: RetrainPlan, hooks: RunHooks | None = None) -> RetrainPlan:
+def resolve_scope(
+    plan: RetrainPlan, hooks: RunHooks | None = None, feedback: FeedbackSlices | None = None
+) -> RetrainPlan:
     """The plan with its scope resolved once, and why: `auto` takes the query side when the live bundle can
-    be its fixed side and its documents were encoded by a fine-tuned model; full and query as asked."""
+    be its fixed side and its documents were encoded by a fine-tuned model, and no held-out judged queries
+    must gate it (`feedback`); full and query as asked."""
     if plan.scope != "auto":
         return plan.resolved(plan.scope, f"asked for (retrain_scope {plan.scope})")
     from training.bundle.store import BundleStore
@@ -115,6 +138,10 @@ def resolve_scope(plan: RetrainPlan, hooks: RunHooks | None = None) -> RetrainPl
     if base_documents is not None:  # the live vectors still spare the full retrain its base-model encode
         logger.info("retrain_scope auto: full retrain (%s)", base_documents)
         return plan.resolved("full", base_documents, live_eligible=True)
+    if feedback is not None and feedback.heldout_queries:
+        why = "judged queries are held out to gate on, and only a full retrain scores them"
+        logger.info("retrain_scope auto: full retrain (%s)", why)
+        return plan.resolved("full", why, live_eligible=True)
     logger.info("retrain_scope auto: query-side retrain (the live bundle holds this dataset's documents)")
     why = "the live bundle holds this dataset's documents unchanged"
     return plan.resolved("query", why, live_eligible=True)

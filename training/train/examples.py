@@ -128,3 +128,24 @@ def mine_negatives(
 def limit_queries(data: RetrievalData, config: TrainConfig) -> RetrievalData:
     """Seeded subsample of the held-out queries (config.eval_max_queries); the corpus stays whole."""
     return sample_queries(data, config.eval_max_queries, config.seed)
+
+
+def with_shown_negatives(
+    mined: list[list[int]],
+    pairs: list[Any],
+    shown: dict[str, list[str]],
+    position: dict[str, int],
+    known: dict[str, set[int]],
+) -> list[list[int]]:
+    """Each pair's hard negatives with, first, the documents its query was shown above a relevant one
+    (relevance feedback, training/feedback/pairs.py), never one of the query's known positives."""
+    if not shown:
+        return mined
+    out = []
+    for pair, own in zip(pairs, mined, strict=True):
+        ids = shown.get(pair.query_id, [])
+        first = [
+            position[d] for d in ids if d in position and position[d] not in known.get(pair.query_id, set())
+        ]
+        out.append(first + [j for j in own if j not in first])
+    return out

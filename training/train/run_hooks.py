@@ -41,9 +41,18 @@ class RunHooks:
         """training.data.split.load_split, once per (dataset, split) in this run; its readers only read. The
         seed draws only a pairs file's held-out side, so a BEIR folder's split is one entry whatever the seed
         (the trainer passes its config's, the gate and the scope check none)."""
-        key = (str(data_dir), name, None if Path(data_dir).is_dir() else seed)
+        key = self._key(data_dir, name, seed)
         if key not in self.loaded:
             from training.data.split import load_split
 
             self.loaded[key] = load_split(data_dir, name, seed=seed)
         return self.loaded[key]
+
+    def preload(self, data_dir: str | Path, name: str, data: RetrievalData, seed: int = 0) -> None:
+        """Make `split(data_dir, name, seed)` answer `data` in this run: the training split a retrain
+        extends with relevance feedback (training/feedback/), read by every reader of the run alike."""
+        self.loaded[self._key(data_dir, name, seed)] = data
+
+    @staticmethod
+    def _key(data_dir: str | Path, name: str, seed: int) -> tuple[str, str, int | None]:
+        return (str(data_dir), name, None if Path(data_dir).is_dir() else seed)

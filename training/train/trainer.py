@@ -41,6 +41,7 @@ from training.train.examples import (
     mining_corpus,
     title_pairs,
     with_pseudo_qrels,
+    with_shown_negatives,
 )
 from training.train.phase_timer import StepMeter, phase
 from training.train.phases import Fitted, LiveReference, Run
@@ -162,6 +163,7 @@ def prepare(
         with phase(timer, "mine negatives"):
             corpus = mining_corpus(before, train_data, base, show_progress=show_progress, cache=cache)
             mined = mine_negatives(before, pairs, corpus, position, known, config, rng)
+    mined = with_shown_negatives(mined, pairs, train_data.negatives, position, known)
     return Run(
         device, precision, rng, train_data, eval_data, encoder, encoder.source, encoder.model.max_seq_length,
         base, pairs, len(pseudo), doc_texts, position, qrels, known, mined,

@@ -95,6 +95,7 @@ def _checked(body: FeedbackRequest, live: Any, settings: Settings, collection: s
                 f"{where}.document_id: no document {j.document_id!r} in bundle {live.version}"
             )
         version = mode = rank = None
+        above: tuple[str, ...] = ()
         if j.search_id is not None:
             try:
                 shown = search_id.verify(secret, j.search_id)
@@ -103,5 +104,7 @@ def _checked(body: FeedbackRequest, live: Any, settings: Settings, collection: s
             if shown.collection != collection:
                 raise InvalidInputError(f"{where}.search_id: made for collection {shown.collection!r}")
             version, mode, rank = shown.version, shown.mode, shown.rank_of(j.document_id)
-        rows.append(Judgment(j.query, j.document_id, j.grade, version, mode, rank))
+            # what was shown above it: a retrain's hard negatives when it is relevant (training/feedback)
+            above = shown.ids[: rank - 1] if rank is not None else ()
+        rows.append(Judgment(j.query, j.document_id, j.grade, version, mode, rank, above=above))
     return rows

@@ -113,6 +113,15 @@ class JobDetail(JobSummary):
         None,
         description="Why a retrain trained that scope: what `auto` saw in the live bundle, or 'asked for'.",
     )
+    feedback: dict[str, Any] | None = Field(
+        None,
+        description="A retrain's relevance judgments: `use` (include | only | exclude, as resolved) and "
+        "`reason`, the judged pairs trained on, and `heldout`: the held-out judged queries' nDCG@10 of the "
+        "candidate and of the live model (docs/jobs.md).",
+    )
+    reason: str | None = Field(
+        None, description="Why it was submitted when no person did (SEARCH_RETRAIN_ON_DRIFT)."
+    )
     error: str | None = None
     worker: str | None = Field(None, description="host:pid of the worker running it.")
     heartbeat_at: float | None = None

@@ -1,0 +1,1 @@
+"""Relevance judgments (POST /feedback) as training pairs, hard negatives and a held-out evaluation slice."""
