@@ -143,7 +143,7 @@ def given_values(model: type[BaseModel], overrides: dict[str, Any]) -> dict[str,
             try:
                 value = parse_duration(value)
             except ValueError as exc:
-                fail(f"{DURATIONS[name]}: {exc}")
+                fail(f"invalid option {DURATIONS[name]}: {exc}")
         values[name] = value
     return values
 

@@ -5,7 +5,10 @@ duration option parses what a user types."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -23,6 +26,8 @@ from training.train.budget import BudgetTooSmall
 from training.train.checkpoints import BestCheckpoint, pool_ndcg, validation_pool
 from training.train.run_hooks import RunHooks
 from training.train.trainer import train
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)
@@ -156,3 +161,30 @@ def test_durations_parse(text, seconds):
 def test_bad_durations_are_refused(text):
     with pytest.raises(ValueError, match="duration"):
         parse_duration(text)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "training", *args]
+    env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "COLUMNS": "200"}
+    return subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+
+
+@pytest.mark.parametrize("command", ["train", "pipeline"])
+def test_the_cli_refuses_a_bad_time_budget_naming_the_option(world, tmp_path, command):
+    where = ["--out", str(tmp_path / "run")] if command == "train" else ["--bundles", str(tmp_path / "b")]
+    assert "--time-budget" in _cli(command, "--help").stdout
+    for bad, says in [("abc", "'abc' is not a duration"), ("200h", "less than or equal to 604800")]:
+        done = _cli(command, "--data", str(world["data"]), *where, "--time-budget", bad)
+        last = done.stderr.strip().splitlines()[-1]
+        assert done.returncode == 2 and last.startswith("error: invalid option --time-budget: ")
+        assert says in last
+
+
+def test_the_cli_says_in_one_line_when_the_budget_is_too_small(world, tmp_path):
+    done = _cli(
+        "train", "--data", str(world["data"]), "--out", str(tmp_path / "run"), "--base-model", world["base"],
+        "--time-budget", "2s", "--quiet", "--no-report",
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr[-2000:]
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: time budget 2s is too small") and "give at least" in last
