@@ -43,7 +43,7 @@ from training.train.examples import (
     title_pairs,
     with_pseudo_qrels,
 )
-from training.train.phase_timer import StepMeter, phase
+from training.train.phase_timer import PhaseTimer, StepMeter, phase
 from training.train.phases import Fitted, LiveReference, Run
 from training.train.run_artifacts import TunedScores, gap_report, save_model, write_run_files
 from training.train.run_hooks import RunHooks
@@ -219,16 +219,15 @@ def fit(run: Run, config: TrainConfig, hooks: RunHooks) -> Fitted:
             bar.update(1)
             meter.step()
             if budget is not None:
-                schedule["total"] = meter.total = budget.after_step(step, model, loss_fn, record["elapsed_s"])
+                schedule["total"] = meter.total = bar.total = budget.after_step(
+                    step, model, loss_fn, record["elapsed_s"]
+                )
             report_progress(on_progress, record, time.perf_counter() - start, schedule["total"])
     bar.close()
     meter.close()
     budget_record = budget.finish(model, loss_fn, time.perf_counter() - start) if budget is not None else None
     train_seconds = time.perf_counter() - start
-    if timer is not None:
-        timer.seconds["train steps"] = timer.seconds.get("train steps", 0.0) + train_seconds
-        if budget_record is not None:
-            timer.notes["time_budget"] = budget_record
+    _record_time(timer, train_seconds, budget_record)
     model.eval()
     model.max_seq_length = run.eval_seq_length
     return Fitted(loss_fn, log, train_seconds, budget_record)
@@ -286,6 +285,15 @@ def finalize(
         base_evaluation=run.base,
         validation_metrics=validation or None,
     )
+
+
+def _record_time(timer: PhaseTimer | None, train_seconds: float, budget: dict[str, Any] | None) -> None:
+    """The loop's seconds in the phase table, and a time budget's record in timings.json."""
+    if timer is None:
+        return
+    timer.seconds["train steps"] = timer.seconds.get("train steps", 0.0) + train_seconds
+    if budget is not None:
+        timer.notes["time_budget"] = budget
 
 
 def seed_everything(seed: int) -> None:
