@@ -20,6 +20,7 @@ from contract.limits import (
     MAX_SEED,
     MAX_STEPS,
     MAX_TEMPERATURE,
+    MAX_TIME_BUDGET_S,
     MAX_WEIGHT_DECAY,
 )
 
@@ -213,6 +214,15 @@ class TrainConfig(BaseModel):
         le=MAX_STEPS,
         ge=1,
         description="Stop after this many optimiser steps (tests, smoke runs); the schedule is fitted to it.",
+    )
+    time_budget_s: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_TIME_BUDGET_S,
+        description="Wall-clock seconds for the whole run (train, corpus encode, publication): the run "
+        "estimates the encode and publication, trains until the rest is spent (validation nDCG@10 at "
+        "intervals, the best checkpoint kept) and fails at once when even the encode and publication do not "
+        "fit. None: the recipe's steps, no budget (training/train/budget.py).",
     )
     seed: int = Field(
         0,

@@ -27,4 +27,7 @@ MAX_SENTENCES_PER_DOC = 1000
 # counts of pairs, queries, ranks and pools: ten million is past every corpus this service has been
 # measured on (1M documents, bench/index/index_bench.py) by a factor of ten
 MAX_COUNT = 10_000_000
+# a retrain's wall-clock budget: a week is past the longest full retrain measured here (44 min at 15k documents,
+# bench/results/retrain_scale_packages15k.txt) scaled to 1M documents
+MAX_TIME_BUDGET_S = 7 * 24 * 3600.0
 MAX_SEED = 2**32 - 1  # numpy's legacy seeding takes 32 bits; torch takes 64

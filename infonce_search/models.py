@@ -202,6 +202,9 @@ class Progress(Model):
     loss: float | None = None
     temperature: float | None = None
     eta_s: float | None = None
+    budget_s: float | None = Field(
+        None, description="The retrain's time budget (time_budget_s), beside eta_s."
+    )
 
 
 class JobSummary(Model):

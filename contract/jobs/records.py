@@ -50,6 +50,7 @@ class Progress(BaseModel):
     loss: float | None = None
     temperature: float | None = None
     eta_s: float | None = None
+    budget_s: float | None = None  # a retrain's time_budget_s, beside its ETA (None: no budget)
 
 
 class JobRecord(BaseModel):

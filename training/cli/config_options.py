@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
 from contract.config import TrainConfig
-from training.cli.support import fail, validation_message
+from training.cli.support import DURATIONS, fail, validation_message
 
 Command = TypeVar("Command", bound=Callable[..., None])
 Config = TypeVar("Config", bound=BaseModel)
@@ -30,6 +30,21 @@ def descriptions(model: type[BaseModel]) -> dict[str, str]:
     if missing:  # a field without one would be an option without help
         raise TypeError(f"{model.__name__} fields without a description: {', '.join(missing)}")
     return {name: str(field.description) for name, field in model.model_fields.items()}
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '10m', '1.5h' or plain seconds ('600') -> seconds; ValueError for anything else."""
+    units = {"s": 1.0, "m": 60.0, "h": 3600.0}
+    value = text.strip().lower()
+    factor = units.get(value[-1:], 1.0) if value else 1.0
+    number = value[:-1] if value[-1:] in units else value
+    try:
+        seconds = float(number) * factor
+    except ValueError:
+        raise ValueError(f"{text!r} is not a duration (e.g. 90s, 10m, 1h, or seconds)") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise ValueError(f"{text!r}: a duration must be a positive, finite time")
+    return seconds
 
 
 HELP: dict[str, str] = descriptions(TrainConfig)  # field name -> its description, the option's help
@@ -73,7 +88,8 @@ def _help(name: str, field: FieldInfo) -> str:
     default = _extra(field).get("shown_default", field.default)
     if isinstance(default, list):
         default = ",".join(str(v) for v in default)
-    return str(field.description) + ("" if default is None else f" [default: {default}]")
+    written = " Written 90s, 10m, 1h or seconds." if name in DURATIONS else ""
+    return str(field.description) + written + ("" if default is None else f" [default: {default}]")
 
 
 def config_options(model: type[BaseModel]) -> list[inspect.Parameter]:
@@ -82,8 +98,8 @@ def config_options(model: type[BaseModel]) -> list[inspect.Parameter]:
     descriptions(model)  # every option has its help
     options = []
     for name, field in model.model_fields.items():
-        kind = option_type(field.annotation)
-        flag = f"--{name.replace('_', '-')}"
+        kind = str if name in DURATIONS else option_type(field.annotation)
+        flag = DURATIONS.get(name, f"--{name.replace('_', '-')}")
         flags = [f"{flag}/--no-{name.replace('_', '-')}"] if kind is bool else [flag]
         envvar = _extra(field).get("envvar")
         option = typer.Option(*flags, help=_help(name, field), show_default=False, envvar=envvar)
@@ -123,6 +139,11 @@ def given_values(model: type[BaseModel], overrides: dict[str, Any]) -> dict[str,
             continue
         if _is_list(field.annotation) and isinstance(value, str):
             value = [item.strip() for item in value.split(",") if item.strip()]
+        if name in DURATIONS and isinstance(value, str):
+            try:
+                value = parse_duration(value)
+            except ValueError as exc:
+                fail(f"invalid option {DURATIONS[name]}: {exc}")
         values[name] = value
     return values
 

@@ -27,6 +27,10 @@ QuietOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON (logs stay on stderr).")]
 
 
+# fields given on the command line as a duration (`--time-budget 10m`), not a number of seconds
+DURATIONS = {"time_budget_s": "--time-budget"}
+
+
 def fail(message: str) -> typing.NoReturn:
     """One line on stderr and exit code 2: what a user sees instead of a traceback."""
     typer.echo(f"error: {message}", err=True)
@@ -45,6 +49,7 @@ def validation_message(error: ValidationError, config: type[BaseModel] = TrainCo
         else:
             field = str(item["loc"][0])
             flag = f"--{field.replace('_', '-')}" if field in config.model_fields else name
+            flag = DURATIONS.get(field, flag)
             parts.append(f"{flag}: {message}")
     return "invalid option " + "; ".join(parts)
 

@@ -29,6 +29,7 @@ from contract.defaults import MAX_NDCG_LOSS
 from contract.encoding.encoder import Encoder, TextKind, document_text
 from contract.encoding.onnx_encoder import OnnxQueryEncoder
 from training.data.retrieval_data import RetrievalData
+from training.eval.encode_rate import timed
 
 logger = logging.getLogger(__name__)
 
@@ -130,10 +131,7 @@ def _probe(
     }
     rows: dict[str, dict[str, float]] = {}
     for name, run in runners.items():
-        run(texts[:8])  # warm-up
-        started = time.perf_counter()
-        docs = run(texts)  # (pool, D)
-        rate = len(texts) / (time.perf_counter() - started)
+        docs, rate = timed(run, texts)  # (pool, D), docs/s
         ndcg = search_metrics(encoder.similarity, query_emb, qids, data.qrels, pool, doc_embeddings=docs)
         rows[name] = {"docs_per_s": round(rate, 2), "ndcg@10": ndcg["ndcg@10"]}
     base = rows["torch"]

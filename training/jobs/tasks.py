@@ -271,7 +271,9 @@ def _retrain(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
         plan = options.model_copy(update=worker_side).plan(
             data_dir=record.data_dir, bundles_dir=record.bundles_dir, backend=backend
         )
-        heartbeat.progress(phase="train", total_steps=plan.training.max_steps)
+        heartbeat.progress(
+            phase="train", total_steps=plan.training.max_steps, budget_s=plan.training.time_budget_s
+        )
         result = run_pipeline(plan, work_dir, _hooks(record, heartbeat))
     scope = result.plan.scope
     logger.info("job %s: retrain_scope %s (%s)", record.id, scope, result.plan.scope_reason)

@@ -74,13 +74,17 @@ def run_pipeline(plan: RetrainPlan, work_dir: str | Path, hooks: RunHooks | None
     (default `<work_dir>/embeddings`), so a later run on the same corpus skips the base model's encode.
     """
     started = time.perf_counter()
-    hooks = replace(hooks or RunHooks(), timer=PhaseTimer())
+    # publishes / distills: what a time budget reserves time for after training (training/train/budget.py)
+    distills = plan.publication.distill is not False
+    hooks = replace(hooks or RunHooks(), timer=PhaseTimer(), publishes=True, distills=distills)
     if hooks.cache is None:
         hooks.cache = EmbeddingCache(Path(work_dir) / CACHE_SUBDIR)
     run_dir = default_run_dir(work_dir)
     plan, slices = resolve_feedback(plan, hooks)
     plan = resolve_scope(plan, hooks, slices)
     if plan.scope == "query":
+        if plan.training.time_budget_s is not None:  # its steps are few and its cost has no corpus encode
+            logger.info("time_budget_s applies to a full retrain: the query-side retrain runs its own steps")
         done = _query_side(plan, run_dir, hooks, started)
         done.feedback = feedback_record(plan, slices)  # trained on, not scored: see the module docstring
         return done

@@ -57,6 +57,7 @@ class Run:
     modes: ModeScorer | None = None  # metrics per retrieval mode (training.hybrid.mode_metrics)
     base_modes: dict[str, Any] | None = None
     base_is: str = "base model"  # what `base` measured: the base model, or a live bundle's vectors
+    started: float = 0.0  # perf_counter at the run's start: a time budget counts from it
 
 
 @dataclass
@@ -64,3 +65,4 @@ class Fitted:
     loss_fn: InfoNCELoss | AnInfoNCELoss
     log: list[dict[str, Any]]
     train_seconds: float
+    budget: dict[str, Any] | None = None  # the time budget's record (training/train/budgeted.py)

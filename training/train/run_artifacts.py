@@ -150,6 +150,7 @@ def write_run_files(
         **({"validation": validation} if validation else {}),
         "by_mode": {"base": run.base_modes, "tuned": tuned_modes},
         **({"corpus_encoder": corpus_encoder} if corpus_encoder else {}),
+        **({"time_budget": fitted.budget} if fitted.budget is not None else {}),
     }
     metrics_path = write_json_atomic(out_dir / "metrics.json", metrics, newline=True)
     log = "".join(json.dumps(r) + "\n" for r in fitted.log)

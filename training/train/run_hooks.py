@@ -23,13 +23,18 @@ class RunHooks:
     """`on_progress` sees every training step (and may raise to stop); `checkpoint` is called between
     phases and every 1,024 documents encoded, and cancels by raising (a job's cancel); `timer` records
     each phase's wall time; `cache` holds corpus embeddings across runs; `show_progress`: tqdm bars (a
-    terminal) or none (a worker, whose progress goes to the job record)."""
+    terminal) or none (a worker, whose progress goes to the job record); `publishes` / `distills`: what a
+    time budget reserves time for after training."""
 
     on_progress: ProgressFn | None = None
     show_progress: bool = True
     checkpoint: Callable[[], None] | None = None
     timer: PhaseTimer | None = None
     cache: EmbeddingCache | None = None
+    # what follows training, for a time budget's reserve (training/train/budget.py): a bundle published
+    # (the pipeline), with its distilled query encoders
+    publishes: bool = False
+    distills: bool = False
     loaded: dict[tuple[str, str, int | None], RetrievalData] = field(default_factory=dict, repr=False)
 
     def stop(self) -> None:

@@ -33,6 +33,7 @@ from training.data.retrieval_data import RetrievalData, training_pairs
 from training.data.validation_carve import carve_validation
 from training.eval.evaluate import EvalResult, evaluate
 from training.hybrid.mode_metrics import ModeScorer
+from training.train.budgeted import BudgetedTraining
 from training.train.device import precision_for, resolve_device
 from training.train.examples import (
     extra_negatives,
@@ -43,7 +44,7 @@ from training.train.examples import (
     with_pseudo_qrels,
     with_shown_negatives,
 )
-from training.train.phase_timer import StepMeter, phase
+from training.train.phase_timer import PhaseTimer, StepMeter, phase
 from training.train.phases import Fitted, LiveReference, Run
 from training.train.run_artifacts import TunedScores, gap_report, save_model, write_run_files
 from training.train.run_hooks import RunHooks
@@ -121,6 +122,7 @@ def prepare(
 ) -> Run:
     """Data, base model, base evaluation, training pairs and (optionally) mined hard negatives."""
     show_progress, timer, cache = hooks.show_progress, hooks.timer, hooks.cache
+    started = timer.started if timer is not None else time.perf_counter()  # a time budget counts from here
     device = resolve_device(config.device)  # before any work: `--device cuda` without a GPU fails at once
     precision = precision_for(device)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -168,6 +170,7 @@ def prepare(
         device, precision, rng, train_data, eval_data, encoder, encoder.source, encoder.model.max_seq_length,
         base, pairs, len(pseudo), doc_texts, position, qrels, known, mined,
         val_data=val_data, base_val=base_val, modes=modes, base_modes=base_modes, base_is=base_is,
+        started=started,
     )  # fmt: skip
 
 
@@ -178,8 +181,10 @@ def fit(run: Run, config: TrainConfig, hooks: RunHooks) -> Fitted:
     loss_fn = build_loss(config, run.encoder.dim).to(run.device)
     optimizer = build_optimizer(model, loss_fn, config)
     epochs, total_steps, warmup = plan_steps(run, config)
+    budget = BudgetedTraining.start(run, config, hooks, total_steps)  # None without a time budget
+    schedule = {"total": total_steps}  # a budget re-fits it to the steps the time left holds
     scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: linear_schedule(s, warmup, total_steps)
+        optimizer, lambda s: linear_schedule(s, warmup, schedule["total"])
     )
     log: list[dict[str, Any]] = []
     model.max_seq_length = config.max_seq_length  # training truncation only: the cost is in the long docs
@@ -190,7 +195,7 @@ def fit(run: Run, config: TrainConfig, hooks: RunHooks) -> Fitted:
     step = 0
     for epoch, batches in enumerate(epochs):
         for batch in batches:
-            if step >= total_steps:
+            if step >= schedule["total"] or (budget is not None and not budget.room_for_step()):
                 break
             extra = extra_negatives(
                 batch, run.pairs, run.mined, run.known, run.position, len(run.doc_texts), config, run.rng
@@ -215,15 +220,19 @@ def fit(run: Run, config: TrainConfig, hooks: RunHooks) -> Fitted:
             bar.set_postfix(loss=f"{record['loss']:.4f}", tau=f"{record['temperature']:.4f}")
             bar.update(1)
             meter.step()
-            report_progress(on_progress, record, time.perf_counter() - start, total_steps)
+            if budget is not None:
+                schedule["total"] = meter.total = bar.total = budget.after_step(
+                    step, model, loss_fn, record["elapsed_s"]
+                )
+            report_progress(on_progress, record, time.perf_counter() - start, schedule["total"])
     bar.close()
     meter.close()
+    budget_record = budget.finish(model, loss_fn, time.perf_counter() - start) if budget is not None else None
     train_seconds = time.perf_counter() - start
-    if timer is not None:
-        timer.seconds["train steps"] = timer.seconds.get("train steps", 0.0) + train_seconds
+    _record_time(timer, train_seconds, budget_record)
     model.eval()
     model.max_seq_length = run.eval_seq_length
-    return Fitted(loss_fn, log, train_seconds)
+    return Fitted(loss_fn, log, train_seconds, budget_record)
 
 
 def finalize(
@@ -278,6 +287,15 @@ def finalize(
         base_evaluation=run.base,
         validation_metrics=validation or None,
     )
+
+
+def _record_time(timer: PhaseTimer | None, train_seconds: float, budget: dict[str, Any] | None) -> None:
+    """The loop's seconds in the phase table, and a time budget's record in timings.json."""
+    if timer is None:
+        return
+    timer.seconds["train steps"] = timer.seconds.get("train steps", 0.0) + train_seconds
+    if budget is not None:
+        timer.notes["time_budget"] = budget
 
 
 def seed_everything(seed: int) -> None:

@@ -178,6 +178,9 @@ def test_the_old_tower_option_is_still_accepted_and_the_spec_marks_it_deprecated
         ("query_report_pool", 10**12),
         ("query_lora_alpha", 10**12),
         ("seed", -1),
+        ("time_budget_s", 10**9),  # past a week (contract/limits.py MAX_TIME_BUDGET_S)
+        ("time_budget_s", 0),
+        ("time_budget_s", "10m"),  # seconds over HTTP; durations are the command line's
     ],
 )
 def test_a_job_option_past_its_bound_is_422_naming_it(client, option, value):
@@ -186,6 +189,16 @@ def test_a_job_option_past_its_bound_is_422_naming_it(client, option, value):
     r = client.post("/jobs", content=json.dumps(body), headers=KEY | {"content-type": "application/json"})
     assert r.status_code == 422, r.text
     assert r.json()["error"]["message"].startswith(f"options.{option}")
+
+
+def test_a_time_budget_is_accepted_and_kept_with_the_job(client):
+    r = _submit(client, options={"time_budget_s": 600})
+    assert r.status_code == 202, r.text
+    assert r.json()["options"] == {"time_budget_s": 600}
+    spec = client.get("/openapi.json").json()["components"]["schemas"]
+    budget = spec["RetrainOptions"]["properties"]["time_budget_s"]
+    assert any(b.get("maximum") == 7 * 24 * 3600 for b in [budget, *budget.get("anyOf", [])])
+    assert "budget_s" in spec["Progress"]["properties"]  # a job shows its budget beside its eta_s
 
 
 def test_every_numeric_job_option_states_its_bound_in_the_spec(client):
