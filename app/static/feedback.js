@@ -35,8 +35,8 @@ function judgeControls(hit, shown) {
   };
   return el("div", { class: "judge", "aria-label": `judge ${hit.id}` },
     el("span", { class: "hint" }, "For this query:"),
-    el("button", { type: "button", class: "small secondary", "data-relevant": "true", onclick: (e) => send(true, e.currentTarget) }, "👍 relevant"),
-    el("button", { type: "button", class: "small secondary", "data-relevant": "false", onclick: (e) => send(false, e.currentTarget) }, "👎 not relevant"),
+    el("button", { type: "button", class: "small secondary", "data-relevant": "true", onclick: (e) => send(true, e.currentTarget) }, "relevant"),
+    el("button", { type: "button", class: "small secondary", "data-relevant": "false", onclick: (e) => send(false, e.currentTarget) }, "not relevant"),
     note);
 }
 

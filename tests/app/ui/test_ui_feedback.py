@@ -155,6 +155,7 @@ def test_the_header_fits_a_phone_and_the_key_box_says_what_it_is_for(watched):
     width = VIEWPORTS[watched.size]["width"]
     header = page.eval_on_selector("header", "h => h.getBoundingClientRect().height")
     assert header <= (110 if watched.size == "phone" else 100), f"header {header} px"
+    assert page.eval_on_selector("header h1", "h => h.getBoundingClientRect().height") < 30  # one line
     links = page.eval_on_selector_all(
         "nav a",
         "ls => ls.map(l => [l.innerText, l.scrollWidth <= l.clientWidth, l.getBoundingClientRect().right])",
@@ -227,8 +228,8 @@ def test_the_first_search_on_an_unloaded_collection_says_it_is_loading(watched, 
     assert "encoder and index" in status.inner_text() and "20 s" in status.inner_text()
     watched.shot(f"f5-loading-{watched.size}")
     assert len(held) == 1
-    page.unroute(is_search)
     held[0].continue_()
+    page.unroute(is_search)
     page.wait_for_selector("#results[data-answered='1']")
     assert f"from bundle {version}" in status.inner_text()
     assert "loading" not in (status.get_attribute("class") or "")
