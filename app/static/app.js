@@ -4,7 +4,8 @@
 
 import { $, state } from "./common.js";
 import { loadOverview } from "./overview.js";
-import { restoreSearch, searchHash, setUpSearch } from "./search.js";
+import { followSearchLink, restoreSearch, searchHash, setUpSearch } from "./search.js";
+import { watchJobs } from "./jobwatch.js";
 import { loadBundles } from "./bundle.js";
 import { loadJobs, submitJob } from "./jobs.js";
 import { loadReport } from "./report.js";
@@ -36,10 +37,12 @@ document.addEventListener("DOMContentLoaded", () => {
   setUpSearch();
   setUpDocuments();
   $("job-form").addEventListener("submit", submitJob);
-  window.addEventListener("hashchange", showTab);
+  window.addEventListener("hashchange", () => { followSearchLink(); showTab(); });
+  $("plot-close").addEventListener("click", () => $("plot-view").close());
   restoreSearch(); // a search in the URL (a reload, a shared link) runs again
   setUpCollections(() => { loadOverview(); showTab(); }); // switching collection reloads what is shown
   loadOverview();
-  setInterval(loadOverview, 15000); // the badge follows a swap (a job's publish, another operator's rollback)
+  setInterval(loadOverview, 15000); // the badge follows a swap (another operator's rollback)
+  watchJobs(); // and a job's end at once
   showTab();
 });

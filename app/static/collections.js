@@ -8,6 +8,7 @@ let onSwitch = () => {};
 // -- the selector in the header -----------------------------------------------------------------------
 function fillSelector(listing) {
   const select = $("collection");
+  state.unloaded = new Set(listing.collections.filter((c) => !c.loaded).map((c) => c.name)); // search.js says it loads
   const names = listing.collections.map((c) => c.name);
   const aliases = Object.entries(listing.aliases || {});
   if (!names.includes(state.collection) && !(state.collection in (listing.aliases || {}))) state.collection = "default";

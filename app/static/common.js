@@ -27,8 +27,17 @@ function fmt(x, digits = 3) {
   if (!Number.isFinite(x)) return String(x);
   if (Number.isInteger(x) && Math.abs(x) < 1e6) return String(x);
   const a = Math.abs(x);
-  if (a !== 0 && (a < 1e-3 || a >= 1e6)) return x.toExponential(2);
+  if (a >= 1e6) return huge(x);
+  if (a !== 0 && a < 1e-3) return x.toExponential(2);
   return x.toFixed(digits);
+}
+
+// 2.23e+32 reads "2.2 × 10³²": a power of ten a person can read (a vacuous bound is often that large)
+const SUPERSCRIPT = { "-": "⁻", 0: "⁰", 1: "¹", 2: "²", 3: "³", 4: "⁴", 5: "⁵", 6: "⁶", 7: "⁷", 8: "⁸", 9: "⁹" };
+function huge(x) {
+  const [mantissa, exponent] = x.toExponential(1).split("e");
+  const power = String(Number(exponent)).replace(/./g, (c) => SUPERSCRIPT[c]);
+  return `${mantissa} × 10${power}`;
 }
 
 // a parameter as written (0.05, not 0.0500)

@@ -20,6 +20,7 @@ async function loadJobs(quiet) {
   try {
     const listing = await api("GET", "/jobs?limit=20");
     renderJobs(listing.jobs);
+    document.dispatchEvent(new CustomEvent("jobs", { detail: listing.jobs })); // jobwatch.js: the badge
   } catch (err) {
     if (!quiet || err.status !== 403) setStatus("job-status", err.message, "error");
   }

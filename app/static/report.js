@@ -2,6 +2,7 @@
 // sentences follow docs/gap-report.md), with the bundle's PNG plots.
 
 import { $, api, el, fmt, param, scoped, state, when } from "./common.js";
+import { liveCard } from "./live.js";
 
 // -- report (sentences from docs/gap-report.md) ------------------------------------------------------
 function valueNode(x, unit = "nats") {
@@ -13,8 +14,10 @@ function valueNode(x, unit = "nats") {
       el("span", { class: "ci" }, ` ${Math.round((x.level || 0.95) * 100)}% CI [${fmt(x.ci_low)}, ${fmt(x.ci_high)}]`));
   }
   const tag = x.kind === "term" ? "term, not a bound" : "bound";
+  // a bound of 10^32 nats is vacuous many times over: say what so large a number means, not just print it
+  const huge = Math.abs(x.value) >= 1e6 ? el("span", { class: "ci" }, x.kind === "term" ? " (so large that a bound built on it says nothing)" : " (so large it says nothing)") : null;
   return el("span", { title: x.assumptions },
-    el("b", {}, fmt(x.value)), ` ${unit} `, el("span", { class: "kind" }, tag),
+    el("b", {}, fmt(x.value)), ` ${unit} `, el("span", { class: "kind" }, tag), huge,
     x.vacuous ? el("span", { class: "badge bad", title: "exceeds log(k+1): it constrains nothing" }, "vacuous") : null);
 }
 
@@ -30,11 +33,21 @@ function table(...rows) {
     el("tbody", {}, rows)));
 }
 
+// a plot, shrunk to the card; a click (or Enter) opens it at its own size in a dialog, where its legend
+// is as legible as the PNG was drawn (shrunk to a phone's width it was ~5 px, issue 44)
 function plotFigure(version, report, name, caption) {
   if (!report.plots.includes(name)) return null;
+  const src = scoped(`/bundles/${encodeURIComponent(version)}/plots/${encodeURIComponent(name)}`);
   return el("figure", {},
-    el("img", { src: scoped(`/bundles/${encodeURIComponent(version)}/plots/${encodeURIComponent(name)}`), alt: caption, "data-plot": name, loading: "eager" }),
-    el("figcaption", {}, caption));
+    el("button", { type: "button", class: "plot-open", title: "Open full size", onclick: () => openPlot(src, caption, name) },
+      el("img", { src, alt: caption, "data-plot": name, loading: "eager" })),
+    el("figcaption", {}, caption, " ", el("span", { class: "hint" }, "(click to open full size)")));
+}
+
+function openPlot(src, caption, name) {
+  const box = $("plot-view");
+  $("plot-body").replaceChildren(el("img", { src, alt: caption, "data-plot": name }), el("p", { class: "hint" }, caption));
+  box.showModal();
 }
 
 // The report's own strings (reasons, notes, methods) are written by the training side and may carry
@@ -46,13 +59,14 @@ function plain(text) {
     .replace(/\\([A-Za-z]+)/g, (m, name) => SYMBOLS[name] ?? name)
     .replace(/\be\^\{([^{}]*)\}/g, "exp($1)")
     .replace(/\^\{([^{}]*)\}/g, "^($1)")
-    .replace(/_\{([^{}]*)\}/g, "_$1");
+    .replace(/_\{([^{}]*)\}/g, "_$1")
+    .replace(/\b\d+(?:\.\d+)?e[+-]\d+\b/g, (m) => fmt(Number(m))); // 1.21e+03 → 1210, 2.23e+32 → 2.2 × 10³²
 }
 
 function plainText(root) {
   const walker = document.createTreeWalker(root, NodeFilter.SHOW_TEXT);
   for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-    if (/[\\^_]\{|\\[A-Za-z]/.test(node.nodeValue)) node.nodeValue = plain(node.nodeValue);
+    if (/[\\^_]\{|\\[A-Za-z]|\de[+-]\d/.test(node.nodeValue)) node.nodeValue = plain(node.nodeValue);
   }
   for (const node of root.querySelectorAll("[title]")) node.title = plain(node.title); // hover texts too
 }
@@ -133,7 +147,12 @@ async function loadReport() {
     box.replaceChildren(el("p", { class: "status error" }, err.message));
     return;
   }
-  if (state.reportVersion === answer.version && box.dataset.rendered) return;
+  const live = liveCard(answer.live); // judgments arrive at any time: redrawn on every visit
+  if (state.reportVersion === answer.version && box.dataset.rendered) {
+    if (live && $("report-live")) $("report-live").replaceWith(live);
+    plainText(box);
+    return;
+  }
   state.reportVersion = answer.version;
   let entry = null; // the bundle's per-mode metrics, from its manifest (GET /bundles)
   try {
@@ -143,6 +162,7 @@ async function loadReport() {
     entry = null; // the report stands without them
   }
   const cards = renderReport(answer.version, answer.report);
+  if (live) cards.splice(1, 0, live); // right under the verdict: it says whether that verdict still holds
   const modes = modesCard(entry);
   if (modes) cards.splice(cards.length - (answer.report.notes && answer.report.notes.length ? 1 : 0), 0, modes);
   box.replaceChildren(...cards);
@@ -174,7 +194,8 @@ function renderReport(version, r) {
   const tau = r.model.temperature;
   const head = el("div", { class: "card" },
     el("h2", {}, `Generalization gap of bundle ${version}`),
-    el("p", {}, `Model ${r.model.name}: how well what it learned from ${r.n_train_queries} training queries carries over to ${r.n_test_queries} it never saw.`),
+    el("p", { id: "report-lead" }, `Model ${r.model.name}: how well what it learned from ${r.n_train_split_queries} training queries carries over to ${r.n_test_queries} it never saw` +
+      (r.n_train_split_queries !== r.n_train_queries ? ` (the training side scored here is a seeded sample of ${r.n_train_queries} of them).` : ".")),
     el("details", {}, el("summary", {}, "How this report was measured"), el("p", {},
       `Model ${r.model.name} (${r.model.metric}, τ = ${param(tau)}${r.model.temperature_effective !== tau ? `, τ_eff = ${param(r.model.temperature_effective)}` : ""}). `,
       `k = ${r.k} negatives per anchor (${r.k_rule}); negatives: ${r.negative_sampler}. `,

@@ -3,6 +3,7 @@
 
 import { $, api, el, fmt, setStatus, state } from "./common.js";
 import { barFraction, scoreKind } from "./scores.js";
+import { judgeControls } from "./feedback.js";
 
 // four decimals whatever the scale (a fused 1 is "1.0000"); BM25 can pass 1000, which needs none
 const scoreText = (x) => (Math.abs(x) >= 1000 ? x.toFixed(1) : x.toFixed(4));
@@ -77,6 +78,7 @@ function renderResults(answer, roundTrip, body) {
     : "";
   const list = $("results");
   list.dataset.mode = answer.mode;
+  const shown = { query: body.query, searchId: answer.results[0].search_id }; // what a judgment refers to
   list.replaceChildren(
     ...hits.map((hit, i) => {
       const bar = el("span", { class: "bar-fill" });
@@ -93,14 +95,24 @@ function renderResults(answer, roundTrip, body) {
           el("span", { class: "title" }, marked(hit.title || "(untitled)", terms)),
           el("button", { class: "link doc-id", title: "Open the whole document (GET /documents/{id})", onclick: () => openDocument(hit.id, terms) }, hit.id)),
         el("p", { class: "snippet" }, marked(snippet(hit.text, terms), terms)),
-        hit.metadata && Object.keys(hit.metadata).length
-          ? el("p", { class: "meta" }, Object.entries(hit.metadata).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join("  "))
-          : null
+        metaLine(hit.metadata),
+        judgeControls(hit, shown)
       );
     })
   );
   if (!hits.length) list.append(el("li", { class: "empty" }, offset ? "No more results." : "No document matched (check the filter)."));
   list.dataset.answered = String(Number(list.dataset.answered || 0) + 1); // lets a test wait for this answer
+}
+
+// a hit's metadata as key=value, or nothing at all: a document without metadata (null, {}) or a field
+// without a value shows no line and no "null" (issue 44)
+function metaFields(metadata) {
+  return Object.entries(metadata || {}).filter(([, v]) => v !== null && v !== undefined);
+}
+
+function metaLine(metadata) {
+  const fields = metaFields(metadata);
+  return fields.length ? el("p", { class: "meta" }, fields.map(([k, v]) => `${k}=${JSON.stringify(v)}`).join("  ")) : null;
 }
 
 // -- the document view ----------------------------------------------------------------------------------
@@ -111,12 +123,13 @@ async function openDocument(id, terms) {
   if (!box.open) box.showModal();
   try {
     const doc = await api("GET", `/documents/${encodeURIComponent(id)}`);
-    const meta = Object.entries(doc.metadata || {});
+    const meta = metaFields(doc.metadata);
     body.replaceChildren(
       el("h2", {}, marked(doc.title || "(untitled)", terms)),
       el("p", { class: "doc-id" }, `${doc.id} · bundle ${doc.version}${doc.seq !== null && doc.seq !== undefined ? ` · written through the API (seq ${doc.seq})` : ""}`),
       el("p", { class: "doc-text" }, marked(doc.text, terms)),
-      meta.length ? el("dl", { class: "facts" }, meta.map(([k, v]) => [el("dt", {}, k), el("dd", {}, JSON.stringify(v))])) : null);
+      // replaceChildren writes a null argument as the text "null" (issue 44): no metadata adds nothing
+      ...(meta.length ? [el("dl", { class: "facts" }, meta.map(([k, v]) => [el("dt", {}, k), el("dd", {}, JSON.stringify(v))]))] : []));
   } catch (err) {
     body.replaceChildren(el("p", { class: "status error" }, err.message));
   }

@@ -7,6 +7,8 @@ import { renderResults } from "./results.js";
 import { showSplit } from "./split.js";
 import { scoreKind } from "./scores.js";
 
+const SLOW_MS = 1500; // a warm search answers in tens of ms; past this the page says why it waits
+
 // -- search -------------------------------------------------------------------------------------------
 function parseValue(text) {
   const t = text.trim();
@@ -85,7 +87,11 @@ async function search(params) {
   history.replaceState(null, "", `#search?${params}`);
   $("curl").textContent = curlOf(body);
   $("curl-box").hidden = false;
-  setStatus("search-status", "Searching…");
+  // a collection's first search loads its encoder and index (21 s on the demo's 2 cores, issue 44): say so
+  const name = state.collection;
+  const cold = state.unloaded && state.unloaded.has(name);
+  setStatus("search-status", cold ? `Loading collection ${name}: its first search reads its encoder and index into memory (20 s or more), later ones take milliseconds…` : "Searching…", cold ? "loading" : "");
+  const slow = cold ? null : setTimeout(() => setStatus("search-status", "Still searching: the first search after the server starts, or on a collection not loaded yet, loads its encoder and index first (20 s or more)…", "loading"), SLOW_MS);
   const started = performance.now();
   try {
     const answer = await api("POST", "/search", body);
@@ -97,6 +103,9 @@ async function search(params) {
     $("results").replaceChildren();
     $("pager").hidden = true;
     setStatus("search-status", err.message, "error");
+  } finally {
+    clearTimeout(slow);
+    if (state.unloaded) state.unloaded.delete(name); // loaded now (or refused for a reason the status says)
   }
 }
 
@@ -129,7 +138,12 @@ function restoreSearch() {
   if (!hash.startsWith("#search") || at < 0) return false;
   const params = new URLSearchParams(hash.slice(at + 1));
   if (!params.get("q")) return false;
-  if (params.get("collection")) state.collection = params.get("collection"); // the selector follows
+  const collection = params.get("collection") || "default";
+  if (collection !== state.collection) {
+    state.collection = collection; // the selector follows (on load, when the collections are listed)
+    const select = $("collection");
+    if ([...select.options].some((o) => o.value === collection)) select.value = collection;
+  }
   $("q").value = params.get("q");
   $("top-k").value = params.get("top_k") || "10";
   $("filters").value = params.get("filter") || "";
@@ -161,9 +175,18 @@ function setUpSearch() {
   $("doc-close").addEventListener("click", () => $("doc-view").close());
 }
 
+// a search link pasted into the address bar of an open tab changes only the hash: run it (issue 44); the
+// page's own history.replaceState fires no hashchange, so a search never runs twice
+function followSearchLink() {
+  const at = location.hash.indexOf("?");
+  if (!location.hash.startsWith("#search") || at < 0) return;
+  const params = new URLSearchParams(location.hash.slice(at + 1));
+  if (String(params) !== String(state.search || "")) restoreSearch();
+}
+
 // switching back to the search tab puts its search back in the URL
 function searchHash() {
   return state.search ? `#search?${state.search}` : "#search";
 }
 
-export { setUpSearch, restoreSearch, searchHash, parseFilters };
+export { setUpSearch, restoreSearch, searchHash, parseFilters, followSearchLink };

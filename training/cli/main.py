@@ -20,6 +20,7 @@ import typer
 from training.cli.bundles import bundles_app
 from training.cli.choices import LogLevelOpt
 from training.cli.distill import distill_cmd
+from training.cli.feedback import feedback_cmd
 from training.cli.index import index_cmd
 from training.cli.jobs import jobs_app, worker
 from training.cli.report import report_cmd
@@ -127,6 +128,9 @@ app.command(
     "distill", help="Train cheap query encoders into the live bundle's space; publish a new version."
 )(distill_cmd)
 app.command("worker", help="Run the job worker (huey consumer) until interrupted.")(worker)
+app.command("feedback", help="Send a file of relevance judgments to a running server (POST /feedback).")(
+    feedback_cmd
+)
 
 
 def _version(value: bool) -> None:

@@ -17,7 +17,7 @@ from app.main import create_app
 from app.schemas.search import SearchRequest
 from tests.app.conftest import make_settings
 
-STATIC_BUDGET_BYTES = 90_000
+STATIC_BUDGET_BYTES = 110_000
 
 
 @pytest.fixture(scope="module")
@@ -58,19 +58,25 @@ def test_page_and_assets_are_served_offline_and_small(client):
         "scores.js",
         "split.js",
         "results.js",
+        "feedback.js",
+        "live.js",
+        "jobwatch.js",
     }
     assert set(ASSETS) == names
     for name in names:
         r = client.get(f"/ui/assets/{name}")
         media = "text/css" if name.endswith(".css") else "text/javascript"
         assert r.status_code == 200 and r.headers["content-type"].startswith(media)
-        assert "http://" not in r.text and "https://" not in r.text  # nothing fetched from elsewhere
+        # nothing fetched from elsewhere (SVG's namespace is a name, never fetched: live.js draws with it)
+        text = r.text.replace('"http://www.w3.org/2000/svg"', "")
+        assert "http://" not in text and "https://" not in text
         # modules import one another by relative path only, so they stay under /ui/assets/
         imports = re.findall(r'from "([^"]+)"', r.text)
         assert all(i.startswith("./") and i[2:] in names for i in imports), imports
         total += len(r.content)
     # uncompressed, no minifier (no build step); issue 32's features (pagination, highlighting, the document
-    # view, the verdict, phone and dark layouts) took it from 42 kB to what this bound allows
+    # view, the verdict, phone and dark layouts) took it from 42 kB to 85 kB; issue 41's judgments and live
+    # card and issue 44's page fixes to 101 kB
     assert total < STATIC_BUDGET_BYTES, f"HTML + CSS + JS are {total} bytes"
 
 
