@@ -29,7 +29,7 @@ from contract.config import TrainConfig
 from contract.encoding.encoder import Encoder, document_text
 from training.cards.model_card import write_run_card
 from training.data.pseudo_pairs import sentence_pairs
-from training.data.retrieval_data import RetrievalData, training_pairs
+from training.data.retrieval_data import Pair, RetrievalData, training_pairs
 from training.data.validation_carve import carve_validation
 from training.eval.evaluate import EvalResult, evaluate
 from training.hybrid.mode_metrics import ModeScorer
@@ -150,10 +150,7 @@ def prepare(
     modes = ModeScorer(eval_data, val_data)  # dense / lexical / hybrid, base and tuned
     base_modes = modes.score(before, base.doc_embeddings)
     labelled = training_pairs(train_data)
-    pseudo = title_pairs(train_data, config.corpus_title_pairs, np.random.default_rng([config.seed, 1]))
-    pseudo += sentence_pairs(
-        train_data, config.corpus_sentence_pairs, np.random.default_rng([config.seed, 2])
-    )
+    pseudo = _pseudo_pairs(train_data, config)
     pairs = labelled + pseudo
     doc_ids = list(train_data.corpus)
     position = {did: i for i, did in enumerate(doc_ids)}
@@ -172,6 +169,14 @@ def prepare(
         val_data=val_data, base_val=base_val, modes=modes, base_modes=base_modes, base_is=base_is,
         started=started,
     )  # fmt: skip
+
+
+def _pseudo_pairs(train_data: RetrievalData, config: TrainConfig) -> list[Pair]:
+    """The corpus's unsupervised pairs: titles, then sentences, each from its own seeded stream."""
+    pseudo = title_pairs(train_data, config.corpus_title_pairs, np.random.default_rng([config.seed, 1]))
+    return pseudo + sentence_pairs(
+        train_data, config.corpus_sentence_pairs, np.random.default_rng([config.seed, 2])
+    )
 
 
 def fit(run: Run, config: TrainConfig, hooks: RunHooks) -> Fitted:
