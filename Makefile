@@ -19,7 +19,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)" $(TORCH_INDEX)
-	$(BIN)/python -m pip install --quiet -e ".[dev,milvus]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,milvus]" --config-settings editable_mode=compat
 	@$(MAKE) --no-print-directory chromium
 	touch $@
 

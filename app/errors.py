@@ -16,8 +16,9 @@ ServiceError                 base (500 internal)
 
 Domain errors from `contract.errors` map through `DOMAIN_STATUS` (most specific class wins); among
 them `NoLiveBundle`, 503 no_live_bundle: nothing is loaded yet, or CURRENT is missing. Request
-shape errors come from pydantic and are reshaped to the same body, naming the field:
-`{"error": {"code": "invalid_request", "message": "body.top_k: …", "details": [...]}}`.
+shape errors come from pydantic and are reshaped to the same body, one plain sentence per field
+(app/field_errors.py), naming where it is:
+`{"error": {"code": "invalid_request", "message": "body.top_k: must be …", "details": [...]}}`.
 Anything else is a 500 with a generic message; its stack trace goes to the log, never to the client.
 """
 
@@ -32,6 +33,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from app.field_errors import field_errors
 from contract import errors as domain
 from contract.mutations.log import MutationLogError
 
@@ -154,10 +156,6 @@ def error_body(code: str, message: str, details: list[dict[str, Any]] | None = N
     return {"error": body}
 
 
-def _field(loc: tuple[Any, ...] | list[Any]) -> str:
-    return ".".join(str(part) for part in loc)
-
-
 # OpenAI's error `type` per status, for the OpenAI-compatible routes (/v1/…, also under a collection)
 OPENAI_TYPES = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
 
@@ -209,10 +207,7 @@ async def _domain_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
-    details = [
-        {"field": _field(e.get("loc", ())), "message": e.get("msg", ""), "type": e.get("type", "")}
-        for e in exc.errors()
-    ]
+    details: list[dict[str, Any]] = list(field_errors(exc.errors()))
     message = "; ".join(f"{d['field']}: {d['message']}" for d in details) or "invalid request"
     return respond(request, 422, "invalid_request", message, details)
 

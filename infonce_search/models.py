@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 Mode = Literal["dense", "lexical", "hybrid"]
 Metric = Literal["cosine", "aninfonce"]
+ScoreKind = Literal["cosine", "aninfonce", "bm25", "rrf", "convex"]
 JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 
 
@@ -51,6 +52,9 @@ class SearchResponse(Model):
     results: list[QueryResult] = Field(description="One entry per query, in request order.")
     timings: Timings
     mode: Mode = "dense"
+    # what the scores are: the model's metric (dense), bm25 (lexical), rrf or convex (hybrid's fusion);
+    # None from a server older than the field
+    score_kind: ScoreKind | None = None
 
     @property
     def hits(self) -> list[Hit]:
@@ -198,10 +202,12 @@ class Progress(Model):
     phase: str = "queued"
     step: int = 0
     total_steps: int | None = None
+    fraction: float | None = None  # of the current phase, 0 to 1; None when it is not counted
+    phase_started_at: float | None = None
     epoch: int | None = None
     loss: float | None = None
     temperature: float | None = None
-    eta_s: float | None = None
+    eta_s: float | None = None  # seconds left in the current phase at its rate so far
     budget_s: float | None = Field(
         None, description="The retrain's time budget (time_budget_s), beside eta_s."
     )
@@ -219,6 +225,7 @@ class JobSummary(Model):
     created_at: float
     started_at: float | None = None
     finished_at: float | None = None
+    duration_s: float | None = None  # start to finish, or so far while running
 
 
 class JobDetail(JobSummary):

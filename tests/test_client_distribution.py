@@ -68,3 +68,60 @@ def test_the_client_distribution_installs_alone_in_a_fresh_venv(tmp_path):
     assert seen["file"].startswith(str(env_dir)) and seen["down"] == "ServerUnreachable"
     assert (Path(seen["file"]).parent / "py.typed").is_file()  # typed for mypy / pyright users
     assert not set(SERVER_SIDE) & set(seen["loaded"])
+
+
+USE = """from infonce_search import Client
+from infonce_search.models import SearchResponse
+
+def top(client: Client) -> SearchResponse:
+    return client.search("vitamin d", top_k=3)
+
+reveal_type(Client("http://localhost:8000").search)
+"""
+# the files each distribution builds from (copied, so the build leaves nothing in the tree)
+SOURCES = {
+    "client": ["clients/python", "infonce_search"],
+    "server": ["pyproject.toml", "README.md", "app", "contract", "training", "infonce_search"],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("dist", "project", "options"),
+    [
+        ("client", "clients/python", []),
+        # `make install`'s form: setuptools' default editable install of a flat layout is an import hook,
+        # which mypy does not run (import-not-found, issue 44 item 6); compat mode is a path entry
+        ("server", ".", ["--config-settings", "editable_mode=compat"]),
+    ],
+)
+def test_mypy_sees_the_typed_client_of_an_editable_install_from_outside_the_repo(
+    tmp_path, dist, project, options
+):
+    src = tmp_path / "src"
+    for part in SOURCES[dist]:
+        if (ROOT / part).is_dir():
+            shutil.copytree(
+                ROOT / part, src / part, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+            )
+        else:
+            (src / part).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / part, src / part)
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    python = str(env_dir / "bin" / "python")
+    install = subprocess.run(
+        [python, "-m", "pip", "install", "--quiet", "--no-deps", "-e", str(src / project), *options],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert install.returncode == 0, install.stdout + install.stderr
+    elsewhere = tmp_path / "elsewhere"  # a project of the user's, outside the repo
+    elsewhere.mkdir()
+    (elsewhere / "use.py").write_text(USE)
+    checked = subprocess.run(
+        [sys.executable, "-m", "mypy", "--python-executable", python, "--no-incremental", "--strict",
+         "--cache-dir", str(tmp_path / "mypy-cache"), "use.py"],
+        cwd=elsewhere, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert '-> infonce_search.models.SearchResponse"' in checked.stdout, checked.stdout

@@ -156,6 +156,11 @@ def _finished(client: TestClient, job_id: str) -> dict[str, Any] | None:
     return job if job["state"] in ("succeeded", "failed", "cancelled") else None
 
 
+def _training(job: dict[str, Any]) -> bool:
+    """Past its first training step (earlier phases count documents encoded, not steps)."""
+    return job["progress"]["phase"] == "train" and job["progress"]["step"] >= 1
+
+
 def _current(bundles: Path) -> str:
     return (bundles / "CURRENT").read_text().strip()
 
@@ -178,7 +183,9 @@ def test_two_retrains_run_one_after_the_other_and_the_app_serves_the_result(env)
 
     for job in jobs:
         assert job["state"] == "succeeded", (job, worker.tail())
-        assert job["progress"]["step"] == job["progress"]["total_steps"] == 2
+        # the last phase's count stays; a finished job reads whole, with how long it ran
+        assert job["progress"]["phase"] == "succeeded" and job["progress"]["fraction"] == 1.0
+        assert job["duration_s"] == pytest.approx(job["finished_at"] - job["started_at"], abs=1e-2)
         assert job["bundle_version"] and job["live"] is True and job["gate_reason"]
         assert job["log_tail"]
     first, second = sorted(jobs, key=lambda j: j["started_at"])
@@ -211,11 +218,42 @@ def test_reindex_publishes_the_live_model_into_a_new_bundle(env):
     )
 
 
+def test_a_running_job_shows_a_moving_fraction_an_eta_and_at_the_end_its_duration(env):
+    """Issue 44 item 3: a reindex read phase "index" and an empty bar for ten minutes. Every counted phase
+    (training steps here, the corpus encode, the distillation) writes its fraction and an ETA from its own
+    rate to the record, every heartbeat; a finished job has its duration. Read through GET /jobs/{id}
+    without the key: the progress is public."""
+    client, worker = env["client"], env["worker"]
+    job_id = _submit(env, "retrain", QUICK | {"max_steps": 8, "batch_size": 4, "report": False})
+    seen: list[dict[str, Any]] = []
+
+    def finished() -> dict[str, Any] | None:
+        job = client.get(f"/jobs/{job_id}").json()
+        seen.append(job)
+        return job if job["state"] in ("succeeded", "failed", "cancelled") else None
+
+    job = wait_until(finished, 600, "the job", interval=0.2, detail=worker.tail)
+    assert job["state"] == "succeeded", (job, worker.tail())
+    training = [j["progress"] for j in seen if j["state"] == "running" and j["progress"]["phase"] == "train"]
+    fractions = [p["fraction"] for p in training if p["fraction"]]
+    assert len(set(fractions)) >= 2 and fractions == sorted(fractions), fractions  # it moved, forward
+    assert all(0 < f <= 1 for f in fractions)
+    assert all(p["fraction"] == pytest.approx(p["step"] / p["total_steps"]) for p in training if p["step"])
+    etas = [p["eta_s"] for p in training if p["eta_s"] is not None and p["step"] < p["total_steps"]]
+    assert etas and all(e > 0 for e in etas), training
+    assert all(p["phase_started_at"] for p in training)
+    phases = [j["progress"]["phase"] for j in seen if j["state"] == "running"]
+    assert len(set(phases)) >= 2, phases  # the phases after training name themselves too
+    assert job["progress"]["fraction"] == 1.0 and job["progress"]["eta_s"] is None
+    assert job["duration_s"] == pytest.approx(job["finished_at"] - job["started_at"], abs=1e-2)
+    assert job["duration_s"] > 0
+
+
 def test_cancel_mid_training_publishes_nothing(env):
     client, worker, bundles = env["client"], env["worker"], env["bundles"]
     live, versions = _current(bundles), _versions(bundles)
     job_id = _submit(env, "retrain", LONG)
-    _wait("training to start", lambda: _job(client, job_id)["progress"]["step"] >= 1, worker)
+    _wait("training to start", lambda: _training(_job(client, job_id)), worker)
     r = client.post(f"/jobs/{job_id}/cancel", headers=KEY)
     assert r.status_code == 200 and r.json()["cancel_requested"]
     job = _wait("the cancel", lambda: _finished(client, job_id), worker, 120)
@@ -229,7 +267,7 @@ def test_kill_9_mid_run_keeps_the_old_bundle_and_fails_the_job(env):
     client, worker, bundles = env["client"], env["worker"], env["bundles"]
     live, versions = _current(bundles), _versions(bundles)
     job_id = _submit(env, "retrain", LONG)
-    _wait("training to start", lambda: _job(client, job_id)["progress"]["step"] >= 1, worker)
+    _wait("training to start", lambda: _training(_job(client, job_id)), worker)
     worker.kill9()
 
     assert _current(bundles) == live and _versions(bundles) == versions

@@ -46,6 +46,16 @@ def fusion_params(bundle: Bundle) -> FusionParams:
     return FusionParams.from_record(record(bundle).get("fusion"))
 
 
+def score_kind(mode: str, bundle: Bundle, metric: str) -> str:
+    """What a `mode` answer's scores are (SearchResponse.score_kind): the model's `metric`, BM25, or the
+    bundle's fusion method."""
+    if mode == "lexical":
+        return "bm25"
+    if mode == "hybrid":
+        return fusion_params(bundle).method
+    return metric
+
+
 def resolve(requested: str | None, bundle: Bundle, *, has_text: bool) -> str:
     """The mode that answers a request (422 naming body.mode when it cannot be served)."""
     if requested is None:

@@ -247,13 +247,25 @@ class Timings(BaseModel):
     total_ms: float = Field(description="From request parsed to response built, on the server.")
 
 
+ScoreKind = Literal["cosine", "aninfonce", "bm25", "rrf", "convex"]
+
+
 class SearchResponse(BaseModel):
     version: str = Field(description="Bundle version that answered.")
-    metric: Literal["cosine", "aninfonce"] = Field(description="Which learned similarity the scores are.")
+    metric: Literal["cosine", "aninfonce"] = Field(
+        description="The live model's learned similarity: what dense scores are, and the dense side of a "
+        "hybrid one. `score_kind` says what this answer's scores are."
+    )
     results: list[QueryResult] = Field(description="One entry per query, in request order.")
     timings: Timings
     mode: Literal["dense", "lexical", "hybrid"] = Field(
         "dense", description="The retrieval mode that answered."
+    )
+    score_kind: ScoreKind = Field(
+        description="What the hits' scores are: the model's similarity (`cosine` or `aninfonce`, as "
+        "`metric`) in dense mode; `bm25` (Lucene's BM25, unbounded, >= 0) in lexical mode; in hybrid mode "
+        "the fusion the bundle tuned: `rrf` (sum of 1/(k + rank), at most 2/(k+1)) or `convex` "
+        "(alpha * dense + (1 - alpha) * lexical, each min-max normalised, in [0, 1]).",
     )
 
 

@@ -7,13 +7,13 @@ import { loadOverview } from "./overview.js";
 import { followSearchLink, restoreSearch, searchHash, setUpSearch } from "./search.js";
 import { watchJobs } from "./jobwatch.js";
 import { loadBundles } from "./bundle.js";
-import { loadJobs, submitJob } from "./jobs.js";
+import { loadDatasets, loadJobs, setUpJobs } from "./jobs.js";
 import { loadReport } from "./report.js";
 import { loadCollections, setUpCollections } from "./collections.js";
 import { setUpDocuments } from "./documents.js";
 
 // -- tabs ---------------------------------------------------------------------------------------------
-const loaders = { search: () => {}, bundle: loadBundles, jobs: loadJobs, report: loadReport, collections: loadCollections };
+const loaders = { search: () => {}, bundle: loadBundles, jobs: () => { loadJobs(); loadDatasets(); }, report: loadReport, collections: loadCollections };
 
 function showTab() {
   const name = (location.hash || "#search").slice(1).split("?")[0]; // #search?q=… keeps the search
@@ -36,7 +36,7 @@ document.addEventListener("DOMContentLoaded", () => {
   $("api-key").addEventListener("input", (e) => { state.key = e.target.value.trim(); });
   setUpSearch();
   setUpDocuments();
-  $("job-form").addEventListener("submit", submitJob);
+  setUpJobs();
   window.addEventListener("hashchange", () => { followSearchLink(); showTab(); });
   $("plot-close").addEventListener("click", () => $("plot-view").close());
   restoreSearch(); // a search in the URL (a reload, a shared link) runs again

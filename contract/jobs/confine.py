@@ -64,6 +64,30 @@ def resolve_dataset(data_root: str | Path, name: str) -> Path:
     return Path(path)
 
 
+MAX_LISTED_DATASETS = 500  # the page's list of datasets stops here (a data root is a shelf, not an archive)
+
+
+def list_datasets(data_root: str | Path) -> list[str]:
+    """The names a job may be given under `data_root`: its entries (not hidden) that `resolve_dataset`
+    accepts, a BEIR folder (with corpus.jsonl) or a pairs file; sorted, at most MAX_LISTED_DATASETS. A link
+    out of the root is left out, as a job would refuse it; a missing root lists nothing."""
+    try:
+        entries = sorted(e.name for e in os.scandir(data_root) if not e.name.startswith("."))
+    except OSError:
+        return []
+    names = []
+    for name in entries:
+        try:
+            path = resolve_dataset(data_root, name)
+        except (DatasetRefused, DatasetNotFound):
+            continue
+        if path.is_file() or (path / BEIR_FILES[0]).is_file():
+            names.append(name)
+        if len(names) == MAX_LISTED_DATASETS:
+            break
+    return names
+
+
 def check_split(field: str, split: Any) -> None:
     if isinstance(split, str) and not SPLIT_RE.match(split):
         raise DatasetRefused(f"options.{field}: {split!r} is not a split name (letters, digits, _ and -)")

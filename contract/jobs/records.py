@@ -43,13 +43,25 @@ NOT_STARTED = "not started"  # the phase of a job cancelled while queued
 
 
 class Progress(BaseModel):
-    phase: str = "queued"  # waiting-for-lock, train, report, index, publish; NOT_STARTED
-    step: int = 0
-    total_steps: int | None = None
+    """Where a job is: its current phase and, when the phase is counted, how far through it."""
+
+    phase: str = Field(
+        "queued",
+        description="The phase running now (train, encode corpus, index + bundle, distill static query "
+        "encoder, publish, …), or the end state once finished.",
+    )
+    step: int = Field(0, description="Units of the phase done (steps, documents).")
+    total_steps: int | None = Field(None, description="Units the phase has; null when it is not counted.")
+    fraction: float | None = Field(
+        None, description="step / total_steps of the current phase (0 to 1); null when it is not counted."
+    )
+    phase_started_at: float | None = Field(None, description="When the current phase began (Unix seconds).")
     epoch: int | None = None
     loss: float | None = None
     temperature: float | None = None
-    eta_s: float | None = None
+    eta_s: float | None = Field(
+        None, description="Seconds left in the current phase at its rate so far; null until it can be told."
+    )
     budget_s: float | None = None  # a retrain's time_budget_s, beside its ETA (None: no budget)
 
 
@@ -90,6 +102,13 @@ class JobRecord(BaseModel):
     created_at: float = Field(default_factory=time.time)
     started_at: float | None = None
     finished_at: float | None = None
+
+    @property
+    def duration_s(self) -> float | None:
+        """Seconds from start to finish (a finished job), or so far (a running one)."""
+        if self.started_at is None:
+            return None
+        return (self.finished_at or time.time()) - self.started_at
 
     def stale(self, timeout_s: float, now: float | None = None) -> bool:
         """A running (or claimed, lock-waiting) job whose worker stopped stamping its heartbeat."""

@@ -165,7 +165,7 @@ LAYERS = {
 BASE = {
     "training": set(),
     "contract": {"errors", "atomic", "defaults", "limits", "config", "query_config", "log_setup"},
-    "app": {"errors", "metrics", "settings"},
+    "app": {"errors", "field_errors", "metrics", "settings"},
 }
 ENTRY = {"training": {"__main__"}, "contract": set(), "app": {"main", "healthcheck", "serve"}}
 MAX_MODULES_PER_FOLDER = 15

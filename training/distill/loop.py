@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,12 +13,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from training.data.progress import report
 from training.distill.config import DistillConfig
 from training.distill.pairs import DistillPairs
 from training.losses.info_nce import info_nce_loss
 from training.train.negatives import no_duplicate_batches
 
 logger = logging.getLogger(__name__)
+PHASE = "distill static query encoder"  # its steps, as a job's progress names them
 
 
 @dataclass
@@ -83,7 +86,7 @@ def fit_student(
     if config.max_steps is not None:
         total = min(total, config.max_steps)
     scheduler = _warmup_then_linear(student.optimizer, total)
-    docs_t, teacher_t = torch.from_numpy(targets.doc_emb), torch.from_numpy(targets.teacher_q)
+    docs_t, teacher_t = read_only_tensor(targets.doc_emb), read_only_tensor(targets.teacher_q)
     model.train()
     step, losses, started = 0, [], time.perf_counter()
     for batches in batches_per_epoch:
@@ -104,10 +107,20 @@ def fit_student(
             step += 1
             if on_step is not None:
                 on_step(step)
+            report(PHASE, step, total)
             if step % 50 == 0:
                 logger.info("step %d/%d loss %.4f", step, total, float(np.mean(losses[-50:])))
     model.eval()
     return {"steps": step, "seconds": round(time.perf_counter() - started, 1), **_loss_summary(losses)}
+
+
+def read_only_tensor(array: np.ndarray) -> torch.Tensor:
+    """A tensor sharing `array`'s memory, also when it is a read-only memory map (the corpus vectors): the
+    loop only reads these targets, so sharing beats copying the corpus's vectors, and torch's "the given
+    NumPy array is not writable" warning, which every demo index logged, says nothing here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(array)
 
 
 def _warmup_then_linear(optimizer: torch.optim.Optimizer, total: int) -> torch.optim.lr_scheduler.LambdaLR:

@@ -53,7 +53,8 @@ def live_reference(
     when no live bundle holds this dataset's documents (query_side_blocker's conditions)."""
     reason = query_side_blocker(store, data_dir, eval_split, data=data)
     if reason is not None:
-        logger.info("no live bundle's vectors to start from (%s): the base model encodes the corpus", reason)
+        # debug: on a first build (the demo's) there is no live bundle by design; nothing for a user to act on
+        logger.debug("no live bundle's vectors to start from (%s): the base model encodes the corpus", reason)
         return None
     version = str(store.current_version())
     bundle = load_bundle(store.version_path(version), verify=False, mmap=True)

@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from contract.encoding.encoder import Encoder, document_text
 from contract.errors import DataError
+from training.data.progress import ENCODE_PHASE, report
 from training.data.retrieval_data import Document, RetrievalData
 from training.eval.embedding_cache import EmbeddingCache
 
@@ -143,6 +144,7 @@ def _encode_texts(
             chunk = texts[start : start + CHECKPOINT_DOCS]
             parts.append(encoder.encode(chunk, kind="document", batch_size=batch_size))  # (chunk, dim)
             bar.update(len(chunk))
+            report(ENCODE_PHASE, bar.n, len(texts))
     return np.concatenate(parts) if parts else encoder.encode([], kind="document")
 
 

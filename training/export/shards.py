@@ -26,6 +26,7 @@ from contract.encoding.encoder import document_text
 from contract.encoding.similarity import index_scores
 from contract.errors import IndexBuildError
 from contract.index.vector_index import faiss_metric
+from training.data.progress import ENCODE_PHASE, report
 
 if TYPE_CHECKING:
     from contract.encoding.encoder import Encoder
@@ -166,6 +167,7 @@ def encode_to_shards(
     """
     writer = ShardWriter(folder, encoder.dim, total, shard_rows=max(total, 1))
     buffer: list[str] = []
+    report(ENCODE_PHASE, 0, total)
     with tqdm(total=total, desc="encoding documents", unit="doc", disable=not show_progress) as bar:
 
         def flush() -> None:
@@ -174,6 +176,7 @@ def encode_to_shards(
             writer.append(encoder.encode(buffer, kind="document", batch_size=batch_size))  # (chunk, dim)
             bar.update(len(buffer))
             buffer.clear()
+            report(ENCODE_PHASE, bar.n, total)
 
         for text in texts:
             buffer.append(text)

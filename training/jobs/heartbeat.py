@@ -15,6 +15,7 @@ from contract.errors import JobCancelled
 from contract.jobs.records import HEARTBEAT_INTERVAL_S, LOG_TAIL_LINES, JobRecord, Progress, RecordStore
 
 logger = logging.getLogger(__name__)
+TRAIN_PHASE = "train"  # the trainer's and the query-side retrain's steps
 
 
 class JobHeartbeat(logging.Handler):
@@ -43,13 +44,26 @@ class JobHeartbeat(logging.Handler):
         with self._mutex:
             self._progress = (self._progress or Progress()).model_copy(update=fields)
 
+    def phase_progress(self, phase: str, done: int, total: int | None, **extra: Any) -> None:
+        """A phase's count (training/data/progress.py's listener): the fraction done, and the time left at
+        the phase's own rate so far (a reindex's encode and its distillation run at rates minutes apart,
+        so one job-wide rate would mislead). A new phase starts its clock and clears the last one's count."""
+        now = time.time()
+        with self._mutex:
+            current = self._progress or Progress()
+            if current.phase != phase or current.phase_started_at is None:
+                current = Progress(phase=phase, phase_started_at=now, budget_s=current.budget_s)
+            fraction = min(1.0, done / total) if total else None
+            elapsed = now - (current.phase_started_at or now)
+            eta = elapsed / done * (total - done) if total and done > 0 and elapsed > 0 else None
+            self._progress = current.model_copy(
+                update={"step": done, "total_steps": total, "fraction": fraction, "eta_s": eta, **extra}
+            )
+
     def on_progress(self, info: dict[str, Any]) -> None:
         """The trainer's callback: record the step, and raise if a cancel was requested."""
-        known = {
-            k: info[k] for k in ("step", "total_steps", "epoch", "loss", "temperature", "eta_s") if k in info
-        }
-        last = known.get("total_steps") is not None and known.get("step", 0) >= known["total_steps"]
-        self.progress(**known, phase="evaluate, report, index, publish" if last else "train")
+        extra = {k: info[k] for k in ("epoch", "loss", "temperature") if k in info}
+        self.phase_progress(TRAIN_PHASE, int(info.get("step", 0)), info.get("total_steps"), **extra)
         if self.cancel.is_set():
             raise JobCancelled(f"job {self.job_id} cancelled at step {info.get('step')}")
 
@@ -75,7 +89,10 @@ class JobHeartbeat(logging.Handler):
             if progress is not None:
                 changes["progress"] = progress
             if final is not None:
-                done = (progress or record.progress).model_copy(update={"phase": final["state"]})
+                end: dict[str, Any] = {"phase": final["state"]}
+                if final["state"] == "succeeded":
+                    end.update(fraction=1.0, eta_s=None)
+                done = (progress or record.progress).model_copy(update=end)
                 changes.update(final, progress=done, finished_at=time.time())
             return record.model_copy(update=changes)
 

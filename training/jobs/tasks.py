@@ -38,6 +38,7 @@ from contract.index.backend import BackendConfig
 from contract.jobs.confined_reader import ConfinedReader, confined_reads
 from contract.jobs.queue import CollectionBusy
 from contract.jobs.records import JobRecord, Progress, RecordStore, update
+from training.data.progress import reporting_to
 from training.jobs.heartbeat import JobHeartbeat
 
 if TYPE_CHECKING:
@@ -192,7 +193,7 @@ def _run_locked(job_id: str, records: RecordStore) -> None:
 def _attempt(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
     try:
         # every dataset file the job reads, and its base model's files, are opened through this reader
-        with confined_reads(job_reader(record)):
+        with confined_reads(job_reader(record)), reporting_to(heartbeat.phase_progress):
             job = _retrain if record.type == "retrain" else _reindex
             outcome = job(record, heartbeat)
     except Exception as e:
@@ -271,9 +272,8 @@ def _retrain(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
         plan = options.model_copy(update=worker_side).plan(
             data_dir=record.data_dir, bundles_dir=record.bundles_dir, backend=backend
         )
-        heartbeat.progress(
-            phase="train", total_steps=plan.training.max_steps, budget_s=plan.training.time_budget_s
-        )
+        heartbeat.phase_progress("train", 0, plan.training.max_steps)
+        heartbeat.progress(budget_s=plan.training.time_budget_s)
         result = run_pipeline(plan, work_dir, _hooks(record, heartbeat))
     scope = result.plan.scope
     logger.info("job %s: retrain_scope %s (%s)", record.id, scope, result.plan.scope_reason)
@@ -300,7 +300,6 @@ def _reindex(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
         raise NoLiveBundle(f"reindex needs a live bundle's model, and {record.bundles_dir} has none yet")
     model_dir = Path(record.bundles_dir) / version / "model"
     logger.info("re-encoding %s with the live model of bundle %s", record.dataset, version)
-    heartbeat.progress(phase="index")
     heartbeat.check_cancel()
     backend = job_backend(options.index_backend, record.collection)
     plan = options.plan(data_dir=record.data_dir, bundles_dir=record.bundles_dir, backend=backend)

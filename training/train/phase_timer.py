@@ -21,6 +21,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 
 from contract.atomic import write_json_atomic
+from training.data import progress
 
 TIMINGS_FILE = "timings.json"
 logger = logging.getLogger(__name__)
@@ -84,7 +85,9 @@ class PhaseTimer:
 
 
 def phase(timer: PhaseTimer | None, name: str) -> AbstractContextManager[None]:
-    """`timer.phase(name)`, or a no-op when there is no timer (callers outside the pipeline)."""
+    """`timer.phase(name)`, or a no-op when there is no timer (callers outside the pipeline); either way
+    the phase's start is reported (training/train/progress.py), so a job's record names it."""
+    progress.report(name)
     return timer.phase(name) if timer is not None else nullcontext()
 
 

@@ -18,7 +18,7 @@ from app.api.deps import ApiKeyDep, CollectionScope, SettingsDep, has_api_key
 from app.settings import Settings
 from contract.defaults import DEFAULT_COLLECTION
 from contract.errors import JobNotFound
-from contract.jobs.confine import NAME_PATTERN
+from contract.jobs.confine import NAME_PATTERN, list_datasets
 from contract.jobs.queue import (
     JobQueue,
     JobRecord,
@@ -91,6 +91,10 @@ class JobSummary(BaseModel):
     created_at: float = Field(description="Unix seconds.")
     started_at: float | None = None
     finished_at: float | None = None
+    duration_s: float | None = Field(
+        None,
+        description="Seconds from start to finish (finished), or so far (running); null before it starts.",
+    )
 
 
 class JobDetail(JobSummary):
@@ -153,7 +157,8 @@ def _relative(text: str, roots: list[str]) -> str:
 
 def job_view(record: JobRecord, settings: Settings, *, detailed: bool) -> JobView:
     """The public view (state and progress), or with the key the record with paths relative to roots."""
-    summary = JobSummary.model_validate(record.model_dump(include=set(JobSummary.model_fields)))
+    duration = {"duration_s": None if record.duration_s is None else round(record.duration_s, 3)}
+    summary = JobSummary.model_validate(record.model_dump(include=set(JobSummary.model_fields)) | duration)
     if not detailed:
         return summary
     forms = {
@@ -166,7 +171,7 @@ def job_view(record: JobRecord, settings: Settings, *, detailed: bool) -> JobVie
         for form in (os.path.realpath(root), os.path.abspath(root))  # absolute only: "data" is also a word
     }
     ordered = sorted(forms, key=len, reverse=True)  # a root inside another goes first
-    fields = record.model_dump(include=set(JobDetail.model_fields))
+    fields = record.model_dump(include=set(JobDetail.model_fields)) | duration
     fields["data_dir"] = _relative(record.data_dir, ordered) or "."
     fields["error"] = _relative(record.error, ordered) if record.error else None
     fields["log_tail"] = [_relative(line, ordered) for line in record.log_tail]
@@ -223,6 +228,26 @@ def submit_job(
         collection=collection or DEFAULT_COLLECTION,
     )
     return job_view(record, settings, detailed=True)  # type: ignore[return-value]
+
+
+class DatasetList(BaseModel):
+    datasets: list[str] = Field(
+        description="Names under the server's data root a job may be given: BEIR folders (with "
+        "corpus.jsonl) and pairs files; links out of the root left out."
+    )
+
+
+@router.get(
+    "/datasets",
+    response_model=DatasetList,
+    dependencies=[ApiKeyDep],
+    responses=_ERRORS,
+    summary="Datasets a job may name",
+)
+def get_datasets(settings: SettingsDep) -> DatasetList:
+    """What POST /jobs accepts as `dataset` (SEARCH_DATA_ROOT's entries); the page offers them as a list.
+    Behind the key, as submitting is: the names say what data the server holds."""
+    return DatasetList(datasets=list_datasets(settings.data_root))
 
 
 KeyGiven = Annotated[bool, Depends(has_api_key)]

@@ -53,7 +53,8 @@ async def search(
     collection: CollectionScope,
 ) -> SearchResponse:
     """Top-k documents per query, best first. Scores are the learned similarity of the live model
-    (cosine for InfoNCE; -1/2 * sum_c lambda_c (u_c - v_c)^2 for AnInfoNCE), see `metric`."""
+    (cosine for InfoNCE; -1/2 * sum_c lambda_c (u_c - v_c)^2 for AnInfoNCE) in dense mode, BM25 in lexical
+    mode, the fused score in hybrid mode: `score_kind` names which."""
     started = time.perf_counter()
     live = hot_swap.require()  # one bundle for the whole request, even if a swap happens meanwhile
     field = next(n for n in ("query", "queries", "vector", "vectors") if getattr(body, n) is not None)
@@ -92,6 +93,7 @@ async def search(
         version=live.version,
         metric=live.encoder.metric,
         mode=spec.mode,
+        score_kind=retrieval_modes.score_kind(spec.mode, live.bundle, live.encoder.metric),
         results=[QueryResult(hits=h, search_id=shown(h)) for h in hits],
         timings=Timings(
             encode_ms=round(answer.encode_ms, 3),

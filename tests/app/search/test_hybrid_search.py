@@ -96,7 +96,9 @@ def test_lexical_with_filter_min_score_and_include_matches_brute_force(client, s
         )
         assert r.status_code == 200, r.text
         hits = r.json()["results"][0]["hits"]
-        assert r.json()["mode"] == "lexical"
+        # the scores are BM25's (the oracle's), and the answer says so, not the model's metric (issue 44)
+        assert r.json()["mode"] == "lexical" and r.json()["score_kind"] == "bm25"
+        assert r.json()["metric"] == "cosine"  # still the model's similarity, for the dense side
         np.testing.assert_allclose([h["score"] for h in hits], [scores[i] for i in want], rtol=1e-5)
         assert {h["id"] for h in hits} <= {ids[i] for i in allowed}
         assert all(h["title"] == slice_data.corpus[h["id"]].title for h in hits)
@@ -119,6 +121,7 @@ def test_hybrid_with_filter_matches_brute_force_fusion(
     )
     assert r.status_code == 200, r.text
     assert r.json()["mode"] == "hybrid" and len(r.json()["results"]) == 4
+    assert r.json()["score_kind"] == params.method  # the fusion whose scores the oracle below computes
     qv = shared_encoder.encode(queries, kind="query")
     for query, q, result in zip(queries, qv, r.json()["results"], strict=True):
         dense_scores = doc_embeddings[allowed] @ q
@@ -137,6 +140,7 @@ def test_vector_queries_are_dense_and_refuse_word_modes(client, shared_encoder):
     vec = shared_encoder.encode(["vitamin d"], kind="query")[0].tolist()
     r = client.post("/search", json={"vector": vec, "top_k": 3})
     assert r.status_code == 200 and r.json()["mode"] == "dense"
+    assert r.json()["score_kind"] == r.json()["metric"] == "cosine"
     for mode in ("lexical", "hybrid"):
         r = client.post("/search", json={"vector": vec, "mode": mode})
         assert r.status_code == 422 and "body.mode" in r.json()["error"]["message"], r.text

@@ -90,7 +90,7 @@ def test_past_the_last_match_a_page_is_empty(client):
         ({"top_k": 10, "offset": -1}, "offset", "greater than or equal to 0"),
         ({"top_k": 10, "offset": "2"}, "offset", "not a string"),
         ({"top_k": 10, "offset": True}, "offset", "not a string or a boolean"),
-        ({"top_k": 10, "offset": 1.5}, "offset", "fractional part"),
+        ({"top_k": 10, "offset": 1.5}, "offset", "must be an integer"),
         ({"top_k": 10, "offset": MAX_DEPTH - 5}, "offset", f"at most {MAX_DEPTH}"),
     ],
 )

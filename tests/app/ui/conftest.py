@@ -106,10 +106,16 @@ def versions(ui_staged, tmp_path_factory) -> tuple[Path, str, str]:
 
 
 @pytest.fixture(scope="module")
-def server(versions, tmp_path_factory) -> Iterator[str]:
+def server_root(tmp_path_factory) -> Path:
+    """The server's own folder: its job queue (jobs.db, jobs.records.db), data root and log."""
+    return tmp_path_factory.mktemp("ui-server")
+
+
+@pytest.fixture(scope="module")
+def server(versions, server_root) -> Iterator[str]:
     """uvicorn serving the real app on a free loopback port; a SQLite job queue and a data root, no worker."""
     bundles, _, _ = versions
-    root = tmp_path_factory.mktemp("ui-server")
+    root = server_root
     dataset = root / "data" / "mini"
     (dataset / "qrels").mkdir(parents=True)
     (dataset / "corpus.jsonl").write_text('{"_id": "d1", "title": "t", "text": "x"}\n')

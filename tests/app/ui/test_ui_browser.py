@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from typing import Any
 
 import httpx
@@ -115,6 +116,60 @@ def test_a_reindex_job_is_listed_and_can_be_cancelled(watched):
     page.wait_for_selector(f"#jobs tr[data-job='{job_id}'] .state.cancelled")
     assert httpx.get(f"{base}/jobs/{job_id}").json()["state"] == "cancelled"
     watched.shot("5-jobs-cancelled")
+
+
+@both_sizes
+def test_a_job_shows_its_bar_eta_duration_and_log_and_each_types_example_is_accepted(watched, server_root):
+    """Issue 44 item 3: a running reindex read "index" with an empty bar for ten minutes, with no ETA, no
+    duration and no log although the key unlocks it; the example options `{"epochs": 1}` were refused for
+    the default type (reindex). The record's progress here is written into the job store as the worker
+    writes it (tests/test_jobs_e2e.py proves the worker does); the page draws the phase's bar, its ETA,
+    the duration of a finished job and, with the key, the log tail; each type's example is accepted."""
+    from contract.jobs.records import Progress, open_records, update
+
+    page, base = watched.page, watched.base
+    page.goto(base + "/#jobs")
+    page.fill("#api-key", KEY)
+    page.click("#job-dataset")  # the field offers the datasets under the data root
+    wait_js(page, "[...document.querySelectorAll('#job-datasets option')].some(o => o.value === 'mini')")
+    ids = []
+    for job_type in ["reindex", "retrain"]:
+        page.select_option("#job-type", job_type)
+        example = page.get_attribute(f"#job-type option[value={job_type}]", "data-example")
+        assert example and page.get_attribute("#job-options", "placeholder") == f"JSON, e.g. {example}"
+        page.fill("#job-dataset", "mini")
+        page.fill("#job-options", example)
+        page.click("#job-form button[type=submit]")
+        wait_js(
+            page, f"document.getElementById('job-status').textContent.startsWith('Queued {job_type} job')"
+        )
+        assert "ok" in (page.get_attribute("#job-status", "class") or "")
+        ids.append(page.inner_text("#job-status").split("job ")[1].split(";")[0])
+    running, done = ids
+    records = open_records(f"sqlite:///{server_root / 'jobs.db'}")
+    now = time.time()
+    update(records, running, state="running", started_at=now - 70, log_tail=["12:00:01 INFO encoding 1024 documents"],
+           progress=Progress(phase="encode corpus", step=512, total_steps=1024, fraction=0.5, eta_s=65,
+                             phase_started_at=now - 65))  # fmt: skip
+    update(records, done, state="succeeded", started_at=now - 200, finished_at=now - 15,
+           progress=Progress(phase="succeeded", fraction=1.0))  # fmt: skip
+    row = page.locator(f"#jobs tr[data-job='{running}']")
+    wait_js(page, f"document.querySelector(\"#jobs tr[data-job='{running}'] .state.running\") !== null")
+    assert row.locator("progress").evaluate("p => p.value") == 0.5
+    text = row.locator(".progress-text").inner_text()
+    assert "encode corpus" in text and "512/1024 (50 %)" in text and "ETA 1 min 5 s" in text, text
+    row.locator("details.log summary").click()
+    assert "encoding 1024 documents" in row.locator("details.log pre").inner_text()
+    finished = page.locator(f"#jobs tr[data-job='{done}']")
+    assert finished.locator("progress").evaluate("p => p.value") == 1
+    assert "took 3 min 5 s" in finished.locator(".progress-text").inner_text()
+    page.wait_for_timeout(2500)  # the list is redrawn every 2 s: an opened log stays open
+    assert row.locator("details.log").evaluate("d => d.open")
+    watched.no_horizontal_scroll()
+    watched.shot(f"6-jobs-progress-{watched.size}")
+    for job_id in ids:
+        update(records, job_id, state="cancelled", finished_at=time.time())
+    records.close()
 
 
 def test_activate_with_a_wrong_key_shows_the_error_then_roll_forward_and_back(watched, versions):

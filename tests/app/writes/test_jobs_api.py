@@ -209,3 +209,34 @@ def test_every_numeric_job_option_states_its_bound_in_the_spec(client):
             if not any(b.get("type") in ("integer", "number") for b in branches):
                 continue
             assert any("maximum" in b or "exclusiveMaximum" in b for b in branches), f"{model}.{name}"
+
+
+def test_the_datasets_a_job_may_name_are_listed_behind_the_key(client, settings):
+    """Issue 44 item 3: the page's dataset field offers a list. What is listed is what POST /jobs takes: a
+    BEIR folder and a pairs file under the data root; a link out of it, a hidden entry and a folder that is
+    no dataset are left out."""
+    (settings.data_root / "pairs.jsonl").write_text('{"query": "q", "positive": "p"}\n')
+    (settings.data_root / ".hidden").mkdir()
+    (settings.data_root / "empty-folder").mkdir()
+    (settings.data_root / "outside-corpus").symlink_to(settings.data_root.parent / "outside")
+    assert client.get("/datasets").status_code == 401
+    r = client.get("/datasets", headers=KEY)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"datasets": ["mini", "pairs.jsonl"]}
+    for name in r.json()["datasets"]:  # each one is accepted by a submission
+        assert _submit(client, dataset=name).status_code == 202
+
+
+def test_the_example_options_of_the_page_are_valid_for_their_job_type(client):
+    """The Jobs tab's example options were `{"epochs": 1}` whatever the type, and a reindex (the default
+    type) refuses it with 422. The page shows each type's own example, read from its <option>."""
+    import re
+    from pathlib import Path
+
+    html = (Path(__file__).resolve().parents[3] / "app" / "static" / "index.html").read_text()
+    examples = dict(re.findall(r'<option value="(\w+)" data-example=\'([^\']+)\'', html))
+    assert set(examples) == {"reindex", "retrain"}, examples
+    for job_type, example in examples.items():
+        r = _submit(client, type=job_type, options=json.loads(example))
+        assert r.status_code == 202, (job_type, example, r.text)
+    assert _submit(client, type="reindex", options={"epochs": 1}).status_code == 422  # the old example

@@ -281,3 +281,42 @@ def test_jobs_choose_the_index_backend_and_the_worker_says_where_milvus_is():
     assert ReindexOptions().index_backend == "faiss" and tasks.job_backend("faiss") is None
     with pytest.raises(JobOptionsInvalid, match="no Milvus"):
         tasks.job_backend("milvus")  # this worker was started without --milvus-uri
+
+
+def test_a_phase_reports_its_fraction_and_an_eta_from_its_own_rate(
+    queue_url, data_root, tmp_path, monkeypatch
+):
+    """Issue 44 item 3: the heartbeat turns a phase's count into a fraction and the time left at that
+    phase's rate so far; a new phase restarts the clock (a corpus encode and a distillation run at rates
+    minutes apart). The clock is the heartbeat's time.time, stepped by hand."""
+    import training.jobs.heartbeat as hb
+
+    queue = JobQueue(queue_url)
+    record = _submit(queue, data_root, tmp_path)
+    clock = [1000.0]
+    monkeypatch.setattr(hb.time, "time", lambda: clock[0])
+    heartbeat = JobHeartbeat(queue.records, record.id)
+    heartbeat.phase_progress("encode corpus", 0, 1000)
+    clock[0] += 10
+    heartbeat.phase_progress("encode corpus", 250, 1000)  # 25 docs/s: 750 left -> 30 s
+    heartbeat.beat()
+    p = queue.get(record.id).progress
+    assert (p.phase, p.step, p.total_steps, p.fraction) == ("encode corpus", 250, 1000, 0.25)
+    assert p.eta_s == pytest.approx(30.0) and p.phase_started_at == 1000.0
+    clock[0] += 5
+    heartbeat.phase_progress("index + bundle", 0, None)  # not counted: no fraction, no ETA
+    heartbeat.beat()
+    p = queue.get(record.id).progress
+    assert (p.phase, p.fraction, p.eta_s, p.phase_started_at) == ("index + bundle", None, None, 1015.0)
+    clock[0] += 4
+    heartbeat.on_progress({"step": 1, "total_steps": 5, "loss": 2.0})  # training: its own clock
+    clock[0] += 2
+    heartbeat.on_progress({"step": 2, "total_steps": 5, "loss": 1.5})  # 2 steps in 2 s: 3 left -> 3 s
+    heartbeat.beat()
+    p = queue.get(record.id).progress
+    assert (p.phase, p.fraction, p.loss) == ("train", 0.4, 1.5) and p.eta_s == pytest.approx(3.0)
+    update(queue.records, record.id, state="running", started_at=1000.0)
+    heartbeat.finish({"state": "succeeded"})
+    done = queue.get(record.id)
+    assert (done.progress.phase, done.progress.fraction, done.progress.eta_s) == ("succeeded", 1.0, None)
+    assert done.duration_s == pytest.approx(clock[0] - 1000.0)
