@@ -9,30 +9,20 @@ include), the dataset's alone (exclude), 8 alone (only). Two steps at a tiny lr 
 
 from __future__ import annotations
 
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.settings import Settings
 from contract.bundles.bundle import read_manifest
-from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
 from tests.app.conftest import wait_until
-from training.data.beir_slice import beir_slice
+from tests.retrain_stack import retrain_stack
 from training.data.split import load_split
-from training.train.run_hooks import RunHooks
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
 KEY = {"X-API-Key": "fb-key"}
-HEARTBEAT_TIMEOUT_S = 15
 QUICK = {"max_steps": 2, "max_seq_length": 32, "batch_size": 8, "lr": 1e-7, "eval_max_queries": 10,
          "onnx": False, "distill": False, "report": False, "validation_fraction": 0.0, "corpus_title_pairs": 0,
          "corpus_sentence_pairs": 0, "retrain_scope": "full"}  # fmt: skip
@@ -41,47 +31,13 @@ N_JUDGED = 10
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, demo_dataset) -> Iterator[dict[str, Any]]:
-    from contract.encoding.encoder import Encoder
-    from training.publish.index_model import index_model
-
     root = tmp_path_factory.mktemp("feedback-job")
-    data_root = root / "data"
-    beir_slice(demo_dataset, data_root / "mini", n_train=16, n_test=8, n_distractors=30)
-    base = Encoder.load()
-    base.model.max_seq_length = 32
-    base.save(root / "base")
-    plan = PublishPlan(
-        data=DataPlan(data_dir=str(data_root / "mini")),
-        index=IndexPlan(kind="flat"),
-        publication=PublicationPlan(bundles_dir=str(root / "bundles"), onnx=False, distill=False),
-    )
-    first = index_model(root / "base", plan, RunHooks(show_progress=False))
-    settings = Settings(
-        bundles_dir=root / "bundles", api_key=KEY["X-API-Key"], data_root=data_root,
-        models_root=root / "models", queue_url=f"sqlite:///{root / 'jobs.db'}",
-        job_heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S, reload_poll_seconds=0.2, microbatch_enabled=False,
-    )  # fmt: skip
-    log = root / "worker.log"
-    with log.open("ab") as out:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "training", "worker", "--queue", settings.queue_url,
-             "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT_S)],
-            cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    train = load_split(data_root / "mini", "train")
-    try:
-        with TestClient(create_app(settings)) as client:
-            yield {"client": client, "bundles": root / "bundles", "first": first.version, "log": log,
-                   "n_dataset_pairs": sum(len(r) for r in train.qrels.values()),
-                   "queries": sorted(set(load_split(data_root / "mini", "test").queries.values()) |
-                                     set(train.queries.values()))[:N_JUDGED]}  # fmt: skip
-    finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+    with retrain_stack(root, demo_dataset, api_key=KEY["X-API-Key"], n_train=16, n_test=8) as stack:
+        train = load_split(stack.data_dir, "train")
+        yield {"client": stack.client, "bundles": stack.bundles, "first": stack.first, "log": stack.log,
+               "n_dataset_pairs": sum(len(r) for r in train.qrels.values()),
+               "queries": sorted(set(load_split(stack.data_dir, "test").queries.values()) |
+                                 set(train.queries.values()))[:N_JUDGED]}  # fmt: skip
 
 
 def _judge(client: TestClient, queries: list[str]) -> None:

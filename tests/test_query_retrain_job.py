@@ -10,29 +10,19 @@ validates every checksum each time, and /search follows.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
-from app.main import create_app
-from app.settings import Settings
 from contract.bundles.bundle import read_manifest
-from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
 from tests.app.conftest import wait_until
-from training.data.beir_slice import beir_slice
-from training.train.run_hooks import RunHooks
+from tests.retrain_stack import retrain_stack
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
 KEY = {"X-API-Key": "query-key"}
-HEARTBEAT_TIMEOUT_S = 15
 # a few steps at a small lr: the tower moves and stays within the gate's tolerance (the machinery is tested
 # here; what the query side gains is measured by bench/training/retrain_scale.py); the query-side knobs are job
 # options like TrainConfig's (contract/query_config.py), and the published version records them
@@ -42,47 +32,13 @@ QUERY_JOB = {"retrain_scope": "query", "max_steps": 2, "query_lr": 1e-6, "query_
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, demo_dataset) -> Iterator[dict[str, Any]]:
-    from contract.encoding.encoder import Encoder
-    from training.publish.index_model import index_model
-
     root = tmp_path_factory.mktemp("query-job")
-    data_root = root / "data"
-    beir_slice(demo_dataset, data_root / "mini", n_train=24, n_test=10, n_distractors=30)
-    base = Encoder.load()
-    base.model.max_seq_length = 32
-    base.save(root / "base")
-    first = index_model(
-        root / "base",
-        PublishPlan(
-            data=DataPlan(data_dir=str(data_root / "mini")),
-            index=IndexPlan(kind="flat"),
-            publication=PublicationPlan(bundles_dir=str(root / "bundles"), onnx=False, distill=False),
-        ),
-        RunHooks(show_progress=False),
-    )
-    settings = Settings(
-        bundles_dir=root / "bundles", api_key=KEY["X-API-Key"], data_root=data_root,
-        models_root=root / "models", queue_url=f"sqlite:///{root / 'jobs.db'}",
-        job_heartbeat_timeout_s=HEARTBEAT_TIMEOUT_S, reload_poll_seconds=0.2, microbatch_enabled=False,
-    )  # fmt: skip
-    marker, log = root / "guard.pid", root / "worker.log"
-    with log.open("ab") as out:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "tests.doc_encode_guard", "worker", "--queue", settings.queue_url,
-             "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT_S)],
-            cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "DOC_ENCODE_GUARD_MARKER": str(marker)},
-        )  # fmt: skip
-    try:
-        with TestClient(create_app(settings)) as client:
-            yield {"client": client, "bundles": root / "bundles", "first": first.version, "log": log,
-                   "marker": marker, "worker": worker}  # fmt: skip
-    finally:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+    marker = root / "guard.pid"
+    with retrain_stack(root, demo_dataset, api_key=KEY["X-API-Key"], n_train=24, n_test=10,
+                       worker_module="tests.doc_encode_guard",
+                       worker_env={"DOC_ENCODE_GUARD_MARKER": str(marker)}) as stack:  # fmt: skip
+        yield {"client": stack.client, "bundles": stack.bundles, "first": stack.first, "log": stack.log,
+               "marker": marker, "worker": stack.worker}  # fmt: skip
 
 
 def _served(client: TestClient) -> str:

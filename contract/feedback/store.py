@@ -19,18 +19,17 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from contract.durable_sqlite import DurableSqlite
 from contract.errors import BundleError
 
 logger = logging.getLogger(__name__)
 
 STORE_FILE = "feedback.sqlite"
-BUSY_TIMEOUT_S = 30.0  # a writer waits this long for another replica's write transaction
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS judgments (
@@ -69,38 +68,23 @@ class Judgment:
     above: tuple[str, ...] = ()  # the ids shown above it in that search, best first (with a search id)
 
 
-class FeedbackStore:
+class FeedbackStore(DurableSqlite):
     """The judgment file of one bundles folder; safe to share between threads (a connection each). The
     bounds apply when appending; a reader (a retrain job) opens it with `reader`."""
 
+    what = "judgment store"
+    error = FeedbackStoreError
+
     def __init__(self, bundles_dir: str | Path, *, max_rows: int, retention_s: float):
-        self.path = Path(bundles_dir) / STORE_FILE
+        super().__init__(Path(bundles_dir) / STORE_FILE)
         self.max_rows = max_rows
         self.retention_s = retention_s
-        self._local = threading.local()
 
-    def _con(self) -> sqlite3.Connection:
-        con: sqlite3.Connection | None = getattr(self._local, "con", None)
-        if con is None:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-                con.execute("PRAGMA journal_mode=WAL")
-                con.execute("PRAGMA synchronous=FULL")  # the commit is on disk before an answer
-                con.executescript(SCHEMA)
-                columns = {row[1] for row in con.execute("PRAGMA table_info(judgments)")}
-                if "above" not in columns:  # a file from before `above` was kept
-                    con.execute("ALTER TABLE judgments ADD COLUMN above TEXT")
-            except sqlite3.Error as exc:
-                raise FeedbackStoreError(f"{self.path.name}: cannot open the judgment store ({exc})") from exc
-            self._local.con = con
-        return con
-
-    def close(self) -> None:
-        con = getattr(self._local, "con", None)
-        if con is not None:
-            con.close()
-            self._local.con = None
+    def _prepare(self, con: sqlite3.Connection) -> None:
+        con.executescript(SCHEMA)
+        columns = {row[1] for row in con.execute("PRAGMA table_info(judgments)")}
+        if "above" not in columns:  # a file from before `above` was kept
+            con.execute("ALTER TABLE judgments ADD COLUMN above TEXT")
 
     def append(self, judgments: Sequence[Judgment]) -> tuple[int, int]:
         """One batch in one transaction, then the bounds applied; returns (first seq, last seq)."""

@@ -30,7 +30,6 @@ from __future__ import annotations
 import json
 import logging
 import sqlite3
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from contract.bundles.bundle import SEQ_KEY, seq_of_manifest
+from contract.durable_sqlite import DurableSqlite
 from contract.errors import BundleError
 from contract.mutations.rows import (
     Mutation,
@@ -65,7 +65,6 @@ __all__ = [
 ]
 
 LOG_FILE = "mutations.sqlite"
-BUSY_TIMEOUT_S = 30.0  # a writer waits this long for another replica's write transaction
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS mutations (
@@ -102,39 +101,24 @@ class MutationLogError(BundleError):
     code = "mutation_log"
 
 
-class MutationLog:
+class MutationLog(DurableSqlite):
     """The shared log file of one bundles folder; safe to share between threads (a connection each)."""
 
+    what = "mutation log"
+    error = MutationLogError
+
     def __init__(self, bundles_dir: str | Path):
-        self.path = Path(bundles_dir) / LOG_FILE
-        self._local = threading.local()
+        super().__init__(Path(bundles_dir) / LOG_FILE)
         self._schema_ready = False
 
     # -- connections --------------------------------------------------------------------------------
     def exists(self) -> bool:
         return self.path.is_file()
 
-    def _con(self) -> sqlite3.Connection:
-        con: sqlite3.Connection | None = getattr(self._local, "con", None)
-        if con is None:
-            try:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-                con = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-                con.execute("PRAGMA journal_mode=WAL")
-                con.execute("PRAGMA synchronous=FULL")  # the commit is on disk before an answer
-                if not self._schema_ready:
-                    con.executescript(SCHEMA)
-                    self._schema_ready = True
-            except sqlite3.Error as exc:
-                raise MutationLogError(f"{self.path.name}: cannot open the mutation log ({exc})") from exc
-            self._local.con = con
-        return con
-
-    def close(self) -> None:
-        con = getattr(self._local, "con", None)
-        if con is not None:
-            con.close()
-            self._local.con = None
+    def _prepare(self, con: sqlite3.Connection) -> None:
+        if not self._schema_ready:
+            con.executescript(SCHEMA)
+            self._schema_ready = True
 
     # -- writing ------------------------------------------------------------------------------------
     def append_upserts(

@@ -164,7 +164,16 @@ LAYERS = {
 }  # fmt: skip
 BASE = {
     "training": set(),
-    "contract": {"errors", "atomic", "defaults", "limits", "config", "query_config", "log_setup"},
+    "contract": {
+        "errors",
+        "atomic",
+        "durable_sqlite",
+        "defaults",
+        "limits",
+        "config",
+        "query_config",
+        "log_setup",
+    },
     "app": {"errors", "field_errors", "metrics", "settings"},
 }
 ENTRY = {"training": {"__main__"}, "contract": set(), "app": {"main", "healthcheck", "serve"}}

@@ -136,12 +136,14 @@ def _verdict(
         return True, f"live bundle {live_version} has no test {gate_metric}: nothing to compare"
     if cand is None:
         return False, f"candidate has no test {gate_metric}; live {live_version} has {live_value:.4f}"
-    if cand >= live_value - tolerance:
-        return True, f"test {gate_metric} {cand:.4f} vs live {live_value:.4f} (tolerance {tolerance})"
-    return (
-        False,
-        f"test {gate_metric} {cand:.4f} is worse than live {live_value:.4f} by more than {tolerance}",
-    )
+    return _within(f"test {gate_metric}", cand, live_value, tolerance, f"tolerance {tolerance}")
+
+
+def _within(what: str, cand: float, live: float, tolerance: float, detail: str) -> tuple[bool, str]:
+    """(accepted, why): the one rule of both gate checks, a candidate may trail live by the tolerance."""
+    if cand >= live - tolerance:
+        return True, f"{what} {cand:.4f} vs live {live:.4f} ({detail})"
+    return False, f"{what} {cand:.4f} is worse than live {live:.4f} by more than {tolerance}"
 
 
 # held-out judged queries the gate needs to compare on: the held-out share of the fewest judged queries the
@@ -166,12 +168,8 @@ def _feedback_verdict(
         return ok, f"{reason}; held-out feedback not compared (scored against {heldout.get('live_version')})"
     if n < FEEDBACK_GATE_MIN_QUERIES:
         return ok, f"{reason}; held-out feedback not gated ({n} < {FEEDBACK_GATE_MIN_QUERIES} queries)"
-    if cand >= live - tolerance:
-        return True, f"{reason}; held-out feedback nDCG@10 {cand:.4f} vs live {live:.4f} ({n} queries)"
-    return (
-        False,
-        f"held-out feedback nDCG@10 {cand:.4f} is worse than live {live:.4f} by more than {tolerance}",
-    )
+    held_ok, why = _within("held-out feedback nDCG@10", cand, live, tolerance, f"{n} queries")
+    return (True, f"{reason}; {why}") if held_ok else (False, why)
 
 
 class PublishResult(BaseModel):

@@ -53,7 +53,9 @@ def load_corpus(path: str | Path) -> dict[str, Document]:
     corpus: dict[str, Document] = {}
     seen: dict[str, int] = {}
     for lineno, obj in json_objects(path):
-        check_fields(obj, CORPUS_FIELDS, path, lineno, what="a document")
+        check_fields(
+            obj, CORPUS_FIELDS, path, lineno, what="a document", elsewhere=" (other values go in 'metadata')"
+        )
         doc_id = record_id(obj, path, lineno)
         check_unique(seen, doc_id, path, lineno, "_id" if "_id" in obj else "id")
         title = string_field(obj, "title", path, lineno, required=False)

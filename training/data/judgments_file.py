@@ -8,13 +8,12 @@ TSV:   query <TAB> document_id <TAB> relevant [<TAB> search_id], relevant as tru
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from contract.errors import DataError
-from training.data.line_reader import json_objects, json_type, numbered_lines, string_field
+from training.data.line_reader import check_fields, json_objects, json_type, numbered_lines, string_field
 
 FIELDS = ("query", "document_id", "relevant", "search_id")
 MAX_GRADE = 3  # TREC's graded scale 0-3, as POST /feedback takes it (app/schemas/feedback.py)
@@ -53,14 +52,7 @@ def load_judgments(path: str | Path) -> list[JudgmentLine]:
 def _jsonl(path: Path) -> list[JudgmentLine]:
     rows = []
     for lineno, obj in json_objects(path):
-        for key in obj:
-            if key not in FIELDS:
-                close = difflib.get_close_matches(key, FIELDS, n=1, cutoff=0.6)
-                hint = f" (did you mean '{close[0]}'?)" if close else ""
-                known = ", ".join(f"'{k}'" for k in FIELDS)
-                raise DataError(
-                    path, f"is not a field of a judgment{hint}; it has {known}", line=lineno, field=key
-                )
+        check_fields(obj, FIELDS, path, lineno, what="a judgment")
         query = _text(string_field(obj, "query", path, lineno, required=True), "query", path, lineno)
         doc = _text(
             string_field(obj, "document_id", path, lineno, required=True), "document_id", path, lineno

@@ -81,19 +81,18 @@ def string_field(obj: dict[str, Any], key: str, path: Path, lineno: int, *, requ
     return value
 
 
-def check_fields(obj: dict[str, Any], known: tuple[str, ...], path: Path, lineno: int, *, what: str) -> None:
+def check_fields(
+    obj: dict[str, Any], known: tuple[str, ...], path: Path, lineno: int, *, what: str, elsewhere: str = ""
+) -> None:
     """Refuse a key the reader does not know, naming it and the line: a typo (`"txt"`) would otherwise
-    leave the field it meant silently empty."""
+    leave the field it meant silently empty. `elsewhere` says where other values may go, if anywhere."""
     for key in obj:
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             allowed = ", ".join(f"'{k}'" for k in known)
             raise DataError(
-                path,
-                f"is not a field of {what}{hint}; {what} has {allowed} (other values go in 'metadata')",
-                line=lineno,
-                field=key,
+                path, f"is not a field of {what}{hint}; it has {allowed}{elsewhere}", line=lineno, field=key
             )
 
 
