@@ -48,6 +48,7 @@ BENCHES: dict[str, str] = {
     "gap_validation": "bench.gap.gap_validation",
     "predictive_validity": "bench.gap.predictive_validity",
     "live_feedback": "bench.gap.live_feedback",
+    "feedback_retrain": "bench.gap.feedback_retrain",
     "aninfonce_synthetic": "bench.gap.aninfonce_synthetic",
 }
 
