@@ -24,8 +24,8 @@ Populations:
 
 Simulated users judge every document of their qrels, found or not: real users judge what they were shown,
 so real judgments over-represent documents the model already ranks high, and the live risk on them is
-biased low (docs/gap-report.md). The retrain half of (b) — `feedback: include` raising nDCG@10 on held-out
-shifted queries — is measured by the retrain job's own held-out feedback slice, not here.
+biased low (docs/gap-report.md). The retrain half of (b) — whether `feedback: include` raises nDCG@10 on
+held-out shifted queries — is bench/gap/feedback_retrain.py, on this bench's corpus folders.
 """
 
 from __future__ import annotations
