@@ -16,7 +16,7 @@ from typing import Any, TypedDict
 from fastapi import FastAPI
 
 from app.api import collection_scope
-from app.api.middleware import BodyLimitMiddleware, HeadAsGetMiddleware
+from app.api.middleware import EdgeMiddleware
 from app.api.openapi import install_openapi
 from app.api.openapi_ids import operation_id
 from app.api.routes import (
@@ -38,7 +38,7 @@ from app.errors import install_error_handlers
 from app.live.bundle_listing import read_gate_log
 from app.live.collections import CollectionRegistry
 from app.live.hot_swap import HotSwap
-from app.metrics import AppMetrics, MetricsMiddleware
+from app.metrics import AppMetrics
 from app.settings import Settings
 from contract.bundles.collections import DEFAULT_COLLECTION
 from contract.jobs.queue import JobQueue
@@ -97,10 +97,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     install_openapi(app, settings)
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     scoped = _include_routes(app)
-    app.add_middleware(MetricsMiddleware, metrics=app_metrics, label_of=partial(_collection_label, scoped))
-    app.add_middleware(HeadAsGetMiddleware)  # outermost: HEAD runs the GET route, body dropped
+    # HEAD as GET, request metrics and the body limit, in one layer (app/api/middleware.py)
+    app.add_middleware(
+        EdgeMiddleware,
+        max_bytes=settings.max_body_bytes,
+        metrics=app_metrics,
+        label_of=partial(_collection_label, scoped),
+    )
     return app
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
@@ -21,7 +20,6 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from contract.defaults import DEFAULT_COLLECTION
 
@@ -192,6 +190,17 @@ class AppMetrics:
         self.n_vectors.set(n_vectors)
         self.index_recall.set(1.0 if recall is None else recall)
 
+    def observe_request(
+        self, route: str, method: str, status: int, seconds: float, collection: str = ""
+    ) -> None:
+        """One HTTP request, by *route template* (not raw path, so /bundles/{version} stays one series), and
+        with collections by the collection it was about (app/api/middleware.py passes both)."""
+        self.requests.labels(route, method, str(status)).inc()
+        self.latency.labels(route).observe(seconds)
+        if collection and self.collection_requests is not None:
+            self.collection_requests.labels(collection, route, str(status)).inc()
+            self.collection_latency.labels(collection).observe(seconds)
+
     def observe_work(self, encode_ms: float, search_ms: float, *, searched: bool = True) -> None:
         """One encoder + index call (a micro-batch, or one request); /embed-only work searches nothing."""
         self.encode_seconds.observe(encode_ms / 1000)
@@ -262,43 +271,3 @@ class CollectionSeries(Collector):
                 for sample in family.samples:
                     merged.add_sample(sample.name, {**labels, **sample.labels}, sample.value)
         yield from families.values()
-
-
-class MetricsMiddleware:
-    """Counts requests by *route template* (not raw path, so /bundles/{version} stays one series), and
-    with collections by the collection the request was about (`label_of`, app/live/collections.py)."""
-
-    def __init__(
-        self, app: ASGIApp, metrics: AppMetrics, label_of: Callable[[Scope, str], str] | None = None
-    ):
-        self.app = app
-        self.metrics = metrics
-        self.label_of = label_of
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = time.perf_counter()
-        status = 500
-
-        async def send_wrapper(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_wrapper)
-        finally:
-            route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
-            seconds = time.perf_counter() - started
-            self.metrics.requests.labels(route=template, method=scope["method"], status=str(status)).inc()
-            self.metrics.latency.labels(route=template).observe(seconds)
-            name = self.label_of(scope, template) if self.label_of is not None else ""
-            if name and self.metrics.collection_requests is not None:
-                self.metrics.collection_requests.labels(
-                    collection=name, route=template, status=str(status)
-                ).inc()
-                self.metrics.collection_latency.labels(collection=name).observe(seconds)

@@ -1,4 +1,8 @@
-"""FastAPI dependencies: the lifespan state as typed aliases, and the API-key check."""
+"""FastAPI dependencies: the lifespan state as typed aliases, and the API-key check.
+
+The state getters are `async def` although they only read an attribute: FastAPI runs a plain `def`
+dependency in the thread pool, a thread hand-off each, four of them on every POST /search
+(bench/serving/request_profile.py; docs/benchmarks.md's request profile)."""
 
 from __future__ import annotations
 
@@ -16,36 +20,36 @@ from app.metrics import AppMetrics
 from app.settings import Settings
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.state.settings
 
 
-def get_hot_swap(request: Request) -> HotSwap:
+async def get_hot_swap(request: Request) -> HotSwap:
     return request.state.hot_swap
 
 
-def get_mutations(request: Request) -> MutationApplier:
+async def get_mutations(request: Request) -> MutationApplier:
     """The document writes (app/live/mutation_applier.py) of this process's HotSwap."""
     hot_swap: HotSwap = request.state.hot_swap
     return hot_swap.mutations
 
 
-def get_collections(request: Request) -> CollectionRegistry:
+async def get_collections(request: Request) -> CollectionRegistry:
     """The collections this process serves (app/live/collections.py)."""
     return request.state.collections
 
 
-def get_collection_name(request: Request) -> str | None:
+async def get_collection_name(request: Request) -> str | None:
     """The collection a request under /collections/{collection}/ is about (resolved from an alias);
     None on the routes of old, which serve `default` (app/api/collection_scope.py sets it)."""
     return request.state.collection
 
 
-def get_runner(request: Request) -> MicroBatcher | DirectRunner:
+async def get_runner(request: Request) -> MicroBatcher | DirectRunner:
     return request.state.runner
 
 
-def get_metrics(request: Request) -> AppMetrics:
+async def get_metrics(request: Request) -> AppMetrics:
     return request.state.metrics
 
 

@@ -1,24 +1,79 @@
-"""Request body size limit (413), checked on Content-Length and on the bytes actually streamed; HEAD
-answered as GET without the body."""
+"""The one middleware of our own, pure ASGI: HEAD answered as GET without the body, request metrics, and
+the request body size limit (413) on Content-Length and on the bytes actually streamed.
+
+One layer rather than three: each ASGI layer is a coroutine call per request, and the metrics one wrapped
+`send` as well (bench/serving/request_profile.py; docs/benchmarks.md's request profile)."""
 
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.errors import BodyTooLargeError, error_body
+from app.metrics import AppMetrics
+
+# bodies are not read on these methods, so the limit is not checked on them
+NO_BODY = ("GET", "HEAD", "OPTIONS")
 
 
-class BodyLimitMiddleware:
-    """Refuse bodies over `max_bytes` before the app (and pydantic) ever parse them."""
+class EdgeMiddleware:
+    """HEAD answered wherever GET is (RFC 9110 §9.3.2): the GET route runs, its status and headers
+    (Content-Length included) go out, its body does not. FastAPI routes declare GET alone, so without
+    this a HEAD is 405; handled once here rather than on every route, so the spec keeps one operation
+    per GET.
 
-    def __init__(self, app: ASGIApp, max_bytes: int):
+    Every request is counted by *route template* (not raw path, so /bundles/{version} stays one series),
+    as GET for a HEAD, and with collections by the collection it was about (`label_of`,
+    app/live/collections.py). Bodies over `max_bytes` are refused (413) before the app (and pydantic)
+    ever parse them; such a request is counted as `unmatched`, as the router never saw it."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_bytes: int,
+        metrics: AppMetrics,
+        label_of: Callable[[Scope, str], str] | None = None,
+    ):
         self.app = app
         self.max_bytes = max_bytes
+        self.metrics = metrics
+        self.label_of = label_of
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] in ("GET", "HEAD", "OPTIONS"):
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        head = scope["method"] == "HEAD"
+        if head:
+            scope = {**scope, "method": "GET"}
+        started = time.perf_counter()
+        status = 500
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif head and message["type"] == "http.response.body":
+                message = {**message, "body": b""}
+            await send(message)
+
+        try:
+            await self._limited(scope, receive, send_wrapper)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            name = self.label_of(scope, template) if self.label_of is not None else ""
+            self.metrics.observe_request(
+                template, scope["method"], status, time.perf_counter() - started, collection=name
+            )
+
+    async def _limited(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """The app, unless the body is over the limit: declared (Content-Length) or counted as it streams."""
+        if scope["method"] in NO_BODY:
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers") or []).get(b"content-length")
@@ -73,25 +128,3 @@ class BodyLimitMiddleware:
             }
         )
         await send({"type": "http.response.body", "body": payload})
-
-
-class HeadAsGetMiddleware:
-    """HEAD answered wherever GET is (RFC 9110 §9.3.2): the GET route runs, its status and headers
-    (Content-Length included) go out, its body does not. FastAPI routes declare GET alone, so without
-    this a HEAD is 405; handled once here rather than on every route, so the spec keeps one operation
-    per GET."""
-
-    def __init__(self, app: ASGIApp):
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "HEAD":
-            await self.app(scope, receive, send)
-            return
-
-        async def without_body(message: Message) -> None:
-            if message["type"] == "http.response.body":
-                message = {**message, "body": b""}
-            await send(message)
-
-        await self.app({**scope, "method": "GET"}, receive, without_body)

@@ -19,6 +19,11 @@ from contract.defaults import DEFAULT_COLLECTION
 from contract.feedback import search_id
 
 router = APIRouter(tags=["search"])
+# a request with at most this many query characters is tokenised on the event loop rather than in a thread:
+# the demo's queries (64 characters on average) tokenise in 0.04 ms of CPU, less than the hand-off costs
+# (about 0.07 ms of server CPU per request, A/B, bench/serving/request_profile.py's setup); 2048 characters
+# took 1.5 ms on the loaded 2-core box, too long to hold the event loop, so the cut-off is a quarter of that
+INLINE_TOKENISE_CHARS = 512
 HIT_OVERHEAD_BYTES = 40  # {"id":"","score":-0.123456789} and separators, per hit
 ERRORS: dict[int | str, dict[str, Any]] = {
     409: {
@@ -65,7 +70,10 @@ async def search(
         # for whichever encoder runs (app/engine/query_tokens.py)
         # (lexical queries are not encoded: no cache lookup, their tokens only counted)
         encoded = (body.mode or retrieval_modes.default_mode(live.bundle)) != "lexical"
-        prepared = await asyncio.to_thread(live.prepare_queries, body.texts, None, encoded)
+        if sum(map(len, body.texts)) <= INLINE_TOKENISE_CHARS:
+            prepared = live.prepare_queries(body.texts, None, encoded)
+        else:
+            prepared = await asyncio.to_thread(live.prepare_queries, body.texts, None, encoded)
         request_limits.check_token_budget(prepared.tokens, settings.max_request_tokens, field, "queries")
     raw = body.raw_vectors
     spec = SearchSpec(
