@@ -1,7 +1,8 @@
 """The real Milvus standalone server failing under load (issue 46 item 3): paused (SIGSTOP, what a network
 partition looks like to a client: no answer, no reset) and killed with SIGKILL, then back with the same
 ports and data. The API answers 503 with a reason (never a 500, never later than the Milvus timeout plus
-the machine's slack), /readyz says not ready and why, and it recovers by itself, with the same answers.
+the machine's slack), /readyz says not ready and why, and it recovers by itself, with the same answers;
+a publish the dying server interrupts leaves the live version serving, and the next one goes live.
 
 This module starts its own server (tests/servers.py milvus_standalone_process): killing the session's
 would fail every other Milvus test.
@@ -21,6 +22,7 @@ import pytest
 
 from app.main import create_app
 from contract.index.backend import BackendConfig
+from contract.milvus.index import connect
 from contract.milvus.pointer import MilvusPointer
 from tests.app.bundles.test_backends import stage
 from tests.app.conftest import make_settings, wait_until
@@ -168,3 +170,48 @@ def test_kill_9_under_load_is_a_503_then_recovers_on_restart_with_the_same_data(
         _check_failure_answers(load)
         assert _hits(c.post("/search", json=BODY).json()) == _hits(before.json())
         wait_until(lambda: c.get("/readyz").status_code == 200, timeout=60, what="ready again")
+
+
+def test_a_publish_interrupted_by_the_server_dying_leaves_the_live_version_serving(
+    server, bundles, shared_encoder, slice_data, doc_embeddings, tmp_path, monkeypatch
+):
+    """The server is killed (kill -9) the moment a new version's collection exists, before a row is in it:
+    the build fails, the dead server keeps the empty collection; after the restart the live version answers
+    as before, the next publish sweeps the half-built collection and goes live."""
+    from training.bundle.store import BundleStore
+    from training.publish.milvus_housekeeping import sweep_orphan_collections
+
+    milvus = BackendConfig(backend="milvus", milvus_uri=server.uri, milvus_name=NAME)
+    client = connect(milvus)  # the process's one client for this server (the build uses it too)
+    with serve_app(_app(bundles, server)) as url, httpx.Client(base_url=url, timeout=120) as c:
+        before = c.post("/search", json=BODY)
+        assert before.status_code == 200, before.text
+        live = before.json()["version"]
+        known = set(client.list_collections())
+        create = client.create_collection
+
+        def create_then_die(*args: object, **kwargs: object) -> None:
+            create(*args, **kwargs)
+            server.kill()
+
+        monkeypatch.setattr(client, "create_collection", create_then_die)
+        with pytest.raises(Exception, match="Milvus|failed|connect"):
+            stage(shared_encoder, slice_data.corpus, doc_embeddings, tmp_path / "B", 0.7, milvus)
+        monkeypatch.undo()
+        server.restart()
+        wait_until(lambda: c.post("/search", json=BODY).status_code == 200, timeout=90, what="recovery")
+        again = c.post("/search", json=BODY).json()
+        assert again["version"] == live and _hits(again) == _hits(before.json())
+        half_built = set(client.list_collections()) - known
+        assert len(half_built) == 1, half_built  # what the dead server kept of the interrupted build
+
+        store = BundleStore(bundles, pointer=MilvusPointer(milvus))
+        assert sweep_orphan_collections(store, MilvusPointer(milvus), own_builds=()) == list(half_built)
+        staged = stage(shared_encoder, slice_data.corpus, doc_embeddings, tmp_path / "B2", 0.7, milvus)
+        shutil.copytree(staged, bundles / ".copy-B2", copy_function=os.link)
+        new = store.publish(bundles / ".copy-B2", force=True).version
+        wait_until(
+            lambda: c.post("/search", json=BODY).json().get("version") == new, timeout=60, what="new live"
+        )
+        assert _hits(c.post("/search", json=BODY).json()) == _hits(before.json())  # same vectors
+        wait_until(lambda: c.get("/readyz").status_code == 200, timeout=60, what="ready")
