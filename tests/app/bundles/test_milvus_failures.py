@@ -130,9 +130,12 @@ def _not_ready(c: httpx.Client) -> str:
 
 
 def test_a_paused_server_is_a_503_within_the_timeout_then_recovers(server, bundles):
-    """SIGSTOP for 10 s: each request in the pause waits at most SEARCH_MILVUS_TIMEOUT_S for Milvus, so a
-    longer pause changes only how many requests answer 503, not how each does (the 30 s of the issue were
-    not run: it would triple this test on the shared 2-core machine)."""
+    """SIGSTOP for 10 s: each request in the pause waits at most SEARCH_MILVUS_TIMEOUT_S (plus the back-off)
+    for Milvus, so a longer pause changes how many requests answer 503, not how each does. Not 30 s: run
+    once with 30 s, the server itself did not survive it (after SIGCONT its data node found its etcd
+    session expired, "Data Node disconnected from etcd, process will exit", and the standalone process
+    exited), so no recovery came in 90 s; the API side of that is the kill -9 test below (503s, then
+    recovery once the server is restarted)."""
     with serve_app(_app(bundles, server)) as url, httpx.Client(base_url=url, timeout=120) as c:
         before = c.post("/search", json=BODY)
         assert before.status_code == 200, before.text
