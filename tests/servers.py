@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import subprocess
@@ -113,10 +114,64 @@ def _unavailable(why: str) -> None:
 
 
 @contextmanager
-def milvus_standalone(folder: Path, *, timeout_s: float = 180) -> Iterator[str]:
+def milvus_standalone(folder: Path, *, timeout_s: float = 420) -> Iterator[str]:
     """The real Milvus standalone server (`milvus-server` of `pip install milvus==2.3.5`: embedded etcd, local
     storage; the proxy speaks the gRPC protocol of a cluster) on free 127.0.0.1 ports, data in `folder`;
     yields its http:// URI. Waits until a client can list collections, else fails with the log's tail."""
+    with milvus_standalone_process(folder, timeout_s=timeout_s) as server:
+        yield server.uri
+
+
+class MilvusStandalone:
+    """A running standalone server the failure tests can kill -9, pause (SIGSTOP) and restart on the same
+    ports with the same data (tests/app/bundles/test_milvus_failures.py)."""
+
+    def __init__(self, folder: Path, proc: subprocess.Popen[bytes], uri: str, timeout_s: float):
+        self.folder, self.proc, self.uri, self.timeout_s = folder, proc, uri, timeout_s
+        self.data = folder / "data"  # the launcher's base dir: bin/milvus, configs/milvus.yaml, data/
+
+    def signal(self, sig: int) -> None:
+        import os
+
+        os.killpg(self.proc.pid, sig)  # launcher and server: started in their own session
+
+    def kill(self) -> None:
+        """kill -9 of the whole server (no shutdown, what a crashed node or OOM kill leaves)."""
+        import signal
+
+        self.signal(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def restart(self, wait: bool = True) -> None:
+        """`bin/milvus run standalone` with the configuration the launcher wrote (same ports, same data):
+        the launcher itself would first bind every port without SO_REUSEADDR, which fails while the
+        killed server's sockets linger in TIME_WAIT."""
+        import os
+
+        env = dict(os.environ)  # what the launcher sets (milvus/__init__.py, MilvusServer.start)
+        env |= {
+            "DEPLOY_MODE": "STANDALONE",
+            "METRICS_PORT": str(free_port()),
+            "MILVUS_RUN_DIR": str(self.data / "run"),
+            "LD_LIBRARY_PATH": ":".join([str(self.data / "bin"), env.get("LD_LIBRARY_PATH", "")]),
+        }
+        log = open(self.folder / "milvus-server.log", "ab")  # noqa: SIM115 - the child holds it
+        self.proc = subprocess.Popen(
+            [str(self.data / "bin" / "milvus"), "run", "standalone"],
+            cwd=self.data,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        if wait:
+            _wait_answering(self.proc, self.uri, self.folder / "milvus-server.log", self.timeout_s)
+
+
+@contextmanager
+def milvus_standalone_process(folder: Path, *, timeout_s: float = 420) -> Iterator[MilvusStandalone]:
+    """milvus_standalone as a MilvusStandalone (kill, pause, restart); stopped at the end."""
     import sys
 
     binary = Path(sys.executable).parent / "milvus-server"
@@ -130,12 +185,16 @@ def milvus_standalone(folder: Path, *, timeout_s: float = 180) -> Iterator[str]:
     log_path = folder / "milvus-server.log"
     log = open(log_path, "wb")  # noqa: SIM115 - closed below, after the server stops
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    uri = f"http://127.0.0.1:{proxy}"
+    server = MilvusStandalone(folder, proc, f"http://127.0.0.1:{proxy}", timeout_s)
     try:
-        _wait_answering(proc, uri, log_path, timeout_s)
-        yield uri
+        _wait_answering(proc, server.uri, log_path, timeout_s)
+        yield server
     finally:
-        _stop(proc)
+        import signal
+
+        if server.proc.poll() is None:
+            server.signal(signal.SIGCONT)  # a paused server cannot act on SIGTERM
+        _stop(server.proc)
         log.close()
 
 
@@ -160,13 +219,24 @@ def _wait_answering(proc: subprocess.Popen[bytes], uri: str, log_path: Path, tim
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the server's process group, SIGKILL to whatever is left of it after 10 s: the launcher
+    exits at once, the `milvus` binary it started kept running after a test session (seen here), and a
+    restarted binary's graceful stop took over 30 s (test data: nothing to lose)."""
     import os
     import signal
 
     if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
         try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 0)  # anyone left in the group?
+        except ProcessLookupError:
+            break
+        proc.poll()  # reap the launcher, so the group empties
+        time.sleep(0.2)
+    else:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+    proc.wait(timeout=30)
