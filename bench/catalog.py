@@ -34,6 +34,7 @@ BENCHES: dict[str, str] = {
     "train_scifact": "bench.training.train_scifact",
     "train_step_cost": "bench.training.train_step_cost",
     "step_breakdown": "bench.training.step_breakdown",
+    "freeze_cost": "bench.training.freeze_cost",
     "recipe_search": "bench.training.recipe_search",
     "recipe_cost": "bench.training.recipe_cost",
     "retrain_scale": "bench.training.retrain_scale",

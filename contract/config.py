@@ -13,6 +13,7 @@ from contract.limits import (
     MAX_BATCH,
     MAX_COUNT,
     MAX_EPOCHS,
+    MAX_FREEZE_LAYERS,
     MAX_GRAD_NORM,
     MAX_LR,
     MAX_MARGIN,
@@ -209,6 +210,15 @@ class TrainConfig(BaseModel):
     mini_batch_size: int = Field(
         16, le=MAX_BATCH, ge=1, description="Texts embedded at once under grad_cache."
     )
+    # 0 until measured per CPU-minute (bench/results/freeze_layers_demo.txt): backward is about a third of a
+    # step and each layer's forward about 5 % (bench/results/step_breakdown.txt)
+    freeze_layers: int = Field(
+        0,
+        ge=0,
+        le=MAX_FREEZE_LAYERS,
+        description="Freeze the embeddings and the first k transformer layers (no gradients, no backward "
+        "through them): cheaper steps, fewer weights adapted. At most the model's layer count − 1; 0: all train.",
+    )
     max_steps: int | None = Field(
         None,
         le=MAX_STEPS,
@@ -233,7 +243,13 @@ class TrainConfig(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = Field(
         "auto",
         description="auto (cuda when torch sees a GPU, else cpu), cpu or cuda. On cuda: bf16 autocast (fp16 "
-        "with a grad scaler where bf16 is unsupported); on cpu: fp32, exactly as before.",
+        "with a grad scaler where bf16 is unsupported); on cpu: fp32 unless cpu_bf16 says otherwise.",
+    )
+    cpu_bf16: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="bf16 autocast for training on cpu (fp32 weights and loss): auto = on only where the CPU "
+        "has native bf16 (AVX512-BF16 or AMX), on = always (emulated and slower elsewhere), off = fp32. "
+        "timings.json records what ran and why.",
     )
 
     corpus_encoder: Literal["auto", "torch", "onnx", "onnx-int8"] = Field(

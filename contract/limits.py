@@ -31,3 +31,6 @@ MAX_COUNT = 10_000_000
 # bench/results/retrain_scale_packages15k.txt) scaled to 1M documents
 MAX_TIME_BUDGET_S = 7 * 24 * 3600.0
 MAX_SEED = 2**32 - 1  # numpy's legacy seeding takes 32 bits; torch takes 64
+# frozen lower transformer layers: past the depth of the bases in use (all-MiniLM-L6-v2: 6, BERT-large: 24,
+# 7B embedding models: 32); a model with fewer is refused by the trainer, naming its own count
+MAX_FREEZE_LAYERS = 48

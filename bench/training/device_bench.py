@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     for name in devices:
         device = torch.device(name)
-        precision = precision_for(device)
+        precision = precision_for(device, config.cpu_bf16)
         seed_everything(0)
         model = copy.deepcopy(base.model).to(device)
         model.max_seq_length = config.max_seq_length

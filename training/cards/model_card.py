@@ -27,6 +27,7 @@ HYPER_PARAMETERS = (
     "random_negatives",
     "corpus_title_pairs",
     "grad_cache",
+    "freeze_layers",
     "max_steps",
     "seed",
 )

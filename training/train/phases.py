@@ -3,7 +3,7 @@ finalize)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -58,6 +58,9 @@ class Run:
     base_modes: dict[str, Any] | None = None
     base_is: str = "base model"  # what `base` measured: the base model, or a live bundle's vectors
     started: float = 0.0  # perf_counter at the run's start: a time budget counts from it
+    frozen: list[torch.nn.Parameter] = field(
+        default_factory=list
+    )  # freeze_layers' (training/train/freeze.py)
 
 
 @dataclass

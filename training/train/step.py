@@ -74,21 +74,21 @@ def optimizer_step(
 ) -> Tensor:
     """One optimiser step on (queries, positives, extra negatives); returns the detached loss.
 
-    `precision`: autocast for the forward passes on cuda (the loss itself runs in fp32 on the
-    normalised embeddings); an fp16 grad scaler scales the backward pass and unscales before clipping.
+    `precision`: autocast for the encoder's forward passes (cuda, or cpu with cpu_bf16); the weights stay
+    fp32 and the loss runs in fp32 on the normalised embeddings; an fp16 grad scaler scales the backward
+    pass and unscales before clipping.
     """
     precision = precision or Precision(torch.device("cpu"), None)
     # GradCache runs its own backward passes, unscaled: with fp16 it goes without the scaler
     scaler = None if config.grad_cache else precision.scaler
     optimizer.zero_grad(set_to_none=True)
     if config.grad_cache:
-        with precision.autocast():
-            loss = cached_loss_backward(
-                lambda texts: embed(model, texts).float(),
-                groups,
-                loss_fn,
-                mini_batch_size=config.mini_batch_size,
-            )
+
+        def embed_fp32(texts: Sequence[str]) -> Tensor:  # autocast for the encoder only: the loss stays fp32
+            with precision.autocast():
+                return embed(model, texts).float()
+
+        loss = cached_loss_backward(embed_fp32, groups, loss_fn, mini_batch_size=config.mini_batch_size)
     else:
         with precision.autocast():
             q, d = embed(model, groups[0]), embed(model, groups[1])  # (B, D) each
@@ -139,7 +139,7 @@ def plan_steps(run: Run, config: TrainConfig) -> tuple[list[list[list[int]]], in
     warmup = int(config.warmup_ratio * total_steps)
     logger.info(
         "training on %d pairs (%d corpus pseudo-pairs): %d epochs, %d steps of %d pairs (%d warmup), loss %s, "
-        "on %s (%s)",
+        "on %s (%s: %s)",
         len(run.pairs),
         run.n_pseudo,
         config.epochs,
@@ -149,6 +149,7 @@ def plan_steps(run: Run, config: TrainConfig) -> tuple[list[list[list[int]]], in
         config.loss,
         run.device,
         run.precision.name,
+        run.precision.why,
     )
     return epochs, total_steps, warmup
 

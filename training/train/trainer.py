@@ -34,7 +34,7 @@ from training.data.validation_carve import carve_validation
 from training.eval.evaluate import EvalResult, evaluate
 from training.hybrid.mode_metrics import ModeScorer
 from training.train.budgeted import BudgetedTraining
-from training.train.device import precision_for, resolve_device
+from training.train.device import Precision, precision_for, resolve_device
 from training.train.examples import (
     extra_negatives,
     limit_queries,
@@ -44,6 +44,7 @@ from training.train.examples import (
     with_pseudo_qrels,
     with_shown_negatives,
 )
+from training.train.freeze import freeze_lower_layers, thaw
 from training.train.phase_timer import PhaseTimer, StepMeter, phase
 from training.train.phases import Fitted, LiveReference, Run
 from training.train.run_artifacts import TunedScores, gap_report, save_model, write_run_files
@@ -124,7 +125,7 @@ def prepare(
     show_progress, timer, cache = hooks.show_progress, hooks.timer, hooks.cache
     started = timer.started if timer is not None else time.perf_counter()  # a time budget counts from here
     device = resolve_device(config.device)  # before any work: `--device cuda` without a GPU fails at once
-    precision = precision_for(device)
+    precision = _precision(device, config, timer)
     out_dir.mkdir(parents=True, exist_ok=True)
     seed_everything(config.seed)
     rng = np.random.default_rng(config.seed)
@@ -133,6 +134,8 @@ def prepare(
         train_data, val_data = carve_validation(train_data, config.validation_fraction, config.seed)
         eval_data = limit_queries(hooks.split(data_dir, config.eval_split, seed=config.seed), config)
         encoder = Encoder.load(config.base_model, device=str(device))
+        # checked against the model's own depth before any encode; gradients back on after `fit`
+        frozen = freeze_lower_layers(encoder.model, config.freeze_layers)
     # the encoder whose vectors `base` holds: the base model, or the live bundle's (no corpus encode)
     before, base_is = encoder, "base model"
     if reference is not None and reference.doc_ids == list(eval_data.corpus):
@@ -167,8 +170,16 @@ def prepare(
         device, precision, rng, train_data, eval_data, encoder, encoder.source, encoder.model.max_seq_length,
         base, pairs, len(pseudo), doc_texts, position, qrels, known, mined,
         val_data=val_data, base_val=base_val, modes=modes, base_modes=base_modes, base_is=base_is,
-        started=started,
+        started=started, frozen=frozen,
     )  # fmt: skip
+
+
+def _precision(device: torch.device, config: TrainConfig, timer: PhaseTimer | None) -> Precision:
+    """The step's precision (training/train/device.py); timings.json says what ran and why."""
+    precision = precision_for(device, config.cpu_bf16)
+    if timer is not None:
+        timer.notes |= {"precision": precision.name, "precision_why": precision.why}
+    return precision
 
 
 def _pseudo_pairs(train_data: RetrievalData, config: TrainConfig) -> list[Pair]:
@@ -235,6 +246,7 @@ def fit(run: Run, config: TrainConfig, hooks: RunHooks) -> Fitted:
     budget_record = budget.finish(model, loss_fn, time.perf_counter() - start) if budget is not None else None
     train_seconds = time.perf_counter() - start
     _record_time(timer, train_seconds, budget_record)
+    thaw(run.frozen)
     model.eval()
     model.max_seq_length = run.eval_seq_length
     return Fitted(loss_fn, log, train_seconds, budget_record)

@@ -178,6 +178,12 @@ def test_the_old_tower_option_is_still_accepted_and_the_spec_marks_it_deprecated
         ("query_report_pool", 10**12),
         ("query_lora_alpha", 10**12),
         ("seed", -1),
+        ("freeze_layers", -1),
+        (
+            "freeze_layers",
+            49,
+        ),  # past contract/limits.py MAX_FREEZE_LAYERS; the model's depth is the trainer's
+        ("cpu_bf16", "yes"),
         ("time_budget_s", 10**9),  # past a week (contract/limits.py MAX_TIME_BUDGET_S)
         ("time_budget_s", 0),
         ("time_budget_s", "10m"),  # seconds over HTTP; durations are the command line's

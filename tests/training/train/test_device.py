@@ -12,7 +12,8 @@ import torch
 from contract.config import TrainConfig
 from contract.errors import ConfigError
 from training.data.demo_data import build_demo_dataset
-from training.train.device import precision_for, resolve_device
+from training.train.device import native_cpu_bf16, precision_for, resolve_device
+from training.train.phase_timer import PhaseTimer
 from training.train.run_hooks import RunHooks
 from training.train.trainer import train
 
@@ -46,7 +47,7 @@ def losses(run) -> list[float]:
 def test_resolve_device():
     assert resolve_device("cpu") == torch.device("cpu")
     assert resolve_device("auto") == torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    assert precision_for(torch.device("cpu")).dtype is None  # fp32 on cpu, no autocast
+    assert precision_for(torch.device("cpu"), "off").dtype is None  # fp32 on cpu, no autocast
     with pytest.raises(ConfigError, match="unknown device 'tpu'"):
         resolve_device("tpu")
 
@@ -75,10 +76,39 @@ def test_cpu_and_auto_train_identically_on_a_cpu_machine(tmp_path, tiny):
 
 @pytest.mark.skipif(NO_GPU, reason="no CUDA device: torch.cuda.is_available() is False on this machine")
 def test_cuda_trains_with_mixed_precision(tmp_path, tiny):
-    precision = precision_for(torch.device("cuda"))
+    precision = precision_for(torch.device("cuda"), "auto")
     assert precision.dtype in (torch.bfloat16, torch.float16)
     result = train(tiny_config("cuda"), tiny, tmp_path / "cuda", hooks=QUIET)
     curve = losses(result.out_dir)
     assert len(curve) == 2 and all(torch.isfinite(torch.tensor(curve)))
     cpu = losses(train(tiny_config("cpu"), tiny, tmp_path / "cpu", hooks=QUIET).out_dir)
     assert curve[0] == pytest.approx(cpu[0], rel=0.05)  # the first step's loss, before any update
+
+
+def test_native_bf16_is_read_from_the_cpu_flags(tmp_path):
+    amx, avx2 = tmp_path / "amx", tmp_path / "avx2"
+    amx.write_text("flags\t\t: fpu sse avx2 avx512f avx512_bf16 amx_bf16 amx_tile\n")
+    avx2.write_text("flags\t\t: fpu sse avx2 fma\n")
+    assert native_cpu_bf16(amx) == "avx512_bf16"
+    assert native_cpu_bf16(avx2) is None
+    assert native_cpu_bf16(tmp_path / "absent") is None  # not Linux: unknown counts as emulated
+    cpu = torch.device("cpu")
+    auto = precision_for(cpu, "auto")
+    assert auto.dtype == (torch.bfloat16 if native_cpu_bf16() else None)  # auto follows this CPU's flags
+    assert precision_for(cpu, "on").dtype == torch.bfloat16 and precision_for(cpu, "off").dtype is None
+
+
+def test_forced_cpu_bf16_trains_and_timings_say_what_ran(tmp_path, tiny):
+    timer = PhaseTimer()
+    config = tiny_config("cpu").model_copy(update={"cpu_bf16": "on"})
+    result = train(config, tiny, tmp_path / "bf16", hooks=RunHooks(show_progress=False, timer=timer))
+    curve = losses(result.out_dir)
+    assert len(curve) == 2 and all(torch.isfinite(torch.tensor(curve)))
+    record = timer.to_json()
+    assert record["precision"] == "bfloat16"
+    native = native_cpu_bf16()
+    why = str(record["precision_why"])  # e.g. "cpu_bf16=on: no native bf16 (avx2)": emulated here
+    assert why.startswith("cpu_bf16=on: ") and (native or "no native bf16") in why
+    off = PhaseTimer()
+    train(tiny_config("cpu"), tiny, tmp_path / "off", hooks=RunHooks(show_progress=False, timer=off))
+    assert off.to_json()["precision"] == ("bfloat16" if native else "fp32")  # the default is auto
