@@ -73,7 +73,7 @@ container-test:
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/hadolint Dockerfile docker/redis.Dockerfile
+	$(BIN)/hadolint Dockerfile docker/redis.Dockerfile docker/milvus.Dockerfile
 
 typecheck: install
 	$(BIN)/mypy

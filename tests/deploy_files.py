@@ -67,8 +67,8 @@ def from_image(item: Instruction, path: Path = DOCKERFILE) -> str:
     return image
 
 
-def final_stage() -> list[Instruction]:
-    items = instructions()
+def final_stage(path: Path = DOCKERFILE) -> list[Instruction]:
+    items = instructions(path)
     last = max(i.stage for i in items)
     return [i for i in items if i.stage == last]
 
@@ -82,15 +82,15 @@ def _exec_form(args: str, where: str) -> list[str]:
     return value
 
 
-def dockerfile_cmd() -> list[str]:
-    (cmd,) = [i for i in final_stage() if i.keyword == "CMD"]
-    return _exec_form(cmd.args, f"Dockerfile:{cmd.line} CMD")
+def dockerfile_cmd(path: Path = DOCKERFILE) -> list[str]:
+    (cmd,) = [i for i in final_stage(path) if i.keyword == "CMD"]
+    return _exec_form(cmd.args, f"{path.name}:{cmd.line} CMD")
 
 
-def dockerfile_healthcheck() -> list[str]:
-    (check,) = [i for i in final_stage() if i.keyword == "HEALTHCHECK"]
+def dockerfile_healthcheck(path: Path = DOCKERFILE) -> list[str]:
+    (check,) = [i for i in final_stage(path) if i.keyword == "HEALTHCHECK"]
     _, _, command = check.args.partition("CMD ")
-    return _exec_form(command.strip(), f"Dockerfile:{check.line} HEALTHCHECK")
+    return _exec_form(command.strip(), f"{path.name}:{check.line} HEALTHCHECK")
 
 
 def healthcheck_options() -> dict[str, str]:

@@ -39,6 +39,8 @@ from tests.deploy_files import (
 
 DEPLOY_DOC = REPO / "docs" / "deploy.md"
 REDIS_DOCKERFILE = REPO / "docker" / "redis.Dockerfile"
+MILVUS_DOCKERFILE = REPO / "docker" / "milvus.Dockerfile"
+MILVUS_OVERRIDE = REPO / "docker-compose.milvus.yml"
 API_CMD = ["uvicorn", "--factory", "app.main:create_app"]
 WORKER_CMD = ["python", "-m", "training", "worker"]
 
@@ -298,7 +300,9 @@ def test_uvicorn_reads_its_options_from_uvicorn_env_vars(monkeypatch: pytest.Mon
 # -- Dockerfile ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dockerfile", [DOCKERFILE, REDIS_DOCKERFILE], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "dockerfile", [DOCKERFILE, REDIS_DOCKERFILE, MILVUS_DOCKERFILE], ids=lambda p: p.name
+)
 def test_hadolint_is_clean(dockerfile: Path) -> None:
     binary = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
     if binary is None:
@@ -317,8 +321,8 @@ def test_multi_stage_with_pinned_slim_bases() -> None:
 
 
 def test_every_stage_and_the_redis_image_start_from_base_image() -> None:
-    """One build argument swaps the base of both stages (and of the redis profile's Debian image)."""
-    for path in (DOCKERFILE, REDIS_DOCKERFILE):
+    """One build argument swaps the base of both stages (and of the redis and milvus profiles' images)."""
+    for path in (DOCKERFILE, REDIS_DOCKERFILE, MILVUS_DOCKERFILE):
         froms = [i for i in instructions(path) if i.keyword == "FROM"]
         assert froms and all(i.args.split()[0] == "${BASE_IMAGE}" for i in froms), path.name
         assert global_args(path)["BASE_IMAGE"] == global_args()["BASE_IMAGE"], path.name
@@ -463,17 +467,12 @@ def test_packages_hold_only_python_files() -> None:
     )
 
 
-def test_compose_milvus_profile_runs_standalone_milvus_with_etcd_and_object_store() -> None:
-    env = {
-        "PATH": "/usr/bin:/bin",
-        "COMPOSE_PROFILES": "milvus",
-        "SEARCH_INDEX_BACKEND": "milvus",
-        "SEARCH_MILVUS_URI": "http://milvus:19530",
-    }
+def _compose_config(env: dict[str, str], *files: Path) -> dict[str, Any]:
+    flags = [flag for path in files for flag in ("-f", str(path))]
     result = subprocess.run(
-        [_compose_cli(), "-f", "docker-compose.yml", "config"],
+        [_compose_cli(), *flags, "config"],
         cwd=REPO,
-        env=env,
+        env={"PATH": "/usr/bin:/bin", **env},
         capture_output=True,
         text=True,
         check=False,
@@ -481,12 +480,61 @@ def test_compose_milvus_profile_runs_standalone_milvus_with_etcd_and_object_stor
     assert result.returncode == 0, result.stderr
     import yaml
 
-    resolved = yaml.safe_load(result.stdout)["services"]
-    assert resolved["milvus"]["image"].startswith("milvusdb/milvus:")
-    assert resolved["milvus"]["command"] == ["milvus", "run", "standalone"]
-    assert set(resolved["milvus"]["depends_on"]) == {"milvus-etcd", "milvus-minio"}
+    services: dict[str, Any] = yaml.safe_load(result.stdout)["services"]
+    return services
+
+
+MILVUS_ENV = {
+    "COMPOSE_PROFILES": "milvus",
+    "SEARCH_INDEX_BACKEND": "milvus",
+    "SEARCH_MILVUS_URI": "http://milvus:19530",
+    "MILVUS_IMAGE": "localhost/infonce-search-milvus:test",
+}
+
+
+def test_compose_milvus_profile_runs_milvus_built_from_its_dockerfile() -> None:
+    """One service, built from docker/milvus.Dockerfile (no registry image), healthy by /healthz."""
+    resolved = _compose_config(MILVUS_ENV, REPO / "docker-compose.yml")
+    milvus = resolved["milvus"]
+    assert milvus["image"] == "localhost/infonce-search-milvus:test"
+    assert Path(milvus["build"]["context"]) / milvus["build"]["dockerfile"] == MILVUS_DOCKERFILE
+    assert "9091/healthz" in " ".join(milvus["healthcheck"]["test"])
+    assert [str(v).split(":")[:2] for v in milvus["volumes"]] == [["milvus", "/var/lib/milvus"]]
+    assert "19530" in str(milvus["ports"])
     for name in ("api", "worker", "bootstrap"):
         assert resolved[name]["environment"]["SEARCH_INDEX_BACKEND"] == "milvus", name
         assert resolved[name]["environment"]["SEARCH_MILVUS_URI"] == "http://milvus:19530", name
-    for name in ("milvus", "milvus-etcd", "milvus-minio"):
-        assert compose()["services"][name]["profiles"] == ["milvus"], name
+    services = compose()["services"]
+    assert services["milvus"]["profiles"] == ["milvus"]
+    assert not [n for n in services if n.startswith("milvus-")], "etcd and storage are embedded now"
+    for name, service in services.items():
+        assert "milvus" not in (service.get("depends_on") or {}), f"{name} would need the milvus profile"
+
+
+def test_milvus_override_makes_the_roles_wait_for_a_healthy_milvus() -> None:
+    resolved = _compose_config(MILVUS_ENV, REPO / "docker-compose.yml", MILVUS_OVERRIDE)
+    for name in ("bootstrap", "api", "worker"):
+        assert resolved[name]["depends_on"]["milvus"]["condition"] == "service_healthy", name
+    for name in ("api", "worker"):
+        assert resolved[name]["depends_on"]["bootstrap"]["condition"] == "service_completed_successfully"
+
+
+def test_milvus_image_runs_the_tested_server_as_non_root_on_its_volume() -> None:
+    import tomllib
+
+    pins = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["milvus"]
+    (pin,) = [p for p in pins if p.startswith("milvus==")]
+    builder = [i for i in instructions(MILVUS_DOCKERFILE) if i.stage == 0]
+    assert f"MILVUS_VERSION={pin.removeprefix('milvus==')}" in [i.args for i in builder if i.keyword == "ARG"]
+    assert "PIP_CONFIG_FILE" in [i.args for i in builder if i.keyword == "ARG"]
+    final = final_stage(MILVUS_DOCKERFILE)
+    assert not any("PIP_CONFIG_FILE" in i.args for i in final)
+    assert not any(i.keyword == "RUN" and "pip install" in i.args for i in final)
+    users = [i for i in final if i.keyword == "USER"]
+    assert users and users[-1].args.split(":")[0] not in ("root", "0")
+    cmd = dockerfile_cmd(MILVUS_DOCKERFILE)
+    assert cmd[0] == "milvus-server" and cmd[cmd.index("--proxy-port") + 1] == "19530"
+    volume = cmd[cmd.index("--data") + 1]
+    assert any(i.keyword == "VOLUME" and volume in i.args for i in final)
+    assert "http://127.0.0.1:9091/healthz" in " ".join(dockerfile_healthcheck(MILVUS_DOCKERFILE))
+    assert users[-1].line < next(i.line for i in final if i.keyword == "CMD")

@@ -13,7 +13,11 @@ with mmdebstrap when no registry answers), builds the image, then
   3. the redis profile (Redis built from the Debian archive on the same base): the stack again on the
      same volumes with the Redis queue: bootstrap skips, redis/api/worker healthy, a job through
      Redis goes live;
-  4. `down -v` removes every container and volume.
+  4. the milvus profile (Milvus standalone built from PyPI's `milvus` package on the same base, no
+     registry): Milvus healthy, bootstrap publishes its bundle into Milvus on a fresh bundles volume, a
+     reindex job publishes into Milvus and /search answers from the job's version, and after
+     `compose restart milvus` and `restart api` the same version answers with the same ids;
+  5. `down -v` removes every container and volume.
 Each step prints its wall time; a failure ends the run with one line, `container-test: FAIL: <why>`,
 and exit status 1; success with `container-test: N passed, 0 failed` (N steps). Nothing is skipped.
 
@@ -33,6 +37,7 @@ import base_image
 import build
 import engine as eng
 import http_checks as http
+from milvus_stage import MilvusStage
 from proc import Clock, Failure, say
 from stack import Stack
 
@@ -40,6 +45,7 @@ REPO = Path(__file__).resolve().parents[2]
 PROJECT = "infonce-smoke"
 IMAGE = "localhost/infonce-search:container-test"
 REDIS_IMAGE = "localhost/infonce-search-redis:container-test"
+MILVUS_IMAGE = "localhost/infonce-search-milvus:container-test"
 SOLO = f"{PROJECT}-solo"
 DATASET = "pydocs"  # the demo dataset compose's bootstrap builds (docker-compose.yml)
 # the demo dataset and recipe, shortened: the smoke test proves the stack, not the model
@@ -62,7 +68,8 @@ def options(argv: list[str]) -> argparse.Namespace:
     add("--cache", type=Path, default=Path.home() / ".cache" / "infonce-search" / "container-test",
         help="base rootfs, tools, pip config, env files, command log; the engine keeps the image layers "
         "(default: %(default)s)")  # fmt: skip
-    add("--profiles", default="redis", help="compose profiles to run too, space-separated ('' for none)")
+    add("--profiles", default="redis milvus",
+        help="compose profiles to run too, space-separated ('' for none; 'redis' skips milvus)")  # fmt: skip
     add("--base-image", help="BASE_IMAGE for the build (default: the Dockerfile's if the engine has it or "
         "can pull it, else Debian made with mmdebstrap)")  # fmt: skip
     add("--torch-index-url", help="TORCH_INDEX_URL for the build (default: the CPU wheel index when "
@@ -129,6 +136,10 @@ class Smoke:
             with step("redis image build (Debian's redis-server on the same base)"):
                 build.build_redis(engine, REPO, base, REDIS_IMAGE, self.log)
             self.redis_profile()
+        if "milvus" in profiles:
+            with step("milvus image build (PyPI's milvus package on the same base)"):
+                build.build_milvus(engine, REPO, base, MILVUS_IMAGE, self.cache, self.log)
+            self.milvus_profile()
         if self.opts.keep:
             say(f"--keep: the stack stays up on {self.base} (compose project {PROJECT})")
             return
@@ -210,6 +221,14 @@ class Smoke:
                     f"the job went live but Redis holds no keys (dbsize {keys!r}): not the Redis queue"
                 )
             say(f"   Redis holds {keys} keys (job records, queue)")
+
+    def milvus_profile(self) -> None:
+        with socket.socket() as s:  # Milvus is published on the host too (MILVUS_PORT); any free port
+            s.bind(("127.0.0.1", 0))
+            milvus_port = str(s.getsockname()[1])
+        env = self.env("compose-milvus.env", SEARCH_INDEX_BACKEND="milvus", SEARCH_MILVUS_URI="http://milvus:19530",
+                       MILVUS_IMAGE=MILVUS_IMAGE, MILVUS_PORT=milvus_port)  # fmt: skip
+        MilvusStage(self.s, self.clock, env, self.base, self.api_key, DATASET, self.opts.job_timeout).run()
 
 
 def main() -> int:

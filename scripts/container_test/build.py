@@ -1,4 +1,4 @@
-"""Build the project image (and the Debian Redis image) the way a user would, reusing the layer cache.
+"""Build the project image (and the Debian Redis and Milvus images) the way a user would, reusing the layer cache.
 
 With podman the build runs in two passes so that the host's pip configuration never reaches the final
 image: the builder stage alone with the host's pip files mounted (`-v`, pip_host.py), then the whole
@@ -110,3 +110,20 @@ def build_redis(engine: Engine, repo: Path, base: str, image: str, log: Path) ->
     dockerfile = repo / "docker" / "redis.Dockerfile"
     cmd = [*NICE, engine.name, "build", *fmt, "-f", str(dockerfile), "--build-arg", f"BASE_IMAGE={base}"]
     run([*cmd, "-t", image, str(dockerfile.parent)], log=log, timeout=1800, what="redis image build")
+
+
+def build_milvus(engine: Engine, repo: Path, base: str, image: str, cache: Path, log: Path) -> None:
+    """docker/milvus.Dockerfile: PyPI's `milvus` package reached as the host reaches it (podman: the
+    same two passes as the project image, so no pip file reaches the final image)."""
+    dockerfile = repo / "docker" / "milvus.Dockerfile"
+    cmd = [*NICE, engine.name, "build", "-f", str(dockerfile), "--build-arg", f"BASE_IMAGE={base}"]
+    if engine.name != "podman":
+        run([*cmd, "-t", image, str(dockerfile.parent)], log=log, timeout=1800, what="milvus image build")
+        return
+    pip = pip_host.host_build_config(_pip_python(repo), cache / "pip")
+    volumes = [flag for volume in pip.volumes for flag in ("-v", volume)]
+    cmd += ["--format", "docker", "--layers", "--build-arg", f"PIP_CONFIG_FILE={pip.config_file}"]
+    builder = f"{image.rsplit(':', 1)[0]}-builder:{image.rsplit(':', 1)[1]}"
+    run([*cmd, "--target", "builder", *volumes, "-t", builder, str(dockerfile.parent)],
+        log=log, timeout=1800, what="milvus image build (builder stage)")  # fmt: skip
+    run([*cmd, "-t", image, str(dockerfile.parent)], log=log, timeout=1800, what="milvus image build")

@@ -38,6 +38,11 @@ def request(
 
 def search(base: str) -> str:
     """POST /search answers 200 with hits; returns the bundle version that answered."""
+    return search_ids(base)[0]
+
+
+def search_ids(base: str) -> tuple[str, list[str]]:
+    """POST /search answers 200 with hits; the bundle version that answered and the hits' ids."""
     status, body = request("POST", f"{base}/search", {"query": QUERY, "top_k": 3})
     if status != 200:
         raise Failure(f"POST /search answered {status}: {str(body)[:300]}")
@@ -45,7 +50,7 @@ def search(base: str) -> str:
     if not hits:
         raise Failure(f"POST /search answered 200 with no hits (version {body['version']})")
     say(f"   POST /search: 200, {len(hits)} hits from version {body['version']}")
-    return str(body["version"])
+    return str(body["version"]), [str(hit["id"]) for hit in hits]
 
 
 def ready_version(base: str) -> str | None:
@@ -65,9 +70,9 @@ def wait_serving(base: str, version: str, timeout: float = 120) -> None:
         raise Failure(f"/readyz names version {version} but POST /search answered from {served}")
 
 
-def submit_reindex(base: str, key: str, dataset: str) -> str:
+def submit_reindex(base: str, key: str, dataset: str, options: dict[str, Any] | None = None) -> str:
     """POST /jobs: refused without the key, accepted with it; returns the job id."""
-    job = {"type": "reindex", "dataset": dataset, "options": {"onnx": False}}
+    job = {"type": "reindex", "dataset": dataset, "options": options or {"onnx": False}}
     status, body = request("POST", f"{base}/jobs", job)
     if status not in (401, 403):
         raise Failure(

@@ -46,12 +46,17 @@ class Stack:
         restart api or worker while the one-off bootstrap is exited, both `podman restart` and the
         restart policy after a crash ("some dependencies ... are not started"); podman-compose also
         starts them whatever bootstrap's exit status. So bootstrap runs on its own (`run --rm`, whose
-        exit status is bootstrap's) and the services come up with --no-deps.
+        exit status is bootstrap's) and the services come up with --no-deps. Bootstrap's `run` takes
+        --no-deps too: its only dependency, milvus, is outside the default profile, and podman-compose
+        1.6.0 `run` refuses one it does not know ("missing services [milvus]", `required: false` or
+        not); the milvus stage brings Milvus up healthy first.
         """
         if self.e.name == "docker":
             self.compose(env, "up", "-d", "--no-build", profiles=profiles, timeout=1800)
             return self.bootstrap_exit()
-        output = self.compose(env, "run", "--rm", "-T", "bootstrap", profiles=profiles, timeout=1800)
+        output = self.compose(
+            env, "run", "--rm", "-T", "--no-deps", "bootstrap", profiles=profiles, timeout=1800
+        )
         self.compose(env, "up", "-d", "--no-build", "--no-deps", *services, profiles=profiles)
         return output
 
@@ -113,7 +118,7 @@ class Stack:
     def down_everything(self, env: Path, extra_containers: list[str]) -> None:
         """Whatever an earlier or failed run left: containers, volumes, the network."""
         self.unwatch()
-        self.compose(env, "down", "-v", profiles=["redis"], check=False)
+        self.compose(env, "down", "-v", profiles=["redis", "milvus"], check=False)
         for container in [*self.e.containers(self.project), *extra_containers]:
             self.e("rm", "-f", "-v", container, check=False, log=self.log)
         for volume in self.volumes():
