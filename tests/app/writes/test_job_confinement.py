@@ -32,6 +32,7 @@ PUBLIC_FIELDS = {
     "created_at",
     "started_at",
     "finished_at",
+    "duration_s",  # finished_at - started_at, shown on the Jobs tab to everyone who sees the times
     "collection",  # a collection name, as public as GET /collections lists it
 }
 _OPENED: list[str] = []
