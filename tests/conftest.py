@@ -49,13 +49,20 @@ def shared_encoder(_base_encoder):
 
 
 @pytest.fixture(scope="session")
-def milvus_standalone_uri(tmp_path_factory):
-    """One real Milvus standalone server for the session (~16 s to start on 2 cores); each module that uses it
-    keeps its own collection prefix, so they do not see each other's collections."""
-    from tests.servers import milvus_standalone
+def milvus_standalone_server(tmp_path_factory):
+    """One real Milvus standalone server for the session; each module that uses it keeps its own collection
+    prefix, so they do not see each other's collections. The failure tests (tests/app/bundles/
+    test_milvus_failures.py) pause, kill and restart this same server, and leave it answering: a second
+    server cannot run beside it, since its embedded etcd listens on the fixed peer port 2380."""
+    from tests.servers import milvus_standalone_process
 
-    with milvus_standalone(tmp_path_factory.mktemp("milvus-standalone")) as uri:
-        yield uri
+    with milvus_standalone_process(tmp_path_factory.mktemp("milvus-standalone")) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def milvus_standalone_uri(milvus_standalone_server):
+    return milvus_standalone_server.uri
 
 
 @pytest.fixture(scope="module")

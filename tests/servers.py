@@ -142,6 +142,16 @@ class MilvusStandalone:
         self.signal(signal.SIGKILL)
         self.proc.wait(timeout=30)
 
+    def ensure_answering(self) -> None:
+        """Back to a server that answers, whatever a test left: resumed if paused, restarted if dead."""
+        import signal
+
+        if self.proc.poll() is None:
+            self.signal(signal.SIGCONT)
+            _wait_answering(self.proc, self.uri, self.folder / "milvus-server.log", self.timeout_s)
+        else:
+            self.restart()
+
     def restart(self, wait: bool = True) -> None:
         """`bin/milvus run standalone` with the configuration the launcher wrote (same ports, same data):
         the launcher itself would first bind every port without SO_REUSEADDR, which fails while the

@@ -4,8 +4,9 @@ ports and data. The API answers 503 with a reason (never a 500, never later than
 the machine's slack), /readyz says not ready and why, and it recovers by itself, with the same answers;
 a publish the dying server interrupts leaves the live version serving, and the next one goes live.
 
-This module starts its own server (tests/servers.py milvus_standalone_process): killing the session's
-would fail every other Milvus test.
+The session's server is the one failed here (tests/conftest.py `milvus_standalone_server`: two cannot run at
+once on one machine, their embedded etcd shares the peer port 2380); after each test it is answering again,
+restarted on the same ports with the same data if need be, so the other Milvus tests still find it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import shutil
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -26,7 +28,7 @@ from contract.milvus.index import connect
 from contract.milvus.pointer import MilvusPointer
 from tests.app.bundles.test_backends import stage
 from tests.app.conftest import make_settings, wait_until
-from tests.servers import MilvusStandalone, milvus_standalone_process, serve_app
+from tests.servers import MilvusStandalone, serve_app
 
 NAME = "failtest"
 TIMEOUT_S = 2.0  # SEARCH_MILVUS_TIMEOUT_S here: each Milvus call gives up after it
@@ -40,17 +42,17 @@ BUDGET_S = TIMEOUT_S + MAX_BACK_OFF_S + SLACK_S
 BODY = {"query": "how to open a file", "top_k": 5}
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    with milvus_standalone_process(tmp_path_factory.mktemp("milvus-failing")) as s:
-        yield s
+@pytest.fixture
+def server(milvus_standalone_server) -> Iterator[MilvusStandalone]:
+    yield milvus_standalone_server
+    milvus_standalone_server.ensure_answering()
 
 
 @pytest.fixture(scope="module")
-def bundles(server, tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> Path:
+def bundles(milvus_standalone_uri, tmp_path_factory, shared_encoder, slice_data, doc_embeddings) -> Path:
     from training.bundle.store import BundleStore
 
-    milvus = BackendConfig(backend="milvus", milvus_uri=server.uri, milvus_name=NAME)
+    milvus = BackendConfig(backend="milvus", milvus_uri=milvus_standalone_uri, milvus_name=NAME)
     root = tmp_path_factory.mktemp("milvus-failing-bundles")
     staged = stage(shared_encoder, slice_data.corpus, doc_embeddings, root / "A", 0.6, milvus)
     bundles = root / "bundles"
