@@ -235,3 +235,34 @@ def staged_lexical(tmp_path_factory, shared_encoder, slice_data, doc_embeddings)
     validation = carve_validation(slice_data, 0.5, seed=0)[1]
     attach_lexical(folder, shared_encoder, slice_data, doc_embeddings, query_emb, validation)
     return folder
+
+
+WRITTEN = {"id": "zm-1", "title": "zebra marmalade", "text": "Zebra marmalade with quince and ginger.",
+           "metadata": {"group": "z"}}  # fmt: skip
+
+
+def check_a_write_in_every_mode(client, key: dict[str, str], version: str | None = None) -> None:
+    """An acknowledged upsert is found by the very next search in every mode (the bundle's default, dense,
+    lexical, hybrid), also under a filter on its metadata and not under another, and is gone from each
+    after its acknowledged delete; with `version`, every answer came from that version."""
+    modes = [None, "dense", "lexical", "hybrid"]  # None: the bundle's default mode
+
+    def top(mode, **extra):
+        body = {"query": "zebra marmalade", "top_k": 5, **extra} | ({"mode": mode} if mode else {})
+        r = client.post("/search", json=body)
+        assert r.status_code == 200, r.text
+        assert version is None or r.json()["version"] == version
+        return [h["id"] for h in r.json()["results"][0]["hits"]]
+
+    for mode in modes:
+        assert "zm-1" not in top(mode), mode
+    # each search follows its acknowledged write with no pause: no consistency window to wait out
+    assert client.post("/documents", json={"documents": [WRITTEN]}, headers=key).status_code == 200
+    for mode in modes:
+        assert top(mode)[0] == "zm-1", mode
+        assert top(mode, filter={"group": "z"})[:1] == ["zm-1"], mode
+        assert "zm-1" not in top(mode, filter={"group": "a"}), mode
+    assert client.delete("/documents/zm-1", headers=key).status_code == 200
+    for mode in modes:
+        assert "zm-1" not in top(mode), mode
+        assert "zm-1" not in top(mode, filter={"group": "z"}), mode

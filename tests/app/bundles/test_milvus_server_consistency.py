@@ -27,7 +27,7 @@ from contract.index.backend import MILVUS_EXTRAS, BackendConfig
 from contract.milvus.index import alias_name, connect
 from contract.milvus.pointer import MilvusPointer
 from tests.app.bundles.test_backends import stage
-from tests.app.conftest import make_settings, wait_until
+from tests.app.conftest import check_a_write_in_every_mode, make_settings, wait_until
 from tests.servers import serve_app
 
 KEY = {"X-API-Key": "test-key"}
@@ -81,30 +81,8 @@ def test_an_acknowledged_write_is_found_in_every_mode_at_once_on_the_server(stag
     bundles = tmp_path / "bundles"
     version = publish(staged["A"], bundles, milvus)
     rows = _rows(milvus, bundles, version)
-    doc = {"id": "zm-1", "title": "zebra marmalade", "text": "Zebra marmalade with quince and ginger.",
-           "metadata": {"group": "z"}}  # fmt: skip
-    modes = [None, "dense", "lexical", "hybrid"]  # None: the bundle's default mode
-
-    def top(client, mode, **extra):
-        body = {"query": "zebra marmalade", "top_k": 5, **extra} | ({"mode": mode} if mode else {})
-        r = client.post("/search", json=body)
-        assert r.status_code == 200, r.text
-        assert r.json()["version"] == version
-        return [h["id"] for h in r.json()["results"][0]["hits"]]
-
     with TestClient(create_app(settings(bundles, milvus, reload_poll_seconds=0))) as client:
-        for mode in modes:
-            assert "zm-1" not in top(client, mode), mode
-        # each search follows its acknowledged write with no pause: no consistency window to wait out
-        assert client.post("/documents", json={"documents": [doc]}, headers=KEY).status_code == 200
-        for mode in modes:
-            assert top(client, mode)[0] == "zm-1", mode
-            assert top(client, mode, filter={"group": "z"})[:1] == ["zm-1"], mode
-            assert "zm-1" not in top(client, mode, filter={"group": "a"}), mode
-        assert client.delete("/documents/zm-1", headers=KEY).status_code == 200
-        for mode in modes:
-            assert "zm-1" not in top(client, mode), mode
-            assert "zm-1" not in top(client, mode, filter={"group": "z"}), mode
+        check_a_write_in_every_mode(client, KEY, version)
     # the write never reached the collection: what the searches found came from the overlay
     assert _rows(milvus, bundles, version) == rows
 

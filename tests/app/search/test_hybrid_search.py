@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from app.main import create_app
 from contract.encoding.encoder import document_text
 from contract.index.fusion import FusionParams, fuse
-from tests.app.conftest import doc_metadata, make_settings, publish, wait_until
+from tests.app.conftest import check_a_write_in_every_mode, doc_metadata, make_settings, publish, wait_until
 from tests.contract.test_lexical_index import brute_force
 
 KEY = {"X-API-Key": "test-key"}
@@ -219,22 +219,5 @@ def test_a_written_document_is_found_in_every_mode_at_once_and_in_none_after_its
     """Issue 27, item 11: an acknowledged write is findable in the default mode, whatever it is."""
     bundles = tmp_path / "bundles"
     publish(staged_lexical, bundles)
-    doc = {"id": "zm-1", "title": "zebra marmalade", "text": "Zebra marmalade with quince and ginger.",
-           "metadata": {"group": "z"}}  # fmt: skip
-    modes = [None, "dense", "lexical", "hybrid"]  # None: the bundle's default mode
-
-    def top(client, mode, **extra):
-        body = {"query": "zebra marmalade", "top_k": 5, **extra} | ({"mode": mode} if mode else {})
-        r = client.post("/search", json=body)
-        assert r.status_code == 200, r.text
-        return [h["id"] for h in r.json()["results"][0]["hits"]]
-
     with TestClient(create_app(make_settings(bundles, reload_poll_seconds=0))) as client:
-        assert client.post("/documents", json={"documents": [doc]}, headers=KEY).status_code == 200
-        for mode in modes:
-            assert top(client, mode)[0] == "zm-1", mode
-            assert top(client, mode, filter={"group": "z"})[:1] == ["zm-1"], mode
-            assert "zm-1" not in top(client, mode, filter={"group": "a"}), mode
-        assert client.delete("/documents/zm-1", headers=KEY).status_code == 200
-        for mode in modes:
-            assert "zm-1" not in top(client, mode), mode
+        check_a_write_in_every_mode(client, KEY)
