@@ -23,6 +23,7 @@ BENCHES: dict[str, str] = {
     "txtai_peer": "bench.serving.txtai_peer",
     "auto_stability": "bench.serving.auto_stability",
     "request_profile": "bench.serving.request_profile",
+    "request_ab": "bench.serving.request_ab",
     # index
     "index_bench": "bench.index.index_bench",
     "milvus_bench": "bench.index.milvus_bench",
