@@ -49,7 +49,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench.gap.live_feedback import PIPELINE_OPTS, build_bundle, keyword_queries, run_seed
+from bench.gap.live_feedback import PIPELINE_OPTS, add_corpus_options, build_bundle, keyword_queries, run_seed
 from bench.gap.predictive_validity import corpus_source, pool_ids, split_queries, write_beir
 from contract.bundles.folder import BundleFolder
 from training.data.beir import load_beir
@@ -217,11 +217,9 @@ def print_table(results: dict[str, dict[str, Any]]) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path, help="work folder (datasets, bundles; shared with live_feedback)")
-    p.add_argument("--corpora", default="demo,scifact", help="comma-separated: demo, scifact")
+    add_corpus_options(p)
     p.add_argument("--seeds", default="3", help="per corpus: N, or demo=N,scifact=M")
     p.add_argument("--users", type=int, default=80, help="simulated users (judged queries) per seed")
-    p.add_argument("--distractors", type=int, default=1000, help="scifact: documents besides the relevant")
-    p.add_argument("--results", type=Path, default=None, help="write the table's numbers as JSON here")
     return p.parse_args(argv)
 
 

@@ -212,15 +212,21 @@ def print_table(results: dict[str, dict[str, dict[str, Any]]]) -> None:
             )
 
 
+def add_corpus_options(p: argparse.ArgumentParser) -> None:
+    """The options this bench and bench/gap/feedback_retrain.py share: which corpora, how they are built,
+    where the numbers go."""
+    p.add_argument("--corpora", default="demo,scifact", help="comma-separated: demo, scifact")
+    p.add_argument("--distractors", type=int, default=1000, help="scifact: documents besides the relevant")
+    p.add_argument("--results", type=Path, default=None, help="write the table's numbers as JSON here")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out", type=Path, help="work folder (datasets, bundles; reused by a rerun)")
-    p.add_argument("--corpora", default="demo,scifact", help="comma-separated: demo, scifact")
+    add_corpus_options(p)
     p.add_argument("--seeds", type=int, default=10)
     p.add_argument("--users", type=int, default=40, help="simulated users (queries) per seed")
     p.add_argument("--populations", default="same,keywords,test")
-    p.add_argument("--distractors", type=int, default=1000, help="scifact: documents besides the relevant")
-    p.add_argument("--results", type=Path, default=None, help="write the table's numbers as JSON here")
     return p.parse_args(argv)
 
 

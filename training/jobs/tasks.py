@@ -39,7 +39,7 @@ from contract.jobs.confined_reader import ConfinedReader, confined_reads
 from contract.jobs.queue import CollectionBusy
 from contract.jobs.records import JobRecord, Progress, RecordStore, update
 from training.data.progress import reporting_to
-from training.jobs.heartbeat import JobHeartbeat
+from training.jobs.heartbeat import TRAIN_PHASE, JobHeartbeat
 
 if TYPE_CHECKING:
     from training.bundle.store import PublishResult
@@ -272,7 +272,7 @@ def _retrain(record: JobRecord, heartbeat: JobHeartbeat) -> dict[str, Any]:
         plan = options.model_copy(update=worker_side).plan(
             data_dir=record.data_dir, bundles_dir=record.bundles_dir, backend=backend
         )
-        heartbeat.phase_progress("train", 0, plan.training.max_steps)
+        heartbeat.phase_progress(TRAIN_PHASE, 0, plan.training.max_steps)
         heartbeat.progress(budget_s=plan.training.time_budget_s)
         result = run_pipeline(plan, work_dir, _hooks(record, heartbeat))
     scope = result.plan.scope

@@ -86,7 +86,7 @@ class PhaseTimer:
 
 def phase(timer: PhaseTimer | None, name: str) -> AbstractContextManager[None]:
     """`timer.phase(name)`, or a no-op when there is no timer (callers outside the pipeline); either way
-    the phase's start is reported (training/train/progress.py), so a job's record names it."""
+    the phase's start is reported (training/data/progress.py), so a job's record names it."""
     progress.report(name)
     return timer.phase(name) if timer is not None else nullcontext()
 
