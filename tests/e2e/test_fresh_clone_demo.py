@@ -323,7 +323,10 @@ def test_a_fresh_clones_demo_does_every_write_from_the_page_with_the_printed_key
         print(f"\nfresh clone: first answer {first_answer.group(1)} s after make demo started")  # noqa: T201
     _wait_for_line(demo, r"== collection 'net' is live")
     log = demo.log.read_text(errors="replace")
-    assert log.index("== first answer after") < log.index("== 1b/3 collection 'net'"), demo.tail()
+    # what can wait comes after the first answer: the static query tower (a new version), then `net`
+    assert re.search(r"== static query tower: \S+: live ", log), demo.tail()
+    first_at, tower_at = log.index("== first answer after"), log.index("== 1a/3 the static query tower")
+    assert first_at < tower_at < log.index("== 1b/3 collection 'net'"), demo.tail()
     ready = _wait_ready(demo)
     printed = _wait_for_line(demo, r"== API key generated[^\n]*\n\s+(\S+)\n").group(1)
     kept = demo.run_dir / "api-key"
@@ -335,8 +338,12 @@ def test_a_fresh_clones_demo_does_every_write_from_the_page_with_the_printed_key
     servers = [p for p, cmd in running.items() if "-m app.serve" in cmd]
     workers = [p for p, cmd in running.items() if "-m training worker" in cmd]
     assert servers and workers, f"no API or job worker among the demo's processes: {running}"
-    first = _bundles(demo.base)["live"]
+    listing = _bundles(demo.base)
+    first = listing["live"]
     assert first and ready["version"] == first
+    # the live version is the static tower's: `auto` weighed a static candidate when it loaded it
+    candidates = [c["backend"] for c in (listing["encoder_choice"] or {}).get("candidates", [])]
+    assert "static" in candidates, listing["encoder_choice"]
 
     w = _open_page(browser, demo.base, tmp_path / "screenshots")
     page = w.page
