@@ -33,6 +33,9 @@ RUN groupadd --system --gid 10003 milvus \
     && mkdir -p /var/lib/milvus \
     && chown milvus:milvus /var/lib/milvus
 COPY --from=builder /opt/milvus /opt/milvus
+# The entrypoint: the package's launcher, but exiting when the server dies (so `restart: unless-stopped`
+# restarts a crashed Milvus) and stopping it on SIGTERM too (milvus_launch.py says why).
+COPY milvus_launch.py /opt/milvus/milvus_launch.py
 ENV PATH=/opt/milvus/bin:$PATH
 
 # Everything lives under --data: the binary unpacked from the package (bin/, ~200 MB, at the first
@@ -43,10 +46,9 @@ VOLUME ["/var/lib/milvus"]
 USER 10003:10003
 # 19530: the gRPC proxy pymilvus talks to; 9091: /healthz and metrics.
 EXPOSE 19530 9091
-# The launcher stops Milvus on SIGINT (it has no SIGTERM handler: a SIGTERM would leave the server to
-# the engine's SIGKILL after the stop timeout).
-STOPSIGNAL SIGINT
+# milvus_launch.py stops Milvus on SIGTERM as on SIGINT (the package's launcher alone has no SIGTERM handler).
+STOPSIGNAL SIGTERM
 # The same check the launcher waits on before it prints its banner; Python is in every base image.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=180s --retries=3 \
     CMD ["python3", "-c", "import sys, urllib.request; sys.exit(b'OK' not in urllib.request.urlopen('http://127.0.0.1:9091/healthz', timeout=4).read())"]
-CMD ["milvus-server", "--data", "/var/lib/milvus", "--proxy-port", "19530"]
+CMD ["/opt/milvus/bin/python", "/opt/milvus/milvus_launch.py", "--data", "/var/lib/milvus", "--proxy-port", "19530"]

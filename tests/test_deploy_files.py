@@ -533,7 +533,11 @@ def test_milvus_image_runs_the_tested_server_as_non_root_on_its_volume() -> None
     users = [i for i in final if i.keyword == "USER"]
     assert users and users[-1].args.split(":")[0] not in ("root", "0")
     cmd = dockerfile_cmd(MILVUS_DOCKERFILE)
-    assert cmd[0] == "milvus-server" and cmd[cmd.index("--proxy-port") + 1] == "19530"
+    # the launcher that exits with the server (docker/milvus_launch.py), copied in and run by the venv's Python
+    assert cmd[:2] == ["/opt/milvus/bin/python", "/opt/milvus/milvus_launch.py"], cmd
+    assert any(i.keyword == "COPY" and i.args.split() == ["milvus_launch.py", cmd[1]] for i in final)
+    assert cmd[cmd.index("--proxy-port") + 1] == "19530"
+    assert [i.args for i in final if i.keyword == "STOPSIGNAL"] == ["SIGTERM"]
     volume = cmd[cmd.index("--data") + 1]
     assert any(i.keyword == "VOLUME" and volume in i.args for i in final)
     assert "http://127.0.0.1:9091/healthz" in " ".join(dockerfile_healthcheck(MILVUS_DOCKERFILE))

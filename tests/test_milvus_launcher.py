@@ -1,0 +1,99 @@
+"""The Milvus image's entrypoint (docker/milvus_launch.py) against the real server of PyPI's `milvus`: when the
+Milvus process dies the launcher exits with its status, so the container exits and `restart:
+unless-stopped` starts it again (the package's own launcher kept waiting: issue 46's known gap), and a
+SIGTERM stops Milvus and exits 0.
+
+Only one standalone server can run on a machine (its embedded etcd's peer port 2380 is fixed), so the
+session's server (tests/conftest.py) is killed first and left answering again at the end, as the failure
+tests do (tests/app/bundles/test_milvus_failures.py).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.servers import _STANDALONE_PORTS, free_port
+
+REPO = Path(__file__).resolve().parents[1]
+LAUNCH = REPO / "docker" / "milvus_launch.py"
+START_S = 420  # a first start unpacks the ~200 MB binary into the data folder; minutes on a loaded machine
+
+
+@pytest.fixture
+def no_other_server(milvus_standalone_server) -> Iterator[None]:
+    milvus_standalone_server.kill()
+    yield
+    milvus_standalone_server.ensure_answering()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:  # the field after the state: the parent
+                found.append(int(entry.name))
+    return found
+
+
+def _launch(data: Path, log: Path) -> tuple[subprocess.Popen[bytes], str, int]:
+    """The entrypoint on fresh ports (the last server's may linger in TIME_WAIT); returns it, the URI and the
+    pid of the `milvus` process it started, once a client can list collections."""
+    from pymilvus import MilvusClient
+
+    proxy = free_port()
+    cmd = [sys.executable, str(LAUNCH), "--data", str(data), "--proxy-port", str(proxy)]
+    for name in _STANDALONE_PORTS:
+        cmd += [f"--{name}-port", str(free_port())]
+    with log.open("ab") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    uri = f"http://127.0.0.1:{proxy}"
+    end = time.monotonic() + START_S
+    while True:
+        assert proc.poll() is None, f"the launcher exited ({proc.returncode}): {log.read_text()[-2000:]}"
+        try:
+            MilvusClient(uri=uri, timeout=5).list_collections()
+            break
+        except Exception:  # not answering yet
+            assert time.monotonic() < end, f"no answer in {START_S} s: {log.read_text()[-2000:]}"
+            time.sleep(1)
+    (server,) = _children(proc.pid)
+    return proc, uri, server
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+@pytest.mark.slow
+def test_the_launcher_exits_with_a_dead_server_and_stops_it_on_sigterm(no_other_server, tmp_path):
+    pytest.importorskip("milvus")
+    data, log = tmp_path / "milvus", tmp_path / "launch.log"
+
+    launcher, _, server = _launch(data, log)
+    os.kill(server, signal.SIGKILL)  # an OOM kill, or Milvus exiting after its etcd session expired
+    assert launcher.wait(timeout=30) == 128 + signal.SIGKILL, log.read_text()[-2000:]
+    assert "the Milvus server exited (137)" in log.read_text()
+
+    launcher, _, server = _launch(data, log)  # the same data folder: what a container restart does
+    launcher.send_signal(signal.SIGTERM)  # docker stop
+    assert launcher.wait(timeout=60) == 0, log.read_text()[-2000:]
+    deadline = time.monotonic() + 30
+    while not _gone(server):
+        assert time.monotonic() < deadline, f"the milvus process {server} outlived its launcher"
+        time.sleep(0.5)
