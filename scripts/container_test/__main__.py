@@ -16,7 +16,8 @@ with mmdebstrap when no registry answers), builds the image, then
   4. the milvus profile (Milvus standalone built from PyPI's `milvus` package on the same base, no
      registry): Milvus healthy, bootstrap publishes its bundle into Milvus on a fresh bundles volume, a
      reindex job publishes into Milvus and /search answers from the job's version, and after
-     `compose restart milvus` and `restart api` the same version answers with the same ids;
+     `compose restart milvus` and `restart api` the same version answers with the same ids; after a
+     kill -9 of the Milvus process its container exits, the engine restarts it, and /search recovers;
   5. `down -v` removes every container and volume.
 Each step prints its wall time; a failure ends the run with one line, `container-test: FAIL: <why>`,
 and exit status 1; success with `container-test: N passed, 0 failed` (N steps). Nothing is skipped.

@@ -28,6 +28,13 @@ PROBE = (
     "'alias': c.describe_alias(sys.argv[2] + '_live').get('collection_name')}))"
 )
 
+# run inside the milvus container: SIGKILL to the `milvus` binary (not to the entrypoint that started it)
+KILL_SERVER = (
+    "import os, pathlib; pids = [int(p.name) for p in pathlib.Path('/proc').iterdir() if p.name.isdigit() "
+    "and (p / 'comm').read_text().strip() == 'milvus']; assert pids, 'no milvus process'; "
+    "[os.kill(pid, 9) for pid in pids]"
+)
+
 
 class MilvusStage:
     def __init__(self, stack: Stack, clock: Clock, env: Path, base: str, api_key: str, dataset: str,
@@ -88,3 +95,18 @@ class MilvusStage:
             if after != (version, ids):
                 raise Failure(f"after the restarts /search answered {after}, before {(version, ids)}")
             say(f"   same ids after the restarts: {', '.join(ids)}")
+        with step(
+            "compose milvus profile: Milvus killed, its container exits and restarts, /search recovers"
+        ):
+            # kill -9 of the server process only (an OOM kill, or Milvus exiting after its etcd session
+            # expired): the entrypoint (docker/milvus_launch.py) exits with it, the engine restarts it
+            before = stack.started_at("milvus")
+            milvus = stack.e.container(stack.project, "milvus")
+            stack.e("exec", milvus, "python3", "-c", KILL_SERVER, what="kill -9 of Milvus", check=False)
+            stack.wait_restarted("milvus", before, "restart: unless-stopped after Milvus crashed")
+            stack.healthy("milvus")
+            http.wait_serving(self.base, version, timeout=180)
+            after = http.search_ids(self.base)
+            if after != (version, ids):
+                raise Failure(f"after Milvus crashed /search answered {after}, before {(version, ids)}")
+            say("   the API recovered by itself, same version and ids")
