@@ -13,12 +13,19 @@ RUN_DIR ?= var
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: install chromium test-deps demo test demo-check container-test lint typecheck docs serve worker bench-load clean
+.PHONY: install install-dev chromium test-deps demo test demo-check container-test lint typecheck docs serve worker bench-load clean
 
+# `install`: what the service needs (make demo, serve, worker); `install-dev`: that plus the tools and test
+# dependencies (the dev and milvus extras, Debian's chromium), for make test, lint, typecheck and docs. The
+# demo does not wait for them: they were about a third of its install (issue 44's time to first answer).
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH_SPEC)" $(TORCH_INDEX)
+	$(BIN)/python -m pip install --quiet -e . --config-settings editable_mode=compat
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
 	$(BIN)/python -m pip install --quiet -e ".[dev,milvus]" --config-settings editable_mode=compat
 	@$(MAKE) --no-print-directory chromium
 	touch $@
@@ -32,6 +39,8 @@ chromium:
 		else echo "chromium not installed and not root: run 'sudo apt-get install chromium' for the browser tests (they skip without it)"; fi; }
 
 install: $(VENV)/.installed
+
+install-dev: $(VENV)/.installed-dev
 
 # the demo prints its time to first answer from here, install included (scripts/demo.sh)
 demo: export DEMO_STARTED_AT := $(shell date +%s)
@@ -55,13 +64,13 @@ worker: install
 test-deps:
 	@scripts/test_deps.sh
 
-test: install test-deps
+test: install-dev test-deps
 	$(BIN)/python -m pytest
 
 # A fresh clone of the committed HEAD (nothing beside it) runs its own `make demo` on a free port, and the page
 # in headless Chromium, with the key the demo printed, submits a reindex job, rolls back, activates and writes
 # a document (tests/e2e/test_fresh_clone_demo.py). About 14 min on 2 cores (docs/development.md); `make test` deselects it.
-demo-check: install test-deps
+demo-check: install-dev test-deps
 	$(BIN)/python -m pytest -m fresh_clone tests/e2e
 
 # The image and the compose stack, run for real with docker, or podman installed from the Debian archive
@@ -70,22 +79,22 @@ CONTAINER_TEST_ARGS ?=
 container-test:
 	$(PY) scripts/container_test $(CONTAINER_TEST_ARGS)
 
-lint: install
+lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/hadolint Dockerfile docker/redis.Dockerfile docker/milvus.Dockerfile
 
-typecheck: install
+typecheck: install-dev
 	$(BIN)/mypy
 
 # the documentation site (mkdocs.yml): the benchmark plots drawn again from bench/results, then the pages
 # built offline into var/site; --strict fails on a broken link or a page missing from the nav
-docs: install
+docs: install-dev
 	$(BIN)/python scripts/benchmark_plots.py
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # the load benchmark drives uvicorn with wrk (C, light on the shared cores); it falls back to httpx without it
-bench-load: install
+bench-load: install-dev
 	command -v wrk >/dev/null || (apt-get install -y wrk >/dev/null 2>&1 || echo "wrk not installed: using httpx")
 	$(BIN)/python -m bench load_bench
 
