@@ -6,7 +6,7 @@ has died, so a crashed Milvus (an OOM kill, or the data node's etcd session expi
 docs/deploy.md) left a container that was unhealthy but running, and `restart: unless-stopped` never
 restarted it. Exiting with the server's status hands the restart to the engine; the API recovers by
 itself once Milvus answers again (tests/app/bundles/test_milvus_failures.py). It has no SIGTERM handler
-either, so `docker stop` left the server to the engine's SIGKILL. tests/test_milvus_launcher.py runs it.
+either, so `docker stop` left the server to the engine's SIGKILL. tests/app/bundles/test_milvus_launcher.py runs it.
 
     python milvus_launch.py --data /var/lib/milvus --proxy-port 19530
 """

@@ -22,7 +22,7 @@ import pytest
 
 from tests.servers import _STANDALONE_PORTS, free_port
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 LAUNCH = REPO / "docker" / "milvus_launch.py"
 START_S = 420  # a first start unpacks the ~200 MB binary into the data folder; minutes on a loaded machine
 
