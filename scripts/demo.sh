@@ -73,7 +73,9 @@ worker=$!
 # `make demo`'s start (DEMO_STARTED_AT), install included.
 after_first_answer() {
     local child=""
-    trap 'if [ -n "$child" ]; then kill "$child" 2>/dev/null; fi; exit 0' TERM
+    # every background child of this function, not only "$child": a TERM between a child's start and
+    # `child=$!` left the poller running (and holding the demo's output open)
+    trap 'kill $(jobs -p) 2>/dev/null; exit 0' TERM
     "$py" -c 'import json, sys, time, urllib.request
 body = json.dumps({"query": "open a file", "top_k": 1}).encode()
 while True:
