@@ -216,6 +216,19 @@ def api_recall(url: str, ids: list[str], queries: np.ndarray, truth: np.ndarray)
     return float(np.mean([len(set(f) & set(t)) / K for f, t in zip(found, truth.tolist(), strict=True)]))
 
 
+def server_timings(url: str, texts: list[str]) -> dict:
+    """The server's own timings (response `timings`) of one query at a time: the index search apart from
+    the encoder and HTTP, medians and 99th percentiles in ms."""
+    got: dict[str, list[float]] = {"encode_ms": [], "search_ms": [], "total_ms": []}
+    with httpx.Client(base_url=url, timeout=120) as client:
+        for t in texts:
+            r = client.post("/search", json={"query": t, "top_k": K})
+            r.raise_for_status()
+            for k, v in got.items():
+                v.append(r.json()["timings"][k])
+    return {f"{k}_p{p}": round(float(np.percentile(v, p)), 2) for k, v in got.items() for p in (50, 99)}
+
+
 def load(urls: list[str], texts: list[str], clients: int, seconds: float, client: str) -> dict:
     """Closed-loop POST /search at `clients` in all, split evenly over `urls` (one driver each, run at once)."""
     per = max(1, clients // len(urls))
@@ -271,6 +284,7 @@ def serve_and_measure(
         for u in urls:  # warm-up: the first requests load lazily initialised parts
             for t in texts[:5]:
                 httpx.post(u + "/search", json={"query": t, "top_k": K}, timeout=120)
+        out["server_ms"] = server_timings(urls[0], texts[5:205])
         out["load"] = {}
         for c in args.concurrency:
             out["load"][str(c)] = load(urls, texts, c, args.seconds, args.client)
@@ -335,6 +349,11 @@ def milvus_phases(run: Run, corpus_fn: Callable[[], dict[str, Document]], args: 
         run.phase("milvus_api2", api(2))
 
 
+def ms(cell: dict) -> str:
+    t = cell["server_ms"]
+    return f"{t['search_ms_p50']:.1f} / {t['search_ms_p99']:.1f}"
+
+
 def table(state: dict, args: argparse.Namespace) -> str:
     vec, fb, mb = state["vectors"], state["faiss_build"], state["milvus_build"]
     f1, m1, m2 = state["faiss_api1"], state["milvus_api1"], state["milvus_api2"]
@@ -355,6 +374,9 @@ def table(state: dict, args: argparse.Namespace) -> str:
         f"{' + '.join(map(str, m2['api_rss_mb']))} |",
         f"| Milvus server RSS (process tree), MB | — | {m1['server_rss_mb']} (idle {mb['server_idle_rss_mb']}) | "
         f"{m2['server_rss_mb']} |",
+        f"| server-side index search, 1 query at a time: p50 / p99 ms | {ms(f1)} | {ms(m1)} | {ms(m2)} |",
+        f"| server-side query encoding: p50 ms | {f1['server_ms']['encode_ms_p50']:.1f} | "
+        f"{m1['server_ms']['encode_ms_p50']:.1f} | {m2['server_ms']['encode_ms_p50']:.1f} |",
         f"| recall@10 via the API, held-out test queries | {f1['recall_real']:.3f} | {m1['recall_real']:.3f} | same |",
         f"| recall@10 via the API, mixture queries | {f1['recall_mix']:.3f} | {m1['recall_mix']:.3f} | same |",
     ]
