@@ -14,7 +14,8 @@ index-space vectors it
    (FAISS Flat over the same vectors) on the tuning queries reaches the target — real held-out queries
    when given, else corpus rows with each row's own hit excluded, as training.export.index_factory does;
 5. returns the IndexInfo (kind "milvus", reached recall, the knob) and `extras["milvus"]` (collection,
-   alias, index type, build and search parameters, typed fields) for the manifest.
+   alias, index type, build and search parameters, typed fields, seconds of steps 2, 3 and 4) for the
+   manifest.
 
 The collection is dropped again if any of this fails. Which collection the live alias names is decided
 later, by BundleStore (through contract.milvus.pointer.MilvusPointer) after it writes CURRENT.
