@@ -15,6 +15,7 @@ from typing import NoReturn
 import pytest
 
 from bench.harness.milvus import MilvusStandalone, MilvusUnavailable
+from bench.harness.milvus import milvus_server as lite_server
 from bench.harness.milvus import milvus_standalone_process as standalone_process
 
 
@@ -71,36 +72,14 @@ def redis_server(folder: Path, *, password: str | None = None, what: str = "Redi
 
 @contextmanager
 def milvus_server(folder: Path) -> Iterator[str]:
-    """A milvus-lite gRPC server (`python -m milvus_lite server`) on a free 127.0.0.1 port, data in
-    `folder`; yields its http:// URI. Skips when milvus-lite is not installed (`pip install .[milvus]`)."""
-    import importlib.util
-    import sys
-
-    if importlib.util.find_spec("milvus_lite") is None or importlib.util.find_spec("pymilvus") is None:
-        pytest.skip(
-            "milvus-lite / pymilvus not installed (pip install .[milvus]); Milvus backend tests not run"
-        )
-    port = free_port()
-    cmd = [sys.executable, "-m", "milvus_lite", "server", "--data-dir", str(folder / "data")]
-    cmd += ["--host", "127.0.0.1", "--port", str(port), "--max-workers", "4"]
-    log = open(folder / "milvus.log", "wb")  # noqa: SIM115 - closed below, after the server stops
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        end = time.monotonic() + 60
-        while True:
-            with socket.socket() as s:
-                if s.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if proc.poll() is not None or time.monotonic() > end:
-                raise AssertionError(
-                    f"milvus-lite server did not start: {(folder / 'milvus.log').read_text()[-2000:]}"
-                )
-            time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
+    """The benches' milvus-lite server (bench/harness/milvus.py) on a free 127.0.0.1 port, data in `folder`;
+    yields its http:// URI. Skips when milvus-lite is not installed (`pip install .[milvus]`)."""
+    with contextlib.ExitStack() as stack:
+        try:
+            uri = stack.enter_context(lite_server(folder))
+        except MilvusUnavailable as exc:
+            pytest.skip(f"{exc}; Milvus backend tests not run")
+        yield uri
 
 
 def _unavailable(why: str) -> NoReturn:

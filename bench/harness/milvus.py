@@ -27,9 +27,9 @@ class MilvusUnavailable(RuntimeError):
 @contextmanager
 def milvus_server(folder: Path) -> Iterator[str]:
     """A milvus-lite gRPC server (`python -m milvus_lite server`) on a free 127.0.0.1 port, data in
-    `folder`; yields its http:// URI. Stops with the reason when milvus-lite is not installed."""
+    `folder`; yields its http:// URI. MilvusUnavailable when milvus-lite is not installed."""
     if importlib.util.find_spec("milvus_lite") is None or importlib.util.find_spec("pymilvus") is None:
-        raise SystemExit("milvus-lite / pymilvus not installed (pip install .[milvus])")
+        raise MilvusUnavailable("milvus-lite / pymilvus not installed (pip install .[milvus])")
     port = free_port()
     cmd = [sys.executable, "-m", "milvus_lite", "server", "--data-dir", str(folder / "data")]
     cmd += ["--host", "127.0.0.1", "--port", str(port), "--max-workers", "4"]
@@ -42,7 +42,7 @@ def milvus_server(folder: Path) -> Iterator[str]:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     break
             if proc.poll() is not None or time.monotonic() > end:
-                raise SystemExit(
+                raise RuntimeError(
                     f"milvus-lite server did not start: {(folder / 'milvus.log').read_text()[-2000:]}"
                 )
             time.sleep(0.1)
