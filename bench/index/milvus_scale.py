@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
@@ -38,7 +39,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -50,7 +51,7 @@ from bench.harness.ports import free_port
 from bench.harness.servers import APP, service_env, start_server, stop_server, uvicorn_cmd
 from bench.harness.wrk import drive, drive_wrk, write_wrk_bodies
 from bench.index.index_bench import mixture_sampler
-from bench.index.milvus_bench import scifact_slice, slice_data, slice_texts
+from bench.index.milvus_bench import scifact_slice, slice_data, slice_texts, status_bytes
 from contract.bundles.bundle import IDS_FILE, read_manifest
 from contract.index.backend import MILVUS_EXTRAS, BackendConfig
 from contract.jobs.plan import IndexPlan
@@ -63,24 +64,35 @@ MILVUS_NAME = "scale"
 ENCODER = "torch"  # the packaged model's own encoder: the bundles carry no ONNX export (none is built here)
 
 
-def status_kb(pid: int, key: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    return 0
+def group_pids(group: int) -> Iterator[int]:
+    """The processes of one process group (the Milvus launcher and the server it started)."""
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.getpgid(int(proc.name)) == group:
+                    yield int(proc.name)
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        return status_bytes(str(pid), "VmRSS") / 2**20
+    except OSError:  # gone meanwhile
+        return 0.0
 
 
 def tree_rss_mb(group: int) -> float:
-    """VmRSS summed over the processes of one process group (the Milvus launcher and its server)."""
-    total = 0
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            try:
-                if os.getpgid(int(proc.name)) == group:
-                    total += status_kb(int(proc.name), "VmRSS")
-            except (OSError, ProcessLookupError):
-                continue
-    return total / 1024
+    """VmRSS summed over the processes of one process group."""
+    return sum(rss_mb(pid) for pid in group_pids(group))
+
+
+def tree_cpu_s(group: int) -> float:
+    """CPU seconds (user + system) used so far by the processes of one process group."""
+    ticks = 0
+    for pid in group_pids(group):
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime (stat fields 14, 15)
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 class Run:
@@ -273,7 +285,7 @@ def serve_and_measure(
             procs.append(start_server(uvicorn_cmd(APP, port), env, port, log=log))
             urls.append(f"http://127.0.0.1:{port}")
             print(f"  API {r + 1}/{replicas} ready in {time.perf_counter() - t0:.0f} s", flush=True)
-        out: dict = {"api_rss_mb": [round(status_kb(p.pid, "VmRSS") / 1024) for p in procs]}
+        out: dict = {"api_rss_mb": [round(rss_mb(p.pid)) for p in procs]}
         if measure_recall:
             q = np.load(run.work / "queries.npz")
             ids = json.loads((bundles / read_current(bundles) / IDS_FILE).read_text())
@@ -289,7 +301,7 @@ def serve_and_measure(
         for c in args.concurrency:
             out["load"][str(c)] = load(urls, texts, c, args.seconds, args.client)
             print(f"  {replicas} API x {c} clients: {out['load'][str(c)]}", flush=True)
-        out["api_rss_after_mb"] = [round(status_kb(p.pid, "VmRSS") / 1024) for p in procs]
+        out["api_rss_after_mb"] = [round(rss_mb(p.pid)) for p in procs]
         return out
     finally:
         for p in procs:
@@ -340,6 +352,9 @@ def milvus_phases(run: Run, corpus_fn: Callable[[], dict[str, Document]], args: 
                     "collection"
                 ]
                 before = index_state(config, collection)
+                busy = tree_cpu_s(group)
+                time.sleep(10)
+                before["server_cpu_idle_pct"] = round((tree_cpu_s(group) - busy) * 10, 1)
                 out = serve_and_measure(run, bundles, env, replicas, args, measure_recall=replicas == 1)
                 return out | {"server_rss_mb": round(tree_rss_mb(group)), "index_before": before}
 
@@ -347,6 +362,10 @@ def milvus_phases(run: Run, corpus_fn: Callable[[], dict[str, Document]], args: 
 
         run.phase("milvus_api1", api(1))
         run.phase("milvus_api2", api(2))
+
+
+def idle_cpu(cell: dict) -> str:
+    return str(cell.get("index_before", {}).get("server_cpu_idle_pct", "not measured"))
 
 
 def ms(cell: dict) -> str:
@@ -374,6 +393,7 @@ def table(state: dict, args: argparse.Namespace) -> str:
         f"{' + '.join(map(str, m2['api_rss_mb']))} |",
         f"| Milvus server RSS (process tree), MB | — | {m1['server_rss_mb']} (idle {mb['server_idle_rss_mb']}) | "
         f"{m2['server_rss_mb']} |",
+        f"| Milvus server CPU in the 10 s before the API starts, % of a core | — | {idle_cpu(m1)} | {idle_cpu(m2)} |",
         f"| server-side index search, 1 query at a time: p50 / p99 ms | {ms(f1)} | {ms(m1)} | {ms(m2)} |",
         f"| server-side query encoding: p50 ms | {f1['server_ms']['encode_ms_p50']:.1f} | "
         f"{m1['server_ms']['encode_ms_p50']:.1f} | {m2['server_ms']['encode_ms_p50']:.1f} |",
