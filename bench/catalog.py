@@ -27,6 +27,7 @@ BENCHES: dict[str, str] = {
     # index
     "index_bench": "bench.index.index_bench",
     "milvus_bench": "bench.index.milvus_bench",
+    "milvus_scale": "bench.index.milvus_scale",
     "corpus_encode_bench": "bench.index.corpus_encode_bench",
     "hybrid_scifact": "bench.index.hybrid_scifact",
     "scrub_bench": "bench.index.scrub_bench",

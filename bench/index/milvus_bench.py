@@ -36,7 +36,7 @@ from bench.harness.paths import REPO, require_scifact
 from bench.index.index_bench import mixture_sampler
 from contract.index.backend import MILVUS_EXTRAS, BackendConfig
 from contract.milvus.index import connect
-from training.data.retrieval_data import Document
+from training.data.retrieval_data import Document, RetrievalData
 from training.export.index_factory import build_index, recall_at
 from training.export.milvus_build import milvus_builder
 from training.export.shards import exact_top_k
@@ -46,20 +46,33 @@ RESULTS = REPO / "bench" / "results"
 MAX_WORDS, DISTRACTORS = 48, 2000
 
 
-def scifact_slice() -> tuple[np.ndarray, np.ndarray]:
+def slice_data(folder: Path | None = None) -> RetrievalData:
+    """The scifact test queries, their relevant documents and DISTRACTORS seeded others (no encoding)."""
+    from training.data.beir import load_beir
+    from training.data.query_sample import subset
+
+    test = load_beir(folder or require_scifact(), "test")
+    return subset(test, n_queries=10_000, n_distractors=DISTRACTORS, seed=0)
+
+
+def slice_texts(data: RetrievalData) -> list[str]:
+    """The slice's document texts as encoded: the title and the abstract's first MAX_WORDS words."""
+    from contract.encoding.encoder import document_text
+
+    return [document_text(d.title, " ".join(d.text.split()[:MAX_WORDS])) for d in data.corpus.values()]
+
+
+def scifact_slice(folder: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(documents (n, 384), test queries (m, 384)) of the cut scifact slice, encoded once and cached."""
     cache = RESULTS / "milvus_bench_scifact_slice.npz"
     if cache.exists():
         z = np.load(cache)
         return z["docs"], z["queries"]
-    from contract.encoding.encoder import Encoder, document_text
-    from training.data.beir import load_beir
-    from training.data.query_sample import subset
+    from contract.encoding.encoder import Encoder
 
-    data = subset(load_beir(require_scifact(), "test"), n_queries=10_000, n_distractors=DISTRACTORS, seed=0)
+    data = slice_data(folder)
     enc = Encoder.load()
-    texts = [document_text(d.title, " ".join(d.text.split()[:MAX_WORDS])) for d in data.corpus.values()]
-    docs = enc.encode(texts, kind="document", show_progress=True)
+    docs = enc.encode(slice_texts(data), kind="document", show_progress=True)
     queries = enc.encode(list(data.queries.values()), kind="query", show_progress=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
     np.savez(cache, docs=docs, queries=queries)

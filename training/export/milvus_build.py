@@ -14,7 +14,8 @@ index-space vectors it
    (FAISS Flat over the same vectors) on the tuning queries reaches the target — real held-out queries
    when given, else corpus rows with each row's own hit excluded, as training.export.index_factory does;
 5. returns the IndexInfo (kind "milvus", reached recall, the knob) and `extras["milvus"]` (collection,
-   alias, index type, build and search parameters, typed fields) for the manifest.
+   alias, index type, build and search parameters, typed fields, seconds of steps 2, 3 and 4) for the
+   manifest.
 
 The collection is dropped again if any of this fails. Which collection the live alias names is decided
 later, by BundleStore (through contract.milvus.pointer.MilvusPointer) after it writes CURRENT.
@@ -135,9 +136,12 @@ class _Plan:
         index_type, build_params, grid = index_plan(self.index_kind, n, dim)
         if client.has_collection(name):  # create_collection would quietly reuse it
             raise IndexBuildError(f"Milvus collection {name} already exists (version ids are unique)")
+        seconds: dict[str, float] = {}  # per step, in the manifest: what a bigger publish will cost
         try:
             _fill(client, name, ids, self.corpus, x, fields)
+            seconds["insert"] = time.perf_counter() - t0
             _index(client, name, index_type, METRIC_TYPES[self.index_metric], build_params)
+            seconds["index_load"] = time.perf_counter() - t0 - seconds["insert"]
         except IndexBuildError:
             raise
         except Exception as exc:
@@ -148,6 +152,7 @@ class _Plan:
         search, recall, n_tune = _tune(
             client, name, x, queries, grid, self.index_metric, self.target_recall, self.seed
         )
+        seconds["tune"] = time.perf_counter() - t0 - sum(seconds.values())
         info = IndexInfo(
             factory=f"milvus:{index_type}" + "".join(f",{k}={v}" for k, v in build_params.items()),
             kind=MILVUS_KIND,
@@ -171,6 +176,7 @@ class _Plan:
             "search_params": search,
             "metric_type": METRIC_TYPES[self.index_metric],
             "fields": fields,
+            "step_seconds": {k: round(v, 3) for k, v in seconds.items()},
         }
         return info, {MILVUS_EXTRAS: record}
 
