@@ -57,6 +57,16 @@ _STANDALONE_PORTS = ("etcd", "root-coord", "proxy-internal", "query-coord", "que
 _STANDALONE_PORTS += ("index-coord", "index-node", "data-coord", "data-node")
 
 
+def standalone_command(launcher: list[str], data: Path) -> tuple[list[str], str]:
+    """`launcher` (`milvus-server`, or the image's docker/milvus_launch.py under a Python: same arguments)
+    with its data folder and every listen port free on 127.0.0.1; returns the command and the proxy's URI."""
+    proxy = free_port()
+    cmd = [*launcher, "--data", str(data), "--proxy-port", str(proxy)]
+    for name in _STANDALONE_PORTS:
+        cmd += [f"--{name}-port", str(free_port())]
+    return cmd, f"http://127.0.0.1:{proxy}"
+
+
 class MilvusStandalone:
     """A running standalone server: its URI, and the kill -9, pause (SIGSTOP) and restart on the same ports
     with the same data that tests/app/bundles/test_milvus_failures.py does to it."""
@@ -118,15 +128,12 @@ def milvus_standalone_process(folder: Path, *, timeout_s: float = 420) -> Iterat
         raise MilvusUnavailable(
             "milvus-server not installed (pip install .[milvus]); Milvus server tests not run"
         )
-    proxy = free_port()
-    cmd = [str(binary if binary.exists() else shutil.which("milvus-server")), "--data", str(folder / "data")]
-    cmd += ["--proxy-port", str(proxy)]
-    for name in _STANDALONE_PORTS:
-        cmd += [f"--{name}-port", str(free_port())]
+    launcher = str(binary if binary.exists() else shutil.which("milvus-server"))
+    cmd, uri = standalone_command([launcher], folder / "data")
     log_path = folder / "milvus-server.log"
     log = open(log_path, "wb")  # noqa: SIM115 - closed below, after the server stops
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    server = MilvusStandalone(folder, proc, f"http://127.0.0.1:{proxy}", timeout_s)
+    server = MilvusStandalone(folder, proc, uri, timeout_s)
     try:
         _wait_answering(proc, server.uri, log_path, timeout_s)
         yield server

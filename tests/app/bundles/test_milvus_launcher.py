@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import _STANDALONE_PORTS, free_port
+from bench.harness.milvus import standalone_command
 
 REPO = Path(__file__).resolve().parents[3]
 LAUNCH = REPO / "docker" / "milvus_launch.py"
@@ -52,13 +52,9 @@ def _launch(data: Path, log: Path) -> tuple[subprocess.Popen[bytes], str, int]:
     pid of the `milvus` process it started, once a client can list collections."""
     from pymilvus import MilvusClient
 
-    proxy = free_port()
-    cmd = [sys.executable, str(LAUNCH), "--data", str(data), "--proxy-port", str(proxy)]
-    for name in _STANDALONE_PORTS:
-        cmd += [f"--{name}-port", str(free_port())]
+    cmd, uri = standalone_command([sys.executable, str(LAUNCH)], data)
     with log.open("ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    uri = f"http://127.0.0.1:{proxy}"
     end = time.monotonic() + START_S
     while True:
         assert proc.poll() is None, f"the launcher exited ({proc.returncode}): {log.read_text()[-2000:]}"
