@@ -10,6 +10,7 @@ tests do (tests/app/bundles/test_milvus_failures.py).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -28,9 +29,16 @@ START_S = 420  # a first start unpacks the ~200 MB binary into the data folder; 
 
 
 @pytest.fixture
-def no_other_server(milvus_standalone_server) -> Iterator[None]:
+def no_other_server(milvus_standalone_server) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Yields a list for the launchers the test starts: whatever of them is left (a failed test) is killed
+    with its server before the session's server starts again."""
     milvus_standalone_server.kill()
-    yield
+    launched: list[subprocess.Popen[bytes]] = []
+    yield launched
+    for proc in launched:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # the launcher and its server: a session of their own
+        proc.wait(timeout=30)
     milvus_standalone_server.ensure_answering()
 
 
@@ -47,14 +55,16 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def _launch(data: Path, log: Path) -> tuple[subprocess.Popen[bytes], str, int]:
-    """The entrypoint on fresh ports (the last server's may linger in TIME_WAIT); returns it, the URI and the
-    pid of the `milvus` process it started, once a client can list collections."""
+def _launch(
+    cmd: list[str], uri: str, log: Path, launched: list[subprocess.Popen[bytes]]
+) -> tuple[subprocess.Popen[bytes], int]:
+    """The entrypoint; returns it and the pid of the `milvus` process it started, once a client can list
+    collections."""
     from pymilvus import MilvusClient
 
-    cmd, uri = standalone_command([sys.executable, str(LAUNCH)], data)
     with log.open("ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    launched.append(proc)
     end = time.monotonic() + START_S
     while True:
         assert proc.poll() is None, f"the launcher exited ({proc.returncode}): {log.read_text()[-2000:]}"
@@ -65,7 +75,7 @@ def _launch(data: Path, log: Path) -> tuple[subprocess.Popen[bytes], str, int]:
             assert time.monotonic() < end, f"no answer in {START_S} s: {log.read_text()[-2000:]}"
             time.sleep(1)
     (server,) = _children(proc.pid)
-    return proc, uri, server
+    return proc, server
 
 
 def _gone(pid: int) -> bool:
@@ -79,14 +89,21 @@ def _gone(pid: int) -> bool:
 @pytest.mark.slow
 def test_the_launcher_exits_with_a_dead_server_and_stops_it_on_sigterm(no_other_server, tmp_path):
     pytest.importorskip("milvus")
+    from pymilvus import MilvusClient
+
     data, log = tmp_path / "milvus", tmp_path / "launch.log"
 
-    launcher, _, server = _launch(data, log)
+    cmd, uri = standalone_command([sys.executable, str(LAUNCH)], data)
+    launcher, server = _launch(cmd, uri, log, no_other_server)
+    MilvusClient(uri=uri, timeout=10).create_collection("kept", dimension=4)
     os.kill(server, signal.SIGKILL)  # an OOM kill, or Milvus exiting after its etcd session expired
     assert launcher.wait(timeout=30) == 128 + signal.SIGKILL, log.read_text()[-2000:]
     assert "the Milvus server exited (137)" in log.read_text()
 
-    launcher, _, server = _launch(data, log)  # the same data folder: what a container restart does
+    # what a container restart does: the same command, ports and data at once, while the killed server's
+    # connections linger in TIME_WAIT on those ports
+    launcher, server = _launch(cmd, uri, log, no_other_server)
+    assert "kept" in MilvusClient(uri=uri, timeout=10).list_collections()
     launcher.send_signal(signal.SIGTERM)  # docker stop
     assert launcher.wait(timeout=60) == 0, log.read_text()[-2000:]
     deadline = time.monotonic() + 30
