@@ -53,6 +53,16 @@ def milvus_server(folder: Path) -> Iterator[str]:
         log.close()
 
 
+def group_pids(group: int) -> Iterator[int]:
+    """The processes of one process group: a launcher started in a session of its own and the `milvus`
+    server it started."""
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.getpgid(int(proc.name)) == group:
+                    yield int(proc.name)
+
+
 _STANDALONE_PORTS = ("etcd", "root-coord", "proxy-internal", "query-coord", "query-node")
 _STANDALONE_PORTS += ("index-coord", "index-node", "data-coord", "data-node")
 

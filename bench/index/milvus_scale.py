@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import platform
@@ -39,19 +40,20 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import numpy as np
 
-from bench.harness.milvus import milvus_standalone_process
+from bench.harness.milvus import group_pids, milvus_standalone_process
 from bench.harness.paths import CACHE, RESULTS, SCIFACT
 from bench.harness.ports import free_port
 from bench.harness.servers import APP, service_env, start_server, stop_server, uvicorn_cmd
 from bench.harness.wrk import drive, drive_wrk, write_wrk_bodies
 from bench.index.index_bench import mixture_sampler
 from bench.index.milvus_bench import scifact_slice, slice_data, slice_texts, status_bytes
+from contract.atomic import write_json_atomic
 from contract.bundles.bundle import IDS_FILE, read_manifest
 from contract.index.backend import MILVUS_EXTRAS, BackendConfig
 from contract.jobs.plan import IndexPlan
@@ -62,15 +64,6 @@ from training.export.shards import exact_top_k
 K = 10
 MILVUS_NAME = "scale"
 ENCODER = "torch"  # the packaged model's own encoder: the bundles carry no ONNX export (none is built here)
-
-
-def group_pids(group: int) -> Iterator[int]:
-    """The processes of one process group (the Milvus launcher and the server it started)."""
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            with contextlib.suppress(OSError):
-                if os.getpgid(int(proc.name)) == group:
-                    yield int(proc.name)
 
 
 def rss_mb(pid: int) -> float:
@@ -111,9 +104,7 @@ class Run:
             return self.state[name]
         t0 = time.perf_counter()
         self.state[name] = fn() | {"phase_s": round(time.perf_counter() - t0, 1)}
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.state, indent=1))
-        tmp.replace(self.path)
+        write_json_atomic(self.path, self.state, indent=1)
         print(f"[{name}] {time.perf_counter() - t0:.0f} s", flush=True)
         return self.state[name]
 
@@ -443,12 +434,10 @@ def main(argv: list[str] | None = None) -> None:
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     load_before = os.getloadavg()
     run.phase("vectors", lambda: make_vectors(run, args.n, args.data, args.clusters, args.mix_queries))
-    corpus_cache: list[dict[str, Document]] = []
 
-    def corpus() -> dict[str, Document]:
-        if not corpus_cache:
-            corpus_cache.append(corpus_of(args.data, args.n))
-        return corpus_cache[0]
+    @functools.cache
+    def corpus() -> dict[str, Document]:  # built once, and only if a build phase is left to run
+        return corpus_of(args.data, args.n)
 
     faiss_bundles = run.work / "faiss-bundles"
     if "faiss_build" not in run.state:
@@ -456,7 +445,7 @@ def main(argv: list[str] | None = None) -> None:
     run.phase("faiss_build", lambda: build(run, corpus(), faiss_bundles, None))
     run.phase("faiss_api1", lambda: serve_and_measure(run, faiss_bundles, {}, 1, args, measure_recall=True))
     milvus_phases(run, corpus, args)
-    corpus_cache.clear()
+    corpus.cache_clear()  # a million Documents
     text = table(run.state, args)
     machine = (
         f"{os.cpu_count()} cores, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB, "

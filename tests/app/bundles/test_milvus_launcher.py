@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.harness.milvus import standalone_command
+from bench.harness.milvus import group_pids, standalone_command
 
 REPO = Path(__file__).resolve().parents[3]
 LAUNCH = REPO / "docker" / "milvus_launch.py"
@@ -40,19 +40,6 @@ def no_other_server(milvus_standalone_server) -> Iterator[list[subprocess.Popen[
             os.killpg(proc.pid, signal.SIGKILL)  # the launcher and its server: a session of their own
         proc.wait(timeout=30)
     milvus_standalone_server.ensure_answering()
-
-
-def _children(pid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:  # the field after the state: the parent
-                found.append(int(entry.name))
-    return found
 
 
 def _launch(
@@ -74,7 +61,7 @@ def _launch(
         except Exception:  # not answering yet
             assert time.monotonic() < end, f"no answer in {START_S} s: {log.read_text()[-2000:]}"
             time.sleep(1)
-    (server,) = _children(proc.pid)
+    (server,) = [pid for pid in group_pids(proc.pid) if pid != proc.pid]  # its own session's group
     return proc, server
 
 
