@@ -45,19 +45,47 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench.gap.live_feedback import PIPELINE_OPTS, add_corpus_options, build_bundle, keyword_queries, run_seed
+from bench.gap.live_feedback import (
+    PIPELINE_OPTS,
+    add_corpus_options,
+    build_bundle,
+    jargon_queries,
+    keyword_queries,
+    run_seed,
+)
 from bench.gap.predictive_validity import corpus_source, pool_ids, split_queries, write_beir
 from contract.bundles.folder import BundleFolder
 from training.data.beir import load_beir
 from training.data.retrieval_data import RetrievalData
 
 logger = logging.getLogger(__name__)
-ARMS = ("include", "exclude")
+SHIFTS = ("keywords", "jargon")  # bench/gap/live_feedback.py's keyword_queries, jargon_queries
 SETS = ("shifted", "original", "test")  # H in keyword style, H as written, the test split
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One retrain recipe: which judgments it reads, where it starts, and its own options."""
+
+    feedback: str  # include | only | exclude
+    from_live: bool = False  # start from the live bundle's model instead of the base model
+    options: tuple[str, ...] = ()  # after PIPELINE_OPTS, so they override it
+
+
+# `*-live` arms fine-tune the model already serving (the shift is learned on top of what it knows) rather
+# than the base model again, where 64 judged pairs are diluted among the dataset's 400 in one epoch.
+ARMS = {
+    "include": Arm("include"),
+    "exclude": Arm("exclude"),
+    "include-live": Arm("include", from_live=True),
+    "exclude-live": Arm("exclude", from_live=True),
+    "only-live": Arm("only", from_live=True, options=("--epochs", "4")),
+}
+CONTROLS = {"include": "exclude", "include-live": "exclude-live"}  # paired on the same seed and queries
 
 
 def seeds_per_corpus(text: str, corpora: list[str]) -> dict[str, int]:
@@ -86,15 +114,28 @@ def measure(model_dir: Path, sets: dict[str, RetrievalData], cache_dir: Path) ->
     return out
 
 
-def retrain(arm: str, seed: int, bundles: Path, data_dir: Path, work: Path) -> dict[str, Any]:
+def retrain(name: str, seed: int, bundles: Path, data_dir: Path, work: Path) -> dict[str, Any]:
     """One real retrain (the CLI's pipeline, as a user or the job runs it) on a copy of the bundles folder."""
-    folder = work / "retrain" / f"seed-{seed}" / arm
+    arm = ARMS[name]
+    folder = work / "retrain" / f"seed-{seed}" / name
     shutil.rmtree(folder, ignore_errors=True)
     shutil.copytree(bundles, folder / "bundles")
     command = [sys.executable, "-m", "training", "pipeline", "--data", str(data_dir)]
     command += ["--bundles", str(folder / "bundles"), "--work-dir", str(work / "runs")]
-    command += ["--train-split", "a", "--eval-split", "r", "--feedback", arm, "--retrain-scope", "full"]
-    command += ["--seed", str(seed), "--json", *PIPELINE_OPTS]
+    command += [
+        "--train-split",
+        "a",
+        "--eval-split",
+        "r",
+        "--feedback",
+        arm.feedback,
+        "--retrain-scope",
+        "full",
+    ]
+    command += ["--seed", str(seed), "--json", *PIPELINE_OPTS, *arm.options]
+    if arm.from_live:
+        live = BundleFolder(bundles).current_version()
+        command += ["--base-model", str(bundles / str(live) / "model")]
     started = time.perf_counter()
     done = subprocess.run(command, check=True, capture_output=True, text=True)
     result = json.loads(done.stdout)
@@ -104,15 +145,22 @@ def retrain(arm: str, seed: int, bundles: Path, data_dir: Path, work: Path) -> d
 
 
 def run_seed_arms(
-    work: Path, data_dir: Path, sets: dict[str, RetrievalData], judged: RetrievalData, users: int, seed: int
+    work: Path,
+    data_dir: Path,
+    sets: dict[str, RetrievalData],
+    judged: RetrievalData,
+    users: int,
+    seed: int,
+    arms: list[str],
+    row: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Judgments from `users` of the judged half, then both arms retrained and measured."""
+    """Judgments from `users` of the judged half, then each arm not yet in `row` retrained and measured."""
     bundles = work / "bundles"
     pool = set(sets["test"].corpus)
     verdict = run_seed(bundles, judged, users, seed, pool)  # leaves the judgment store in `bundles`
     print(f"  seed {seed}: {verdict['n_judgments']} judgments, live verdict {verdict['verdict']}", flush=True)
-    row: dict[str, Any] = {"seed": seed, "users": users, "live_verdict": verdict}
-    for arm in ARMS:
+    row = row or {"seed": seed, "users": users, "live_verdict": verdict}
+    for arm in (a for a in arms if a not in row):
         result = retrain(arm, seed, bundles, data_dir, work)
         version = result["publish"]["version"]
         folder = Path(result.pop("folder"))
@@ -131,7 +179,7 @@ def run_seed_arms(
     return row
 
 
-def corpus_sets(corpus: str, out: Path, distractors: int) -> tuple[Path, Path, dict[str, Any]]:
+def corpus_sets(corpus: str, out: Path, distractors: int, shift: str) -> tuple[Path, Path, dict[str, Any]]:
     """(the corpus's work folder, its BEIR folder, {sets to measure, judged half}) as live_feedback lays
     them out."""
     source = corpus_source(corpus, out)
@@ -144,36 +192,50 @@ def corpus_sets(corpus: str, out: Path, distractors: int) -> tuple[Path, Path, d
     if not (data_dir / "corpus.jsonl").exists():
         write_beir(data_dir, ids, {"a": part_a, "r": part_r, "test": full_test})
     pool = {d: full_train.corpus[d] for d in ids}
+    if shift == "jargon":  # one renaming for both halves, from the whole of U's vocabulary
+        judged_shifted, held_shifted = jargon_queries(judged, part_u), jargon_queries(held, part_u)
+    else:
+        judged_shifted, held_shifted = keyword_queries(judged), keyword_queries(held)
     sets = {
-        "shifted": replace(keyword_queries(held), corpus=pool),
+        "shifted": replace(held_shifted, corpus=pool),
         "original": replace(held, corpus=pool),
         "test": replace(full_test, corpus=pool),
     }
     print(f"{corpus}: A {len(part_a.queries)}, R {len(part_r.queries)}, judged half {len(judged.queries)}, "
           f"held-out half {len(held.queries)}, pool {len(ids)} documents", flush=True)  # fmt: skip
-    return work, data_dir, {"sets": sets, "judged": keyword_queries(judged)}
+    print(f"  shift {shift}: judged {len(judged_shifted.queries)}, held out {len(held_shifted.queries)} queries",
+          flush=True)  # fmt: skip
+    return work, data_dir, {"sets": sets, "judged": judged_shifted}
 
 
 def _fmt(ndcg: dict[str, float]) -> str:
     return ", ".join(f"{name} {ndcg[name]:.3f}" for name in SETS)
 
 
-def summarise(live: dict[str, float], rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Per arm, the mean change from the live bundle on each set; include − exclude per seed (paired)."""
-    out: dict[str, Any] = {"seeds": len(rows), "live": live}
-    for arm in ARMS:
+def summarise(live: dict[str, float], rows: list[dict[str, Any]], arms: list[str]) -> dict[str, Any]:
+    """Per arm, the mean change from the live bundle on each set; each arm minus its control per seed
+    (paired), and each arm minus the live model on shifted H per seed."""
+    out: dict[str, Any] = {"seeds": len(rows), "live": live, "arms": arms}
+    for arm in arms:
         out[arm] = {
             "delta_mean": {s: statistics.fmean(r[arm]["ndcg@10"][s] - live[s] for r in rows) for s in SETS},
             "published": sum(bool(r[arm]["published"]) for r in rows),
+            "minus_live_shifted": _spread([r[arm]["ndcg@10"]["shifted"] - live["shifted"] for r in rows]),
         }
-    diffs = [r["include"]["ndcg@10"]["shifted"] - r["exclude"]["ndcg@10"]["shifted"] for r in rows]
-    out["include_minus_exclude_shifted"] = {
-        "mean": statistics.fmean(diffs),
-        "min": min(diffs),
-        "max": max(diffs),
-        "sd": statistics.stdev(diffs) if len(diffs) > 1 else math.nan,
-    }
+    for arm, control in CONTROLS.items():
+        if arm in arms and control in arms:
+            diffs = [r[arm]["ndcg@10"]["shifted"] - r[control]["ndcg@10"]["shifted"] for r in rows]
+            out[f"{arm}_minus_{control}_shifted"] = _spread(diffs)
     return out
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {
+        "mean": statistics.fmean(values),
+        "min": min(values),
+        "max": max(values),
+        "sd": statistics.stdev(values) if len(values) > 1 else math.nan,
+    }
 
 
 def print_table(results: dict[str, dict[str, Any]]) -> None:
@@ -185,7 +247,7 @@ def print_table(results: dict[str, dict[str, Any]]) -> None:
         print(f"{corpus:8s} {'-':>4s} {'live':8s} {live['shifted']:9.3f} {live['original']:7.3f} "
               f"{live['test']:6.3f}")  # fmt: skip
         for row in res["rows"]:
-            for arm in ARMS:
+            for arm in res["summary"]["arms"]:
                 a = row[arm]
                 n = a["ndcg@10"]
                 fb = a["feedback"] or {}
@@ -193,7 +255,7 @@ def print_table(results: dict[str, dict[str, Any]]) -> None:
                 pair = f"{held['candidate_ndcg@10']:.3f}/{held['live_ndcg@10']:.3f}" if held else "-"
                 counts = (
                     f"{fb.get('train_queries', 0)}/{fb.get('heldout_queries', 0)}"
-                    if arm == "include"
+                    if ARMS[arm].feedback != "exclude"
                     else "-"
                 )
                 print(f"{corpus:8s} {row['seed']:4d} {arm:8s} {n['shifted']:9.3f} {n['original']:7.3f} "
@@ -205,13 +267,16 @@ def print_table(results: dict[str, dict[str, Any]]) -> None:
     )
     for corpus, res in results.items():
         s = res["summary"]
-        for arm in ARMS:
+        for arm in s["arms"]:
             d = s[arm]["delta_mean"]
             print(f"{corpus:8s} {s['seeds']:5d} {arm:8s} {d['shifted']:+11.3f} {d['original']:+8.3f} "
                   f"{d['test']:+7.3f} {s[arm]['published']}/{s['seeds']}")  # fmt: skip
-        ie = s["include_minus_exclude_shifted"]
-        print(f"{corpus:8s} include − exclude on shifted H, per seed: mean {ie['mean']:+.3f} "
-              f"(min {ie['min']:+.3f}, max {ie['max']:+.3f})")  # fmt: skip
+        for arm in s["arms"]:
+            pairs = [(control, s.get(f"{arm}_minus_{control}_shifted")) for control in (CONTROLS.get(arm),)]
+            for name, d in [*pairs, ("live", s[arm]["minus_live_shifted"])]:
+                if d is not None:
+                    print(f"{corpus:8s} {arm} − {name} on shifted H, per seed: mean {d['mean']:+.3f} "
+                          f"(min {d['min']:+.3f}, max {d['max']:+.3f})")  # fmt: skip
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -220,7 +285,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     add_corpus_options(p)
     p.add_argument("--seeds", default="3", help="per corpus: N, or demo=N,scifact=M")
     p.add_argument("--users", type=int, default=80, help="simulated users (judged queries) per seed")
-    return p.parse_args(argv)
+    p.add_argument(
+        "--shift", choices=SHIFTS, default="keywords", help="how the judged and held-out halves differ"
+    )
+    p.add_argument(
+        "--arms",
+        default="include,exclude",
+        help=f"comma-separated retrain arms, of {', '.join(ARMS)} (a seed's record gains the missing ones)",
+    )
+    args = p.parse_args(argv)
+    args.arms = args.arms.split(",")
+    unknown = [a for a in args.arms if a not in ARMS]
+    if unknown:
+        p.error(f"--arms: unknown arm(s) {', '.join(unknown)}; known: {', '.join(ARMS)}")
+    return args
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -232,7 +310,7 @@ def main(argv: list[str] | None = None) -> None:
     for corpus in corpora:
         if not seeds[corpus]:
             continue
-        work, data_dir, parts = corpus_sets(corpus, args.out, args.distractors)
+        work, data_dir, parts = corpus_sets(corpus, args.out, args.distractors, args.shift)
         bundles = build_bundle(work, data_dir)
         live_version = BundleFolder(bundles).current_version()
         assert live_version is not None  # build_bundle published it
@@ -240,14 +318,23 @@ def main(argv: list[str] | None = None) -> None:
         print(f"  live {live_version}: {_fmt(live)}", flush=True)
         rows = []
         for seed in range(seeds[corpus]):
-            record = work / "retrain" / f"seed-{seed}.json"
-            if not record.exists():
-                row = run_seed_arms(work, data_dir, parts["sets"], parts["judged"], args.users, seed)
+            records = work / ("retrain" if args.shift == "keywords" else f"retrain-{args.shift}")
+            records.mkdir(parents=True, exist_ok=True)
+            record = records / f"seed-{seed}.json"
+            row = json.loads(record.read_text(encoding="utf-8")) if record.exists() else None
+            if row is None or any(a not in row for a in args.arms):
+                row = run_seed_arms(
+                    work, data_dir, parts["sets"], parts["judged"], args.users, seed, args.arms, row
+                )
                 partial = record.with_suffix(".partial")
                 partial.write_text(json.dumps(row, indent=1, default=str) + "\n", encoding="utf-8")
                 partial.replace(record)  # a crash never leaves a half record that a rerun would trust
             rows.append(json.loads(record.read_text(encoding="utf-8")))
-        results[corpus] = {"live_version": live_version, "summary": summarise(live, rows), "rows": rows}
+        results[corpus] = {
+            "live_version": live_version,
+            "summary": summarise(live, rows, args.arms),
+            "rows": rows,
+        }
     print_table(results)
     if args.results:
         args.results.write_text(json.dumps(results, indent=1, default=str) + "\n", encoding="utf-8")
