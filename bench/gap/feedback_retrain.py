@@ -29,9 +29,9 @@ on the corpus's test split, beside the live bundle on the same sets, and the gat
 `--retrain-scope full` for both arms: a job's `auto` would take the query side for `exclude` (the live
 documents were encoded by a fine-tuned model) and the arms would then differ in recipe, not only in data.
 
-Each seed writes OUT_DIR/<corpus>/retrain/seed-<n>.json and is skipped when that file exists (a crashed run
-resumes; a second invocation with more corpora or seeds reuses the finished ones); the arms' bundle copies
-are deleted once measured.
+Each seed's arms go to OUT_DIR/<corpus>/retrain/seed-<n>.json (retrain-jargon/ for `--shift jargon`), written
+after each arm; an arm already there is skipped (a crashed run resumes; a second invocation with more corpora,
+seeds or `--arms` reuses the finished ones); the arms' bundle copies are deleted once measured.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from bench.gap.live_feedback import (
     run_seed,
 )
 from bench.gap.predictive_validity import corpus_source, pool_ids, split_queries, write_beir
+from contract.atomic import write_json_atomic
 from contract.bundles.folder import BundleFolder
 from training.data.beir import load_beir
 from training.data.retrieval_data import RetrievalData
@@ -152,9 +153,11 @@ def run_seed_arms(
     users: int,
     seed: int,
     arms: list[str],
-    row: dict[str, Any] | None = None,
+    record: Path,
 ) -> dict[str, Any]:
-    """Judgments from `users` of the judged half, then each arm not yet in `row` retrained and measured."""
+    """Judgments from `users` of the judged half, then each arm not yet in `record` retrained, measured and
+    added to it (a crash loses at most the arm it was in)."""
+    row = json.loads(record.read_text(encoding="utf-8")) if record.exists() else None
     bundles = work / "bundles"
     pool = set(sets["test"].corpus)
     verdict = run_seed(bundles, judged, users, seed, pool)  # leaves the judgment store in `bundles`
@@ -176,6 +179,7 @@ def run_seed_arms(
         }
         print(f"  seed {seed} {arm}: {_fmt(ndcg)}; published {result['publish']['live']} "
               f"({result['wall_s']:.0f} s)", flush=True)  # fmt: skip
+        write_json_atomic(record, row, indent=1)  # never a half record that a rerun would trust
     return row
 
 
@@ -323,12 +327,9 @@ def main(argv: list[str] | None = None) -> None:
             record = records / f"seed-{seed}.json"
             row = json.loads(record.read_text(encoding="utf-8")) if record.exists() else None
             if row is None or any(a not in row for a in args.arms):
-                row = run_seed_arms(
-                    work, data_dir, parts["sets"], parts["judged"], args.users, seed, args.arms, row
+                run_seed_arms(
+                    work, data_dir, parts["sets"], parts["judged"], args.users, seed, args.arms, record
                 )
-                partial = record.with_suffix(".partial")
-                partial.write_text(json.dumps(row, indent=1, default=str) + "\n", encoding="utf-8")
-                partial.replace(record)  # a crash never leaves a half record that a rerun would trust
             rows.append(json.loads(record.read_text(encoding="utf-8")))
         results[corpus] = {
             "live_version": live_version,
