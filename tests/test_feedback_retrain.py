@@ -16,6 +16,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from contract.bundles.bundle import read_manifest
+from contract.bundles.folder import BundleFolder
 from tests.app.conftest import wait_until
 from tests.retrain_stack import retrain_stack
 from training.data.split import load_split
@@ -115,3 +116,21 @@ def test_exclude_ignores_the_judgments_and_only_trains_on_them_alone(env):
     only = _run(env, QUICK | {"feedback": "only"})
     assert only["feedback"]["use"] == "only" and only["feedback"]["train_pairs"] == 8
     assert _trained_pairs(env, only) == 8
+
+
+def test_start_from_live_fine_tunes_the_model_it_serves(env):
+    live = BundleFolder(env["bundles"]).current_version()
+    job = _run(env, QUICK | {"start_from": "live", "feedback": "only"})
+    manifest = read_manifest(env["bundles"] / job["bundle_version"])
+    # the base model the trainer loaded (run_artifacts records it) was the live version's copy
+    assert manifest.base_model == live, manifest.base_model
+    plan = manifest.extras["retrain_plan"]
+    assert (plan["start_from"], plan["start_reason"]) == ("live", f"live bundle {live}"), plan
+
+
+def test_start_from_live_with_a_query_side_retrain_is_a_422_naming_it(env):
+    options = {"start_from": "live", "retrain_scope": "query"}
+    body = {"type": "retrain", "dataset": "mini", "options": options}
+    r = env["client"].post("/jobs", json=body, headers=KEY)
+    assert r.status_code == 422, r.text
+    assert "start_from live" in r.text, r.text

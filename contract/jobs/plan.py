@@ -20,6 +20,9 @@ uses for its query tower's kind (`query_tower`: lora | full | truncated); `tower
 deprecated alias. `auto` is resolved once, by the pipeline (it needs the live bundle), and the plan then
 carries the scope taken and why (`RetrainPlan.resolved`).
 
+`start_from` (base | live) says which model a full retrain fine-tunes: the base model, or the live bundle's
+(training/publish/start_model.py copies it into the run and makes it the run's base model).
+
 `feedback` (include | only | exclude; unset: include when the collection has positive judgments) says whether
 the relevance judgments sent to POST /feedback train too (training/feedback/): resolved once, by the job
 from the judgment store, and the plan then carries what was taken and why (`feedback_reason`).
@@ -41,6 +44,12 @@ logger = logging.getLogger(__name__)
 
 RetrainScope = Literal["auto", "full", "query"]
 FeedbackUse = Literal["include", "only", "exclude"]
+StartFrom = Literal["base", "live"]
+START_FROM_HELP = (
+    "The model a full retrain fine-tunes: base (the base model, or base_model when given) or live (the "
+    "collection's live bundle's model: what earlier retrains learned is kept and the new pairs, relevance "
+    "judgments above all, are learned on top; the quality gate still decides). Default: base."
+)
 Variant = Literal["distilled", "static"]
 PLAN_KEY = "retrain_plan"  # manifest.extras: the plan a bundle was built by (its record(), no secrets)
 # manifest.extras, manifest.metrics and the job record: what the relevance judgments did in a retrain
@@ -135,6 +144,9 @@ class RetrainPlan(PublishPlan):
     # the relevance judgments: None until resolved (include when the collection has positive ones)
     feedback: FeedbackUse | None = None
     feedback_reason: str = ""  # "asked for", or what resolving None saw in the judgment store
+    # a full retrain's starting model: the base model, or the live bundle's (training/publish/start_model.py)
+    start_from: StartFrom = "base"
+    start_reason: str = ""  # what it started from, once resolved
 
     def resolved(self, scope: RetrainScope, why: str, *, live_eligible: bool | None = None) -> RetrainPlan:
         update = {"scope": scope, "scope_reason": why, "live_eligible": live_eligible}
@@ -147,6 +159,7 @@ def retrain_plan(
     publish: PublishPlan,
     scope: RetrainScope,
     feedback: FeedbackUse | None = None,
+    start_from: StartFrom = "base",
 ) -> RetrainPlan:
     """A RetrainPlan from its parts; the data splits follow the TrainConfig's."""
     data = publish.data.model_copy(
@@ -160,6 +173,7 @@ def retrain_plan(
         training=training,
         query=query,
         feedback=feedback,
+        start_from=start_from,
     )
 
 

@@ -25,7 +25,7 @@ from typing import Any, cast
 from huey import Huey, RedisHuey, SqliteHuey
 from huey.api import TaskWrapper
 from huey.exceptions import RetryTask
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from contract.config import TrainConfig
 from contract.defaults import DEFAULT_COLLECTION
@@ -35,6 +35,7 @@ from contract.jobs.confine import confine_dataset, confine_options, resolve_data
 from contract.jobs.defaults import DEFAULT_HEARTBEAT_TIMEOUT_S, default_queue_url
 from contract.jobs.plan import (
     JOB_SCOPE,
+    START_FROM_HELP,
     DataPlan,
     FeedbackUse,
     IndexPlan,
@@ -42,6 +43,7 @@ from contract.jobs.plan import (
     PublishPlan,
     RetrainPlan,
     RetrainScope,
+    StartFrom,
     retrain_plan,
     scope_of,
 )
@@ -105,11 +107,21 @@ class RetrainOptions(TrainConfig, QueryRetrainConfig):
         "and gate on), only (they alone train), exclude (ignored). Unset: include when the collection has "
         "positive judgments.",
     )
+    start_from: StartFrom = Field("base", description=START_FROM_HELP)
     index_kind: IndexKind = "auto"
     index_backend: IndexBackend = "faiss"  # milvus: the worker's --milvus-uri (docs/deploy.md)
     force: bool = False  # True: publish live even if the quality gate would keep it as a candidate
     onnx: bool = True  # export + quality-check the ONNX query encoders into the bundle
     distill: bool = True  # also train + score the static query encoder (training.distill.bundle_step)
+
+    @model_validator(mode="after")
+    def _one_start(self) -> RetrainOptions:
+        # refused at submission what training/publish/start_model.py would refuse when the job runs
+        if self.start_from == "live" and self.base_model is not None:
+            raise ValueError("start_from live and base_model name two starting models: give one")
+        if self.start_from == "live" and scope_of(self.retrain_scope, self.tower, JOB_SCOPE) == "query":
+            raise ValueError("start_from live applies to a full retrain, not to retrain_scope query")
+        return self
 
     def plan(self, *, data_dir: str, bundles_dir: str, backend: BackendConfig | None = None) -> RetrainPlan:
         """These options as the job's plan: the one place that reads them (the worker)."""
@@ -122,7 +134,7 @@ class RetrainOptions(TrainConfig, QueryRetrainConfig):
         )
         publish = _publish_plan(self, data_dir, bundles_dir, backend)
         scope = scope_of(self.retrain_scope, self.tower, JOB_SCOPE)
-        return retrain_plan(training, query, publish, scope, self.feedback)
+        return retrain_plan(training, query, publish, scope, self.feedback, self.start_from)
 
 
 class ReindexOptions(BaseModel):

@@ -12,12 +12,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from contract.config import TrainConfig
 from contract.jobs.plan import (
     CLI_SCOPE,
+    START_FROM_HELP,
     DataPlan,
     FeedbackUse,
     PublicationPlan,
     PublishPlan,
     RetrainPlan,
     RetrainScope,
+    StartFrom,
     retrain_plan,
     scope_of,
 )
@@ -71,7 +73,8 @@ class ScopeOptions(BaseModel):
 
 
 class FeedbackOptions(BaseModel):
-    """What `pipeline` does with the relevance judgments in the bundles folder (training/feedback/)."""
+    """What `pipeline` does with the relevance judgments in the bundles folder (training/feedback/), and the
+    model it fine-tunes (training/publish/start_model.py)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -81,6 +84,7 @@ class FeedbackOptions(BaseModel):
         "the dataset's pairs, 20% of the judged queries held out and gated on), only (they alone train), "
         "exclude. Unset: include when there are positive judgments.",
     )
+    start_from: StartFrom = Field("base", description=START_FROM_HELP)
 
 
 @with_config_options(TrainConfig, QueryRetrainConfig, ScopeOptions)
@@ -210,8 +214,9 @@ def pipeline_cmd(
 
     with one_line_errors():
         scope = given_config(ScopeOptions, overrides).scope()
-        feedback = given_config(FeedbackOptions, overrides).feedback
-        plan = retrain_plan(config, query, publish.plan(data, folder, collection=collection), scope, feedback)
+        learn = given_config(FeedbackOptions, overrides)
+        publish_plan = publish.plan(data, folder, collection=collection)
+        plan = retrain_plan(config, query, publish_plan, scope, learn.feedback, learn.start_from)
         work_dir = given_config(RunFolder, overrides).work_dir
         result = run_pipeline(plan, work_dir, RunHooks(show_progress=progress_bars_enabled()))
     _print_pipeline(result, as_json)

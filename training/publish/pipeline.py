@@ -34,6 +34,7 @@ from training.export.corpus_encoder import corpus_encoder_for
 from training.feedback.pairs import FeedbackSlices
 from training.feedback.use import FEEDBACK_KEY, feedback_record, heldout_metrics, resolve_feedback
 from training.publish.index_model import index_model
+from training.publish.start_model import resolve_start
 from training.train.phase_timer import PhaseTimer, phase
 from training.train.phases import LiveReference
 from training.train.run_hooks import RunHooks
@@ -81,6 +82,7 @@ def run_pipeline(plan: RetrainPlan, work_dir: str | Path, hooks: RunHooks | None
         hooks.cache = EmbeddingCache(Path(work_dir) / CACHE_SUBDIR)
     run_dir = default_run_dir(work_dir)
     plan, slices = resolve_feedback(plan, hooks)
+    plan = resolve_start(plan, work_dir)  # before the scope: starting from live makes it full
     plan = resolve_scope(plan, hooks, slices)
     if plan.scope == "query":
         if plan.training.time_budget_s is not None:  # its steps are few and its cost has no corpus encode
@@ -129,6 +131,8 @@ def resolve_scope(
 
     if plan.index.milvus:
         return plan.resolved("full", "the index backend is milvus")
+    if plan.start_from == "live":
+        return plan.resolved("full", f"start_from live ({plan.start_reason}): the whole model is fine-tuned")
     if plan.training.base_model is not None:
         why = f"a base model was given ({plan.training.base_model}): the document tower changes"
         return plan.resolved("full", why)
