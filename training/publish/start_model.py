@@ -17,6 +17,7 @@ version it started from. The plan records what was taken and why (`start_reason`
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 from pathlib import Path
 
@@ -62,8 +63,11 @@ def resolve_start(plan: RetrainPlan, work_dir: str | Path) -> RetrainPlan:
             "one model; start from base",
         )
     copy = Path(work_dir) / "live-model" / version
-    if not copy.exists():
-        shutil.copytree(source, copy)
+    if not copy.exists():  # a CLI's work folder keeps it for the next run from the same version
+        partial = copy.with_name(f".{version}.partial-{os.getpid()}")
+        shutil.rmtree(partial, ignore_errors=True)
+        shutil.copytree(source, partial)
+        os.replace(partial, copy)  # a crash mid-copy never leaves a half model that a later run would trust
     logger.info("start_from live: fine-tuning live bundle %s's model", version)
     training = plan.training.model_copy(update={"base_model": str(copy)})
     return plan.model_copy(update={"training": training, "start_reason": f"live bundle {version}"})
