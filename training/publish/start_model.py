@@ -67,7 +67,12 @@ def resolve_start(plan: RetrainPlan, work_dir: str | Path) -> RetrainPlan:
         partial = copy.with_name(f".{version}.partial-{os.getpid()}")
         shutil.rmtree(partial, ignore_errors=True)
         shutil.copytree(source, partial)
-        os.replace(partial, copy)  # a crash mid-copy never leaves a half model that a later run would trust
+        try:
+            os.replace(partial, copy)  # a crash mid-copy never leaves a half model that a later run trusts
+        except OSError:
+            if not copy.is_dir():
+                raise
+            shutil.rmtree(partial)  # a concurrent run from the same version renamed its copy first
     logger.info("start_from live: fine-tuning live bundle %s's model", version)
     training = plan.training.model_copy(update={"base_model": str(copy)})
     return plan.model_copy(update={"training": training, "start_reason": f"live bundle {version}"})
