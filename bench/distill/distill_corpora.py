@@ -5,10 +5,12 @@
         run NAME '{"variants": ["static"], "static_pca_dims": 256}' [NAME CONFIG ...] [--corpora scifact,pydocs]
     .venv/bin/python -m bench distill_corpora table
 
-Three corpora of different kinds (bench/harness/corpora.py builds and caches them under var/bench/corpora/):
+Five corpora of different kinds (bench/harness/corpora.py builds and caches them under var/bench/corpora/):
 scifact (claims → abstracts), pydocs (the demo's standard-library docstrings: summary → rest of the
-docstring) and manpages (the installed manual pages: NAME summary → DESCRIPTION;
-training/data/man_pages.py). A corpus whose source is missing is skipped with a line saying so.
+docstring), manpages (the installed manual pages: NAME summary → DESCRIPTION; training/data/man_pages.py),
+debpkgs (dpkg's package descriptions: synopsis → extended description; training/data/debian_packages.py)
+and pycode (standard-library functions: docstring summary → code; training/data/code_search.py). A corpus
+whose source is missing is skipped with a line saying so.
 
 Each configuration (JSON overrides of DistillConfig's defaults, one variant) is trained, per corpus, on
 that corpus's training queries minus a seeded validation carve (training.data.validation_carve, 0.2,
@@ -42,6 +44,7 @@ import torch
 from bench.distill.distill_search import TeacherCache, per_query_ndcg
 from bench.harness.corpora import CORPORA, Corpus, corpus_setup
 from bench.harness.paths import REPO
+from bench.harness.paths import RESULTS as RESULTS_DIR
 from bench.harness.usage import asked_for_help
 from contract.atomic import write_json_atomic
 from contract.encoding.encoder import default_model_path, document_text
@@ -54,7 +57,7 @@ from training.distill.students_fit import distilled_student, pair_negatives, sta
 from training.gap.bootstrap import bootstrap_means, percentile_ci
 
 WORK = REPO / "var" / "bench" / "distill_corpora"
-RESULTS = Path(__file__).resolve().parent / "results" / "distill_corpora.json"
+RESULTS = RESULTS_DIR / "distill_corpora.json"
 VALIDATION_FRACTION, VALIDATION_SEED = 0.2, 0
 ROUTE_SHARES = (0.1, 0.2, 0.3, 0.5)
 TEMPERATURE = 0.05  # the base model's τ (contract.encoding.similarity.DEFAULT_TEMPERATURE)

@@ -44,6 +44,7 @@ import numpy as np
 import torch
 
 from bench.harness.paths import REPO, require_scifact
+from bench.harness.paths import RESULTS as RESULTS_DIR
 from bench.harness.usage import asked_for_help
 from contract.atomic import write_json_atomic
 from contract.bundles.bundle import MODEL_DIR, load_bundle
@@ -63,7 +64,7 @@ from training.eval.evaluate import trec_metrics
 BUNDLES = REPO / "var" / "bench" / "bundles"
 WORK = REPO / "var" / "bench" / "distill_search"
 BASE_ONNX = REPO / "var" / "bench" / "base-onnx"
-RESULTS = Path(__file__).resolve().parent / "results" / "distill_search.json"
+RESULTS = RESULTS_DIR / "distill_search.json"
 VALIDATION_FRACTION, VALIDATION_SEED = 0.2, 0
 # rows before this field held out single queries (leaky: validation queries shared relevant documents
 # with trained ones); training.data.validation_carve now holds out whole groups of queries that share one

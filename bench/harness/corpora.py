@@ -1,10 +1,14 @@
-"""The three corpora the distillation recipe is chosen on and the load bench serves (one place for both).
+"""The five corpora the distillation recipe is chosen on and the load bench serves (one place for both).
 
 - scifact: ../shared/data/scifact (BEIR; claims → abstracts; 5,183 documents);
 - pydocs: the demo dataset, built here with training.data.demo_data (standard-library docstrings:
   summary → the rest of the docstring; 1,100 documents, 300 test queries);
 - manpages: training.data.man_pages over the installed manual pages (NAME summary → DESCRIPTION;
-  2,500 documents, 500 test queries).
+  2,500 documents, 500 test queries);
+- debpkgs: training.data.debian_packages over dpkg's status file (package synopsis → extended description;
+  750 documents, 250 test queries);
+- pycode: training.data.code_search over the standard library (docstring summary → the function's code
+  without its docstring; 1,500 documents, 300 test queries).
 
 Built datasets and the base model's document vectors are cached under var/bench/corpora/ (git-ignored).
 The vectors go into a training.eval.embedding_cache folder under the *torch* base encoder's key, so the
@@ -44,6 +48,8 @@ CORPORA = (
     Corpus("scifact", "scientific claim → abstract"),
     Corpus("pydocs", "docstring summary → rest of the docstring"),
     Corpus("manpages", "man page NAME summary → DESCRIPTION"),
+    Corpus("debpkgs", "Debian package synopsis → extended description"),
+    Corpus("pycode", "function docstring summary → its code"),
 )
 
 
@@ -59,17 +65,32 @@ def data_dir(corpus: Corpus) -> Path | None:
     if (out / "corpus.jsonl").exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    if corpus.name == "pydocs":
+    try:
+        return _build(corpus.name, out)
+    except FileNotFoundError as exc:
+        print(f"{corpus.name}: skipped: {exc}", flush=True)
+        return None
+
+
+def _build(name: str, out: Path) -> Path:
+    """Build one of our corpora into `out` (FileNotFoundError naming the source when it is missing)."""
+    if name == "pydocs":
         from training.data.demo_data import build_demo_dataset
 
         return build_demo_dataset(out)
-    from training.data.man_pages import DEFAULT_ROOT, build_man_dataset
+    if name == "manpages":
+        from training.data.man_pages import build_man_dataset
 
-    try:
         return build_man_dataset(out)
-    except FileNotFoundError:
-        print(f"manpages: skipped: the source {DEFAULT_ROOT} has no manual pages on this machine", flush=True)
-        return None
+    if name == "debpkgs":
+        from training.data.debian_packages import build_packages_dataset
+
+        return build_packages_dataset(out)
+    if name == "pycode":
+        from training.data.code_search import build_code_dataset
+
+        return build_code_dataset(out)
+    raise ValueError(f"unknown corpus {name!r}")
 
 
 @functools.lru_cache(maxsize=1)

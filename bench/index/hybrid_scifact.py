@@ -18,6 +18,7 @@ import logging
 import tempfile
 from pathlib import Path
 
+from bench.harness.paths import RESULTS as RESULTS_DIR
 from bench.harness.paths import require_scifact
 from contract.atomic import write_json_atomic
 from contract.encoding.encoder import Encoder, document_text
@@ -31,7 +32,7 @@ from training.hybrid.fusion_tuning import metrics_of, runs_for_mode, tune
 from training.hybrid.lexical_step import mode_runs, validation_split
 from training.publish.provenance import resolve_run
 
-RESULTS = Path(__file__).resolve().parent / "results" / "hybrid_scifact.json"
+RESULTS = RESULTS_DIR / "hybrid_scifact.json"
 
 
 def main(argv: list[str] | None = None) -> None:

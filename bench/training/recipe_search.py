@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from bench.harness.paths import RESULTS as RESULTS_DIR
 from bench.harness.paths import SCIFACT
 from contract.atomic import write_json_atomic
 from contract.config import TrainConfig
@@ -38,7 +39,7 @@ from training.train.phase_timer import PhaseTimer
 from training.train.run_hooks import RunHooks
 from training.train.trainer import train
 
-RESULTS = Path(__file__).resolve().parent / "results" / "recipe_search.json"
+RESULTS = RESULTS_DIR / "recipe_search.json"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

@@ -60,7 +60,7 @@ def stdlib_dir() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
-def _source_files(root: Path) -> Iterator[tuple[str, Path]]:
+def source_files(root: Path) -> Iterator[tuple[str, Path]]:
     """(dotted module name, path) of every .py file under root, in sorted order."""
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in SKIP_DIRS and not d.startswith("."))
@@ -135,7 +135,7 @@ def harvest(root: Path | None = None) -> list[DocPair]:
 def _harvest(root: Path) -> tuple[DocPair, ...]:  # parsing ~1k files takes seconds: once per process
     pairs: list[DocPair] = []
     distinct = DistinctPairs(MIN_SUMMARY_WORDS, MIN_BODY_WORDS)
-    for module, path in _source_files(root):
+    for module, path in source_files(root):
         try:
             tree = ast.parse(path.read_bytes(), filename=str(path))
         except (SyntaxError, ValueError):  # a few files are templates or for other versions

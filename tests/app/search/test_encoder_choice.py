@@ -239,13 +239,24 @@ def test_auto_offers_a_routed_static_encoder_when_the_table_alone_is_over_the_bu
     bundles, _ = distilled_bundles
     settings = make_settings(bundles, encoder_backend="auto", max_ndcg_loss=budget, reload_poll_seconds=0)
     with TestClient(create_app(settings)) as client:
-        _, choice = _choice(client)
+        backend, choice = _choice(client)
     rows = {c["backend"]: c for c in choice["candidates"]}
     assert not rows["static"]["eligible"]
     routed = rows["static-routed"]
     point = next(p for p in static["routing"]["curve"] if p["ndcg_loss"] <= budget)
     assert routed["eligible"] and routed["route_share"] == point["share"] > 0
     assert routed["ndcg_loss"] <= budget and routed["ms_per_query"] > 0
+    # issue 42: the routed tower is served only when it beats the full model's backends at the budget (int8
+    # among them): faster, or within the tie band of the fastest with a smaller loss than each it is slower than
+    full = [rows[b] for b in ("torch", "onnx", "onnx-int8") if "ms_per_query" in rows.get(b, {})]
+    assert full
+    if backend == "static-routed":
+        assert routed["ms_per_query"] <= min(f["ms_per_query"] for f in full) * (1 + TIE_BAND)
+        slower_than = [f for f in full if f["ms_per_query"] < routed["ms_per_query"]]
+        assert all(routed["ndcg_loss"] < f["ndcg_loss"] for f in slower_than)
+    others = [c for c in choice["candidates"] if "ms_per_query" in c and c is not routed]
+    if all(routed["ms_per_query"] * (1 + TIE_BAND) < c["ms_per_query"] for c in others):
+        assert backend == "static-routed", "the routed tower was clearly the fastest, yet not served"
     with TestClient(create_app(settings.model_copy(update={"routing": False}))) as client:
         _, choice = _choice(client)
     assert "static-routed" not in {c["backend"] for c in choice["candidates"]}
