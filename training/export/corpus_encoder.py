@@ -102,7 +102,7 @@ def choose_corpus_encoder(
             "chosen": choice,
             "reason": "asked for",
         }
-    record = _probe(encoder, candidates, data, seed)
+    record = probe(encoder, candidates, data, seed)
     record["seconds"] = round(time.perf_counter() - started, 2)
     chosen = str(record["chosen"])
     logger.info("corpus encoder: %s (%s)", chosen, record["candidates"])
@@ -111,7 +111,7 @@ def choose_corpus_encoder(
     return OnnxCorpusEncoder(encoder, candidates[chosen], "fp32" if chosen == "onnx" else "int8"), record
 
 
-def _probe(
+def probe(
     encoder: Encoder, candidates: dict[str, OnnxQueryEncoder], data: RetrievalData, seed: int
 ) -> dict[str, Any]:
     """Docs/s and nDCG@10 of each runtime's document vectors on a probe pool; the fastest within the loss."""
