@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -123,6 +124,25 @@ def child(model_dir: Path, data_dir: Path, runtime: str, n: int) -> dict[str, An
     }
 
 
+def tokens_growth(model_dir: Path, data_dir: Path, sizes: list[int]) -> list[dict[str, float]]:
+    """Anonymous memory of one OnnxQueryEncoder.encode call's tokenisation of the first N documents: what
+    the corpus encode held when it gave the ONNX runtime the whole corpus in one call (before 8de5f20)."""
+    onnx = OnnxQueryEncoder.load(model_dir, variant="fp32")
+    corpus = load_beir(data_dir, "test").corpus
+    texts = [document_text(d.title, d.text) for d in corpus.values()]
+    rows = []
+    for n in sizes:
+        before = MemorySampler.now()["anon"]
+        enc = onnx.tokenizer.encode_batch(texts[:n])  # padded to the longest, as OnnxQueryEncoder.encode
+        ids = [[t for t, m in zip(e.ids, e.attention_mask, strict=True) if m] for e in enc]
+        grown = MemorySampler.now()["anon"] - before
+        rows.append(
+            {"documents": n, "anon_growth_mb": round(grown, 1), "kb_per_doc": round(grown * 1024 / n, 1)}
+        )
+        del enc, ids
+    return rows
+
+
 def packages_corpus() -> Path:
     folder = CACHE / "packages15k"
     if not (folder / "corpus.jsonl").exists():
@@ -191,6 +211,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"race (auto, VNNI {raced['vnni']}): {json.dumps(raced['auto'])}", flush=True)
         print(f"probe with int8 forced in: {json.dumps(raced['with_int8']['candidates'])}", flush=True)
         print(f"  (setup + race {time.perf_counter() - started:.0f}s)", flush=True)
+        tokens = tokens_growth(model_dir, data_dir, sizes)
+        print(f"whole-corpus ONNX tokenisation (before 8de5f20): {json.dumps(tokens)}", flush=True)
         rates = throughput(model_dir, data_dir, args.sample)
         pick = str(raced["auto"]["chosen"])
         cells = [(pick, n) for n in sizes]
@@ -205,11 +227,46 @@ def main(argv: list[str] | None = None) -> None:
             )  # fmt: skip
             rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
             print(f"  {json.dumps(rows[-1])}", flush=True)
-    report(data_dir, raced, rates, rows, args)
+    report(data_dir, raced, tokens, rates, rows, args)
+
+
+def race_lines(raced: dict[str, Any]) -> list[str]:
+    auto = raced["auto"]
+    return [
+        f"race on this CPU (VNNI: {raced['vnni']}): chosen {auto['chosen']} "
+        f"({auto.get('reason') or auto.get('rule')}), {float(auto.get('seconds', 0.0)):.1f}s",
+        "probe pool (256 documents, 64 queries), int8 forced in:",
+        "| runtime | docs/s (probe) | speedup | nDCG@10 | loss vs torch |",
+        "|---|---:|---:|---:|---:|",
+        *(
+            f"| {name} | {r['docs_per_s']:.1f} | {r['speedup']:.2f} | {r['ndcg@10']:.4f} | {r['ndcg_loss']:+.4f} |"
+            for name, r in raced["with_int8"]["candidates"].items()
+        ),
+        f"with int8 a candidate (a VNNI CPU) the race would pick: {raced['with_int8']['chosen']}",
+    ]
+
+
+def size_lines(rows: list[dict]) -> list[str]:
+    return [
+        "the pipeline's encode (training.eval.evaluate.encode_corpus + EmbeddingCache), one fresh process each:",
+        "| runtime | documents | wall s | docs/s | RSS before → peak MB | anonymous before → peak MB | growth MB | vectors MB |",
+        "|---|---:|---:|---:|---|---|---:|---:|",
+        *(
+            f"| {r['runtime']} | {r['documents']:,} | {r['wall_s']:.1f} | {r['docs_per_s']:.1f} | {r['rss_before_mb']:.0f} → "
+            f"{r['rss_peak_mb']:.0f} | {r['anon_before_mb']:.0f} → {r['anon_peak_mb']:.0f} | "
+            f"{r['anon_growth_mb']:.0f} | {r['vectors_mb']:.1f} |"
+            for r in rows
+        ),
+    ]
 
 
 def report(
-    data_dir: Path, raced: dict[str, Any], rates: dict[str, float], rows: list[dict], args: Any
+    data_dir: Path,
+    raced: dict[str, Any],
+    tokens: list[dict],
+    rates: dict[str, float],
+    rows: list[dict],
+    args: Any,
 ) -> None:
     race_s = float(raced["auto"].get("seconds", 0.0))
     last = [r for r in rows if r["runtime"] == raced["auto"]["chosen"]][-1]
@@ -222,38 +279,30 @@ def report(
     lines = [
         f"# python -m bench corpus_encode_scale --sizes {args.sizes} --sample {args.sample}{extra}"
         f"   ({data_dir.name}: 15,000 installed-package docstrings; all-MiniLM-L6-v2; this machine's 2 cores)",
-        f"race on this CPU (VNNI: {raced['vnni']}): chosen {raced['auto']['chosen']} "
-        f"({raced['auto'].get('reason') or raced['auto'].get('rule')}), {race_s:.1f}s",
-        "probe pool (256 documents, 64 queries), int8 forced in:",
-        "| runtime | docs/s (probe) | speedup | nDCG@10 | loss vs torch |",
-        "|---|---:|---:|---:|---:|",
+        *race_lines(raced),
+        "",
+        "before 8de5f20 the corpus encode gave the encoder the whole corpus in one call; the ONNX runtime's "
+        "tokenisation of it alone held (anonymous MB):",
         *(
-            f"| {name} | {r['docs_per_s']:.1f} | {r['speedup']:.2f} | {r['ndcg@10']:.4f} | {r['ndcg_loss']:+.4f} |"
-            for name, r in raced["with_int8"]["candidates"].items()
+            f"  {t['documents']:>6,} documents: {t['anon_growth_mb']:6.0f} MB ({t['kb_per_doc']:.1f} KB a document)"
+            for t in tokens
         ),
-        f"with int8 a candidate (a VNNI CPU) the race would pick: {raced['with_int8']['chosen']}",
         "",
         f"docs/s on a seeded sample of {args.sample} documents, batch 32:",
         *(f"  {name:<10} {rate:7.1f}" for name, rate in rates.items()),
         "",
-        "the pipeline's encode (training.eval.evaluate.encode_corpus + EmbeddingCache), one fresh process each:",
-        "| runtime | documents | wall s | docs/s | RSS before → peak MB | anonymous before → peak MB | growth MB | vectors MB |",
-        "|---|---:|---:|---:|---|---|---:|---:|",
-        *(
-            f"| {r['runtime']} | {r['documents']:,} | {r['wall_s']:.1f} | {r['docs_per_s']:.1f} | {r['rss_before_mb']:.0f} → "
-            f"{r['rss_peak_mb']:.0f} | {r['anon_before_mb']:.0f} → {r['anon_peak_mb']:.0f} | "
-            f"{r['anon_growth_mb']:.0f} | {r['vectors_mb']:.1f} |"
-            for r in rows
-        ),
+        *size_lines(rows),
         "",
         f"1M documents, projected: {race_s:.0f}s race + 1,000,000 / {last['docs_per_s']:.1f} docs/s = {hours:.1f} h "
-        "(linear; same length distribution, same 2 cores, nothing else on them)",
+        "(linear; the same length distribution, these 2 cores under the load below)",
+        f"load average at the end: {os.getloadavg()[0]:.1f}",
     ]
     text = "\n".join(lines) + "\n"
     print(text)
     (RESULTS / f"{args.out}.txt").write_text(text)
     result = {
         "race": raced,
+        "onnx_tokens_before_fix": tokens,
         "sample_docs_per_s": rates,
         "sizes": rows,
         "projection_1m_hours": round(hours, 2),
