@@ -29,6 +29,8 @@ BENCHES: dict[str, str] = {
     "milvus_bench": "bench.index.milvus_bench",
     "milvus_scale": "bench.index.milvus_scale",
     "corpus_encode_bench": "bench.index.corpus_encode_bench",
+    "corpus_encode_scale": "bench.index.corpus_encode_scale",
+    "corpus_encode_gpu": "bench.index.corpus_encode_gpu",
     "hybrid_scifact": "bench.index.hybrid_scifact",
     "scrub_bench": "bench.index.scrub_bench",
     # training

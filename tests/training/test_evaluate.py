@@ -215,6 +215,30 @@ def test_real_encoder_finds_obvious_answers_and_reuses_corpus_encoding(shared_en
     assert again.metrics == first.metrics
 
 
+def test_the_corpus_encode_hands_the_encoder_chunks_longest_first(
+    demo_dataset: Path, shared_encoder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full retrain's encode (no checkpoint) never gives the encoder more than CHECKPOINT_DOCS texts at
+    once: one call on the whole corpus held the whole corpus's tokens (bench/index/corpus_encode_scale.py)."""
+    corpus = dict(list(load_beir(demo_dataset, "test").corpus.items())[:40])
+    texts = [document_text(d.title, d.text) for d in corpus.values()]
+    direct = shared_encoder.encode(texts, kind="document")  # (40, dim) in one call
+    real_encode = shared_encoder.encode
+    calls: list[list[str]] = []
+
+    def spy(chunk, **kw):
+        calls.append(list(chunk))
+        return real_encode(chunk, **kw)
+
+    monkeypatch.setattr(evaluate_module, "CHECKPOINT_DOCS", 16)
+    monkeypatch.setattr(shared_encoder, "encode", spy)
+    ids, emb = encode_corpus(shared_encoder, corpus, show_progress=False)
+    assert ids == list(corpus) and [len(c) for c in calls] == [16, 16, 8]
+    lengths = [len(t) for chunk in calls for t in chunk]
+    assert lengths == sorted(lengths, reverse=True)  # batches pad as in one call on the whole corpus
+    np.testing.assert_allclose(emb, direct, atol=1e-5)  # rows back in corpus order
+
+
 def test_a_real_slice_beats_random(demo_dataset: Path, shared_encoder) -> None:
     data = subset(load_beir(demo_dataset, "test"), n_queries=30, n_distractors=120, seed=0)
     result = evaluate(shared_encoder, data, batch_size=32, show_progress=False)

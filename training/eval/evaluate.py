@@ -101,7 +101,12 @@ def _inner_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a @ b.T  # (n, m)
 
 
-CHECKPOINT_DOCS = 1024  # documents encoded between two `checkpoint` calls
+# documents per encoder call, and between two `checkpoint` calls. One call on the whole corpus holds that
+# corpus's working set at once: OnnxQueryEncoder tokenises every text in one batch padded to the longest,
+# ~34 KB a document on the packages 15k corpus (508 MB at 15k, ~34 GB at 1M; bench/results/
+# corpus_encode_scale.txt), and sentence-transformers keeps one tensor per row before stacking them; by
+# chunks only the (n, dim) result grows with the corpus.
+CHECKPOINT_DOCS = 1024
 
 
 def encode_corpus(
@@ -114,9 +119,11 @@ def encode_corpus(
 ) -> tuple[list[str], np.ndarray]:
     """Encode every document as document_text(title, text): (ids in corpus order, (n, dim) float32).
 
-    `checkpoint`, when given, is called before every CHECKPOINT_DOCS documents; it aborts the encoding
-    by raising (a job's cancel), so a long corpus never runs to the end against the caller's will.
-    `cache`: answer from (and store into) the on-disk embedding cache; a hit is memory-mapped, read-only.
+    Encoded CHECKPOINT_DOCS documents at a time into one preallocated matrix, so the memory beyond the
+    vectors is one chunk's whatever the corpus size. `checkpoint`, when given, is called before every
+    chunk; it aborts the encoding by raising (a job's cancel), so a long corpus never runs to the end
+    against the caller's will. `cache`: answer from (and store into) the on-disk embedding cache; a hit is
+    memory-mapped, read-only.
     """
     ids = list(corpus)
     texts = [document_text(corpus[i].title, corpus[i].text) for i in ids]
@@ -135,17 +142,25 @@ def _encode_texts(
     show_progress: bool,
     checkpoint: Callable[[], None] | None,
 ) -> np.ndarray:
-    if checkpoint is None:
-        return encoder.encode(texts, kind="document", batch_size=batch_size, show_progress=show_progress)
-    parts = []
+    """(n, dim) rows in `texts` order. Chunks are cut from the texts sorted longest first, the order both
+    runtimes sort a call's texts in, so every batch pads as it would in one call on the whole corpus."""
+    if not texts:
+        return encoder.encode([], kind="document")
+    order = np.argsort([-len(t) for t in texts], kind="stable")  # (n,)
+    out: np.ndarray | None = None
     with tqdm(total=len(texts), desc="encoding documents", unit="doc", disable=not show_progress) as bar:
         for start in range(0, len(texts), CHECKPOINT_DOCS):
-            checkpoint()
-            chunk = texts[start : start + CHECKPOINT_DOCS]
-            parts.append(encoder.encode(chunk, kind="document", batch_size=batch_size))  # (chunk, dim)
-            bar.update(len(chunk))
+            if checkpoint is not None:
+                checkpoint()
+            rows = order[start : start + CHECKPOINT_DOCS]
+            block = encoder.encode([texts[i] for i in rows], kind="document", batch_size=batch_size)
+            if out is None:  # the width is the document tower's: known once it has encoded
+                out = np.empty((len(texts), block.shape[1]), dtype=np.float32)  # (n, dim)
+            out[rows] = block  # (chunk, dim)
+            bar.update(len(rows))
             report(ENCODE_PHASE, bar.n, len(texts))
-    return np.concatenate(parts) if parts else encoder.encode([], kind="document")
+    assert out is not None
+    return out
 
 
 def trec_metrics(

@@ -2,14 +2,16 @@
 VNNI), measured on the machine that runs it and gated on nDCG@10 like the query encoders.
 
 The corpus encode is the one part of a full retrain that grows with the corpus (training/train/trainer.py
-encodes it once, with the tuned model, and the index is built from those vectors). On this project's
-2-core development CPU (AVX-512 VNNI) the int8 export encodes scifact abstracts ~2.5x faster than torch and
-fp32 ONNX ~1.4x (one thread, under load; bench/index/corpus_encode_bench.py measures fp32 vs torch), while the
-int8 rows are not torch's (smallest cosine ~0.99 on scifact abstracts): so a candidate is used only when,
-on a probe pool (the judged documents of up to PROBE_QUERIES evaluation queries plus random others,
-PROBE_DOCS in all), its document vectors lose at most MAX_NDCG_LOSS nDCG@10 against torch's (the same torch
-query vectors, exact search over the pool), and it is at least MIN_SPEEDUP faster there. Small corpora
-(under MIN_DOCS) stay on torch: the export and the probe would cost more than they save.
+encodes it once, with the tuned model, and the index is built from those vectors). On an earlier 2-core
+development CPU (AVX-512 VNNI) the int8 export encoded scifact abstracts ~2.5x faster than torch and
+fp32 ONNX ~1.4x (one thread, under load; bench/index/corpus_encode_bench.py measures fp32 vs torch); on the
+current one (AMD EPYC, AVX2, no VNNI) fp32 ONNX is 0.96x torch and int8, forced in, 1.40x on the packages
+15k probe (bench/results/corpus_encode_scale.txt). The int8 rows are not torch's (smallest cosine ~0.99
+on scifact abstracts), so a candidate is used only when, on a probe pool (the judged documents of up
+to PROBE_QUERIES evaluation queries plus random others, PROBE_DOCS in all), its document vectors lose
+at most MAX_NDCG_LOSS nDCG@10 against torch's (the same torch query vectors, exact search over the pool),
+and it is at least MIN_SPEEDUP faster there. Small corpora (under MIN_DOCS) stay on torch: the export
+and the probe would cost more than they save.
 
 The choice and its measurements go into metrics.json (`corpus_encoder`) and from there into the bundle.
 """
@@ -102,7 +104,7 @@ def choose_corpus_encoder(
             "chosen": choice,
             "reason": "asked for",
         }
-    record = _probe(encoder, candidates, data, seed)
+    record = probe(encoder, candidates, data, seed)
     record["seconds"] = round(time.perf_counter() - started, 2)
     chosen = str(record["chosen"])
     logger.info("corpus encoder: %s (%s)", chosen, record["candidates"])
@@ -111,7 +113,7 @@ def choose_corpus_encoder(
     return OnnxCorpusEncoder(encoder, candidates[chosen], "fp32" if chosen == "onnx" else "int8"), record
 
 
-def _probe(
+def probe(
     encoder: Encoder, candidates: dict[str, OnnxQueryEncoder], data: RetrievalData, seed: int
 ) -> dict[str, Any]:
     """Docs/s and nDCG@10 of each runtime's document vectors on a probe pool; the fastest within the loss."""

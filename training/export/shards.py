@@ -199,8 +199,8 @@ def encode_corpus_to_disk(
 ) -> np.ndarray:
     """The corpus embeddings (n, dim) in corpus order as a read-only memory map, never a RAM matrix.
 
-    Encoded chunk by chunk into a shard in `folder` (training.eval.evaluate.encode_corpus concatenates in
-    RAM); with `cache` a hit is the cache's own memory map and a miss is stored there from the shard.
+    Encoded chunk by chunk into a shard in `folder` (training.eval.evaluate.encode_corpus fills one RAM
+    matrix, chunk by chunk); with `cache` a hit is the cache's own memory map and a miss is stored there from the shard.
     """
     texts = [document_text(doc.title, doc.text) for doc in corpus.values()]
 
