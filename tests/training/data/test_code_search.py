@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import ast
-import json
 
 import pytest
 
-from training.data.beir import load_beir
+from tests.training.data.built_dataset import seeded_disjoint_identical
 from training.data.code_search import build_code_dataset, function_code, harvest
 
 SOURCE = '''
@@ -62,15 +61,7 @@ def test_harvest_keeps_each_usable_public_function_once(tmp_path):
 
 
 def test_the_dataset_is_seeded_disjoint_and_byte_identical(tmp_path):
-    root = _stdlib(tmp_path / "lib")
-    out = build_code_dataset(tmp_path / "a", n_docs=30, n_test=10, seed=1, root=root)
-    again = build_code_dataset(tmp_path / "b", n_docs=30, n_test=10, seed=1, root=root)
-    for name in ("corpus.jsonl", "queries.jsonl", "qrels/train.tsv", "qrels/test.tsv"):
-        assert (out / name).read_bytes() == (again / name).read_bytes()
-    train, test = load_beir(out, "train"), load_beir(out, "test")
-    assert len(train.queries) == 20 and len(test.queries) == 10
-    assert not set(train.queries) & set(test.queries)
-    doc = json.loads((out / "corpus.jsonl").read_text().splitlines()[0])
+    doc = seeded_disjoint_identical(build_code_dataset, tmp_path, root=_stdlib(tmp_path / "lib"))
     assert doc["title"].startswith("pkg.work") and doc["text"].startswith("def work")
 
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
-from training.data.beir import load_beir
+from tests.training.data.built_dataset import seeded_disjoint_identical
 from training.data.debian_packages import build_packages_dataset, harvest, parse_description
 
 CURL = """Package: curl
@@ -70,16 +68,9 @@ def test_a_description_that_repeats_its_synopsis_is_dropped(tmp_path):
 
 def test_the_dataset_is_seeded_disjoint_and_byte_identical(tmp_path):
     status = _status(tmp_path)
-    out = build_packages_dataset(tmp_path / "a", n_docs=30, n_test=10, seed=1, status=status)
-    again = build_packages_dataset(tmp_path / "b", n_docs=30, n_test=10, seed=1, status=status)
+    doc = seeded_disjoint_identical(build_packages_dataset, tmp_path, status=status)
     other = build_packages_dataset(tmp_path / "c", n_docs=30, n_test=10, seed=2, status=status)
-    for name in ("corpus.jsonl", "queries.jsonl", "qrels/train.tsv", "qrels/test.tsv"):
-        assert (out / name).read_bytes() == (again / name).read_bytes()
-    assert (out / "qrels/test.tsv").read_bytes() != (other / "qrels/test.tsv").read_bytes()
-    train, test = load_beir(out, "train"), load_beir(out, "test")
-    assert len(train.queries) == 20 and len(test.queries) == 10
-    assert not set(train.queries) & set(test.queries)
-    doc = json.loads((out / "corpus.jsonl").read_text().splitlines()[0])
+    assert (tmp_path / "a/qrels/test.tsv").read_bytes() != (other / "qrels/test.tsv").read_bytes()
     assert doc["title"].startswith(("pkg", "curl")) and doc["text"].startswith(("pkg", "curl"))
 
 
