@@ -37,6 +37,7 @@ BENCHES: dict[str, str] = {
     "device_bench": "bench.training.device_bench",
     "train_scifact": "bench.training.train_scifact",
     "train_step_cost": "bench.training.train_step_cost",
+    "train_step_gpu": "bench.training.train_step_gpu",
     "step_breakdown": "bench.training.step_breakdown",
     "freeze_cost": "bench.training.freeze_cost",
     "recipe_search": "bench.training.recipe_search",
