@@ -123,20 +123,9 @@ def retrain(name: str, seed: int, bundles: Path, data_dir: Path, work: Path) -> 
     shutil.copytree(bundles, folder / "bundles")
     command = [sys.executable, "-m", "training", "pipeline", "--data", str(data_dir)]
     command += ["--bundles", str(folder / "bundles"), "--work-dir", str(work / "runs")]
-    command += [
-        "--train-split",
-        "a",
-        "--eval-split",
-        "r",
-        "--feedback",
-        arm.feedback,
-        "--retrain-scope",
-        "full",
-    ]
+    command += ["--train-split", "a", "--eval-split", "r", "--retrain-scope", "full"]
+    command += ["--feedback", arm.feedback, "--start-from", "live" if arm.from_live else "base"]
     command += ["--seed", str(seed), "--json", *PIPELINE_OPTS, *arm.options]
-    if arm.from_live:
-        live = BundleFolder(bundles).current_version()
-        command += ["--base-model", str(bundles / str(live) / "model")]
     started = time.perf_counter()
     done = subprocess.run(command, check=True, capture_output=True, text=True)
     result = json.loads(done.stdout)
