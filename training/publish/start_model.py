@@ -22,14 +22,13 @@ import os
 import shutil
 from pathlib import Path
 
+from contract.bundles.bundle import MODEL_DIR
 from contract.bundles.folder import BundleFolder
 from contract.encoding.encoder import DOCUMENT_DIR
 from contract.errors import JobOptionsInvalid
 from contract.jobs.plan import RetrainPlan
 
 logger = logging.getLogger(__name__)
-
-MODEL_SUBDIR = "model"  # a bundle version's sentence-transformers folder
 
 
 def resolve_start(plan: RetrainPlan, work_dir: str | Path) -> RetrainPlan:
@@ -54,7 +53,7 @@ def resolve_start(plan: RetrainPlan, work_dir: str | Path) -> RetrainPlan:
     version = folder.current_version()
     if version is None:
         raise JobOptionsInvalid("start_from", "live, but the collection has no live bundle to start from")
-    source = folder.version_path(version) / MODEL_SUBDIR
+    source = folder.version_path(version) / MODEL_DIR
     if not (source / "config.json").is_file():
         raise JobOptionsInvalid("start_from", f"live, but live bundle {version} holds no model folder")
     if (source / DOCUMENT_DIR).is_dir():
