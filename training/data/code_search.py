@@ -25,7 +25,14 @@ import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
-from training.data.demo_data import DistinctPairs, DocPair, sample_and_write, source_files, stdlib_dir
+from training.data.demo_data import (
+    DistinctPairs,
+    DocPair,
+    files_table,
+    sample_and_write,
+    source_files,
+    stdlib_dir,
+)
 
 DEFAULT_DOCS = 1500  # of 2,076 usable functions in Python 3.11.7: 1,200 train + 300 test queries
 DEFAULT_TEST_QUERIES = 300
@@ -138,10 +145,4 @@ Built by training/data/code_search.py from the `.py` files of this Python's stan
   turtledemo are skipped);
 - {n_usable} usable functions; a sample of {n_docs} (seed {seed}) forms the corpus, one relevant document per query.
 
-| file | rows |
-|---|---|
-| `corpus.jsonl` | {n_docs} documents `{{"_id", "title", "text"}}` |
-| `queries.jsonl` | {n_docs} queries `{{"_id", "text"}}` |
-| `qrels/train.tsv` | {n_train} queries, one relevant document each |
-| `qrels/test.tsv` | {n_test} queries, disjoint from train (seed {seed}) |
-"""
+{files_table(n_docs, n_train, n_test, seed)}"""

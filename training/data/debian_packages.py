@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from training.data.demo_data import DistinctPairs, DocPair, sample_and_write
+from training.data.demo_data import DistinctPairs, DocPair, files_table, sample_and_write
 
 DEFAULT_STATUS = Path("/var/lib/dpkg/status")
 # 773 usable packages of 897 installed on the machine this was built on: 750 documents, 250 test queries
@@ -126,10 +126,4 @@ machine. Deterministic: the same status file, size and seed give byte-identical 
   that repeat their synopsis are dropped;
 - {n_usable} usable packages; a sample of {n_docs} (seed {seed}) forms the corpus, one relevant document per query.
 
-| file | rows |
-|---|---|
-| `corpus.jsonl` | {n_docs} documents `{{"_id", "title", "text"}}` |
-| `queries.jsonl` | {n_docs} queries `{{"_id", "text"}}` |
-| `qrels/train.tsv` | {n_train} queries, one relevant document each |
-| `qrels/test.tsv` | {n_test} queries, disjoint from train (seed {seed}) |
-"""
+{files_table(n_docs, n_train, n_test, seed)}"""

@@ -249,6 +249,17 @@ def _remove_tree(path: Path) -> None:
     shutil.rmtree(path)
 
 
+def files_table(n_docs: int, n_train: int, n_test: int, seed: int) -> str:
+    """The README's table of the files sample_and_write writes (every dataset built with it ends with one)."""
+    return f"""| file | rows |
+|---|---|
+| `corpus.jsonl` | {n_docs} documents `{{"_id", "title", "text"}}` |
+| `queries.jsonl` | {n_docs} queries `{{"_id", "text"}}` |
+| `qrels/train.tsv` | {n_train} queries, one relevant document each |
+| `qrels/test.tsv` | {n_test} queries, disjoint from train (seed {seed}) |
+"""
+
+
 def _readme(n_usable: int, n_docs: int, n_train: int, n_test: int, seed: int) -> str:
     version = ".".join(str(v) for v in sys.version_info[:3])
     return f"""# pydocs: Python {version} standard-library docstrings as a retrieval dataset
@@ -265,10 +276,4 @@ byte-identical files.
   are skipped);
 - {n_usable} usable objects; a sample of {n_docs} (seed {seed}) forms the corpus, one relevant document per query.
 
-| file | rows |
-|---|---|
-| `corpus.jsonl` | {n_docs} documents `{{"_id", "title", "text"}}` |
-| `queries.jsonl` | {n_docs} queries `{{"_id", "text"}}` |
-| `qrels/train.tsv` | {n_train} queries, one relevant document each |
-| `qrels/test.tsv` | {n_test} queries, disjoint from train (seed {seed}) |
-"""
+{files_table(n_docs, n_train, n_test, seed)}"""

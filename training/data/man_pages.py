@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from training.data.demo_data import DistinctPairs, DocPair, sample_and_write
+from training.data.demo_data import DistinctPairs, DocPair, files_table, sample_and_write
 
 logger = logging.getLogger(__name__)
 
@@ -205,10 +205,4 @@ installed pages, size and seed give byte-identical files.
   their summary are dropped, and at most {MAX_PER_FAMILY} pages of one family (name up to its first `_` or `-`) kept;
 - {n_usable} usable pages; a sample of {n_docs} (seed {seed}) forms the corpus, one relevant document per query.
 
-| file | rows |
-|---|---|
-| `corpus.jsonl` | {n_docs} documents `{{"_id", "title", "text"}}` |
-| `queries.jsonl` | {n_docs} queries `{{"_id", "text"}}` |
-| `qrels/train.tsv` | {n_train} queries, one relevant document each |
-| `qrels/test.tsv` | {n_test} queries, disjoint from train (seed {seed}) |
-"""
+{files_table(n_docs, n_train, n_test, seed)}"""
