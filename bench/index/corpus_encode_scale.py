@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from bench.harness.memory import status_bytes
 from bench.harness.paths import CACHE, RESULTS
 from contract.encoding.encoder import Encoder, default_model_path, document_text
 from contract.encoding.onnx_encoder import OnnxQueryEncoder
@@ -59,11 +60,7 @@ class MemorySampler:
 
     @staticmethod
     def now() -> dict[str, float]:
-        fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
-        return {
-            "rss": int(fields["VmRSS"].split()[0]) / 1024,
-            "anon": int(fields["RssAnon"].split()[0]) / 1024,
-        }
+        return {"rss": status_bytes("self", "VmRSS") / 2**20, "anon": status_bytes("self", "RssAnon") / 2**20}
 
     def _run(self) -> None:
         while not self._stop.is_set():

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.harness.memory import status_bytes
 from bench.harness.milvus import milvus_server
 from bench.harness.paths import REPO, require_scifact
 from bench.index.index_bench import mixture_sampler
@@ -77,13 +78,6 @@ def scifact_slice(folder: Path | None = None) -> tuple[np.ndarray, np.ndarray]:
     RESULTS.mkdir(parents=True, exist_ok=True)
     np.savez(cache, docs=docs, queries=queries)
     return docs, queries
-
-
-def status_bytes(pid: str, key: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 def server_pid(port: str) -> str:

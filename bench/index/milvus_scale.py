@@ -46,13 +46,14 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from bench.harness.memory import status_bytes
 from bench.harness.milvus import group_pids, milvus_standalone_process
 from bench.harness.paths import CACHE, RESULTS, SCIFACT
 from bench.harness.ports import free_port
 from bench.harness.servers import APP, service_env, start_server, stop_server, uvicorn_cmd
 from bench.harness.wrk import drive, drive_wrk, write_wrk_bodies
 from bench.index.index_bench import mixture_sampler
-from bench.index.milvus_bench import scifact_slice, slice_data, slice_texts, status_bytes
+from bench.index.milvus_bench import scifact_slice, slice_data, slice_texts
 from contract.atomic import write_json_atomic
 from contract.bundles.bundle import IDS_FILE, read_manifest
 from contract.index.backend import MILVUS_EXTRAS, BackendConfig
