@@ -143,10 +143,10 @@ def run_seed_arms(
     seed: int,
     arms: list[str],
     record: Path,
+    row: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    """Judgments from `users` of the judged half, then each arm not yet in `record` retrained, measured and
-    added to it (a crash loses at most the arm it was in)."""
-    row = json.loads(record.read_text(encoding="utf-8")) if record.exists() else None
+    """Judgments from `users` of the judged half, then each arm not yet in `row` (what `record` holds)
+    retrained, measured and written to `record` (a crash loses at most the arm it was in)."""
     bundles = work / "bundles"
     pool = set(sets["test"].corpus)
     verdict = run_seed(bundles, judged, users, seed, pool)  # leaves the judgment store in `bundles`
@@ -265,8 +265,12 @@ def print_table(results: dict[str, dict[str, Any]]) -> None:
             print(f"{corpus:8s} {s['seeds']:5d} {arm:8s} {d['shifted']:+11.3f} {d['original']:+8.3f} "
                   f"{d['test']:+7.3f} {s[arm]['published']}/{s['seeds']}")  # fmt: skip
         for arm in s["arms"]:
-            pairs = [(control, s.get(f"{arm}_minus_{control}_shifted")) for control in (CONTROLS.get(arm),)]
-            for name, d in [*pairs, ("live", s[arm]["minus_live_shifted"])]:
+            control = CONTROLS.get(arm)
+            paired = [
+                (control, s.get(f"{arm}_minus_{control}_shifted")),
+                ("live", s[arm]["minus_live_shifted"]),
+            ]
+            for name, d in paired:
                 if d is not None:
                     print(f"{corpus:8s} {arm} − {name} on shifted H, per seed: mean {d['mean']:+.3f} "
                           f"(min {d['min']:+.3f}, max {d['max']:+.3f})")  # fmt: skip
@@ -316,10 +320,11 @@ def main(argv: list[str] | None = None) -> None:
             record = records / f"seed-{seed}.json"
             row = json.loads(record.read_text(encoding="utf-8")) if record.exists() else None
             if row is None or any(a not in row for a in args.arms):
-                run_seed_arms(
-                    work, data_dir, parts["sets"], parts["judged"], args.users, seed, args.arms, record
+                judged = parts["judged"]
+                row = run_seed_arms(
+                    work, data_dir, parts["sets"], judged, args.users, seed, args.arms, record, row
                 )
-            rows.append(json.loads(record.read_text(encoding="utf-8")))
+            rows.append(row)
         results[corpus] = {
             "live_version": live_version,
             "summary": summarise(live, rows, args.arms),

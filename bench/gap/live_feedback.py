@@ -144,11 +144,8 @@ def jargon_queries(data: RetrievalData, source: RetrievalData | None = None) -> 
 def _code_word(word: str) -> str:
     """A pronounceable six-letter word derived from `word` (deterministic across runs and machines)."""
     digest = hashlib.sha256(word.encode("utf-8")).digest()
-    consonants, vowels = "bdfgklmnprstvz", "aeiou"
-    return "".join(
-        (consonants if i % 2 == 0 else vowels)[b % (14 if i % 2 == 0 else 5)]
-        for i, b in enumerate(digest[:6])
-    )
+    letters = ("bdfgklmnprstvz", "aeiou")  # consonant, vowel, consonant …
+    return "".join(letters[i % 2][b % len(letters[i % 2])] for i, b in enumerate(digest[:6]))
 
 
 def build_bundle(work: Path, data_dir: Path) -> Path:
