@@ -283,6 +283,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--seeds", default="3", help="per corpus: N, or demo=N,scifact=M")
     p.add_argument("--users", type=int, default=80, help="simulated users (judged queries) per seed")
     p.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="start at this seed (two processes on copies of OUT_DIR/<corpus> run disjoint seeds; copy the "
+        "records into one and rerun it for the whole table)",
+    )
+    p.add_argument(
         "--shift", choices=SHIFTS, default="keywords", help="how the judged and held-out halves differ"
     )
     p.add_argument(
@@ -314,7 +321,7 @@ def main(argv: list[str] | None = None) -> None:
         live = measure(bundles / live_version / "model", parts["sets"], work / "runs" / "embeddings")
         print(f"  live {live_version}: {_fmt(live)}", flush=True)
         rows = []
-        for seed in range(seeds[corpus]):
+        for seed in range(args.first_seed, seeds[corpus]):
             records = work / ("retrain" if args.shift == "keywords" else f"retrain-{args.shift}")
             records.mkdir(parents=True, exist_ok=True)
             record = records / f"seed-{seed}.json"

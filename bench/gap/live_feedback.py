@@ -1,7 +1,8 @@
 """Does the live section of GET /generalization-gap tell traffic like the test split from shifted traffic?
 
     nice -n 10 env OMP_NUM_THREADS=1 .venv/bin/python -m bench live_feedback OUT_DIR \
-        [--corpora demo,scifact] [--seeds 10] [--users 40] [--results bench/results/live_feedback.json]
+        [--corpora demo,scifact,pycode] [--seeds 10] [--users 40] [--populations same,keywords,jargon,test]
+        [--results bench/results/live_feedback.json]
 
 Issue 41, item 4 (a) and (b)'s verdict. Per corpus the training queries are split once (seed 0) into A (half:
 the fine-tune trains on it), R (a quarter: the pipeline's evaluation split, so the report's `risk_test`
@@ -19,6 +20,8 @@ Populations:
   are rarest in the corpus, lower-cased, in order of rarity (English stop words never qualify) — over the
   same documents and qrels: a shift of query style the model was not trained for (b: *worse than
   predicted* should be flagged when the model is worse on it);
+- `jargon`: U's queries that use one of its 30 most frequent content words, each renamed to an invented word
+  (`jargon_queries`): a shift of vocabulary, which judgments can teach (bench/gap/feedback_retrain.py);
 - `test`: the corpus's own test split (scifact: other claims, document-disjoint from train; demo: other
   standard-library objects), for reference.
 
@@ -246,7 +249,9 @@ def print_table(results: dict[str, dict[str, dict[str, Any]]]) -> None:
 def add_corpus_options(p: argparse.ArgumentParser) -> None:
     """The options this bench and bench/gap/feedback_retrain.py share: which corpora, how they are built,
     where the numbers go."""
-    p.add_argument("--corpora", default="demo,scifact", help="comma-separated: demo, scifact")
+    p.add_argument(
+        "--corpora", default="demo,scifact", help="comma-separated: demo, scifact, manpages, debpkgs, pycode"
+    )
     p.add_argument("--distractors", type=int, default=1000, help="scifact: documents besides the relevant")
     p.add_argument("--results", type=Path, default=None, help="write the table's numbers as JSON here")
 

@@ -132,7 +132,10 @@ def write_beir(folder: Path, corpus_ids: list[str], splits: dict[str, RetrievalD
 
 
 def corpus_source(name: str, out: Path) -> Path:
-    """The BEIR folder of a corpus: scifact from the shared data, the demo corpus built once under out/."""
+    """The BEIR folder of a corpus: scifact from the shared data, the demo corpus built once under out/, or
+    one of bench/harness/corpora.py's (manpages, debpkgs, pycode: built once from this machine's files)."""
+    from bench.harness.corpora import CORPORA, data_dir
+
     if name == "scifact":
         return SCIFACT
     if name == "demo":
@@ -140,7 +143,13 @@ def corpus_source(name: str, out: Path) -> Path:
         if not (folder / "corpus.jsonl").exists():
             build_demo_dataset(folder)
         return folder
-    raise SystemExit(f"--corpora: unknown corpus {name!r} (scifact, demo)")
+    known = {c.name: c for c in CORPORA if c.name not in ("scifact", "pydocs")}  # pydocs is the demo corpus
+    if name in known:
+        folder = data_dir(known[name])
+        if folder is None:
+            raise SystemExit(f"--corpora: {name}: its source is missing on this machine (see above)")
+        return folder
+    raise SystemExit(f"--corpora: unknown corpus {name!r} (scifact, demo, {', '.join(known)})")
 
 
 def _estimate(e: Estimate | NotComputable) -> dict[str, Any] | None:

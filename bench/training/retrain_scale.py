@@ -1,7 +1,7 @@
 """Retrain to live, full vs query-side, on the same training pairs and test queries as the corpus grows.
 
     nice -n 10 .venv/bin/python -m bench retrain_scale WORK [--data ../shared/data/scifact]
-        [--sizes 0,10000,100000,1000000] [--full-sizes 0] [--no-distill] [--no-onnx]
+        [--sizes 0,10000,100000,1000000] [--full-sizes 0] [--no-distill] [--no-onnx] [--time-budget S]
 
 Size 0 is the dataset itself (scifact: 5,183 abstracts; the demo corpus: its docstrings). Larger sizes add
 distractor documents to its corpus until it holds that many: their vectors cost nothing to make — drawn
@@ -17,6 +17,10 @@ published as the live version (setup, timed apart), then
   the live bundle is rolled back to the base version and `run_pipeline` with retrain_scope full runs, timed the same
   way (one corpus encode: the live vectors stand in for the base model's).
 nDCG@10 is on the test split through each version's own index (dense) and in its served mode.
+
+`--time-budget S` gives the full retrain a wall-clock budget of S seconds (TrainConfig.time_budget_s, what
+`pipeline --time-budget` sets): it is recorded as a second full retrain of the size (`full-budget-S`), run
+before the unbudgeted one (unless `--skip-full`), and printed beside it, from the same base bundle.
 
 Full retrains at sizes that were not run are a PROJECTION, printed as such: the measured full run's
 time with its corpus encode scaled linearly to the size (its measured documents/s) and its index and
@@ -101,7 +105,14 @@ def base_bundle(data: Path, bundles: Path, cache_dir: Path, n_real: int, seed: i
 
 
 def retrain(
-    data: Path, bundles: Path, work: Path, tower: str, *, onnx: bool, distill: bool
+    data: Path,
+    bundles: Path,
+    work: Path,
+    tower: str,
+    *,
+    onnx: bool,
+    distill: bool,
+    budget_s: float | None = None,
 ) -> dict[str, Any]:
     from contract.bundles.bundle import read_manifest
     from contract.config import TrainConfig
@@ -113,7 +124,7 @@ def retrain(
         data=DataPlan(data_dir=str(data)),
         publication=PublicationPlan(bundles_dir=str(bundles), onnx=onnx, distill=distill),
     )
-    plan = retrain_plan(TrainConfig(), QueryRetrainConfig(), publish, tower)  # type: ignore[arg-type]
+    plan = retrain_plan(TrainConfig(time_budget_s=budget_s), QueryRetrainConfig(), publish, tower)  # type: ignore[arg-type]
     result = run_pipeline(plan, work, RunHooks(show_progress=False, cache=EmbeddingCache(work / "cache")))
     seconds = time.perf_counter() - started
     manifest = read_manifest(bundles / result.publish.version)
@@ -124,6 +135,7 @@ def retrain(
         "peak_rss_mb": result.timer.to_json()["peak_rss_mb"],
         "dense": manifest.metrics.get("test.dense", manifest.metrics.get("test", {})).get("ndcg@10"),
         "served_mode": served, "served": manifest.metrics.get("test", {}).get("ndcg@10"),
+        "time_budget_s": budget_s, "budget": result.timer.notes.get("time_budget"),
     }  # fmt: skip
 
 
@@ -147,6 +159,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--full-sizes", default="0")
     parser.add_argument("--no-onnx", action="store_true")
     parser.add_argument("--no-distill", action="store_true")
+    parser.add_argument(
+        "--time-budget", type=float, default=None, help="seconds: also run a budgeted full retrain"
+    )
+    parser.add_argument("--skip-full", action="store_true", help="at --full-sizes, only the budgeted one")
     parser.add_argument(
         "--skip-query", action="store_true", help="only the full retrains (another WORK runs the rest)"
     )
@@ -188,14 +204,25 @@ def measure_size(
         row["query"] = retrain(data, bundles, args.work / f"runs-{size}", "query",
                                onnx=not args.no_onnx, distill=not args.no_distill)  # fmt: skip
         results_file.write_text(json.dumps(results, indent=1))
-    if full and "full" not in row:
+    # the budgeted run first: it is the shorter, and a stopped invocation resumes with the other
+    budgets: list[float | None] = [args.time_budget] if args.time_budget else []
+    budgets += [] if args.skip_full else [None]
+    for budget in budgets if full else []:
+        name = full_key(budget)
+        if name in row:
+            continue
         if n_docs > n_real:
             raise SystemExit(f"size {size}: a full retrain needs real texts; use --full-sizes 0")
         store.activate(row["setup"]["version"])
-        row["full"] = retrain(data, bundles, args.work / f"runs-{size}", "full",
-                              onnx=not args.no_onnx, distill=not args.no_distill)  # fmt: skip
+        row[name] = retrain(data, bundles, args.work / f"runs-{size}", "full",
+                            onnx=not args.no_onnx, distill=not args.no_distill, budget_s=budget)  # fmt: skip
         results_file.write_text(json.dumps(results, indent=1))
     print(f"size {size}: {json.dumps({k: v for k, v in row.items() if k != 'setup'})[:400]}", flush=True)
+
+
+def full_key(budget_s: float | None) -> str:
+    """The results key of a full retrain: `full`, or `full-budget-600` under a 600 s budget."""
+    return "full" if budget_s is None else f"full-budget-{budget_s:g}"
 
 
 def print_time_table(results: dict[str, Any], measured: dict[str, Any] | None) -> None:
@@ -231,9 +258,8 @@ def print_phase_table(results: dict[str, Any]) -> None:
           "(base → tuned) | live | peak RSS MB, the process so far |")  # fmt: skip
     print("|---:|---|---:|---:|---|---|---|---:|")
     for row in sorted(results.values(), key=lambda r: r["n_docs"]):
-        for name in ("query", "full"):
-            if (r := row.get(name)) is None:
-                continue
+        for name in sorted(k for k in row if k == "query" or k.startswith("full")):
+            r = row[name]
             distill = r["phases"].get("distill query encoders", 0.0)
             print(f"| {row['n_docs']:,} | {name} | {r['seconds']:.0f} | {distill:.0f} | {r['served_mode']} | "
                   f"{row['base_served']:.4f} → {r['served']:.4f} | {r['live']} | {r['peak_rss_mb']:.0f} |")  # fmt: skip
