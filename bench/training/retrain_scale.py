@@ -265,6 +265,30 @@ def print_phase_table(results: dict[str, Any]) -> None:
                   f"{row['base_served']:.4f} → {r['served']:.4f} | {r['live']} | {r['peak_rss_mb']:.0f} |")  # fmt: skip
 
 
+def print_budget_table(results: dict[str, Any]) -> None:
+    """Each budgeted full retrain beside the unbudgeted one of its size (where that ran): time to live, the
+    steps the budget let run, and the dense gain."""
+    rows = [(row, k) for row in results.values() for k in sorted(row) if k.startswith("full-budget-")]
+    if not rows:
+        return
+    print("\n| documents | full retrain | budget (s) | to live (s) | steps run / planned | nDCG@10 dense (base → tuned) "
+          "| gain / unbudgeted gain |")  # fmt: skip
+    print("|---:|---|---:|---:|---:|---|---:|")
+    for row, key in sorted(rows, key=lambda rk: rk[0]["n_docs"]):
+        for name in (key, "full"):
+            if (r := row.get(name)) is None:
+                continue
+            b = r.get("budget") or {}
+            steps = (
+                f"{b['steps_run']} / {b['planned_steps']}" if b else f"{r['steps'].get('train steps', '–')}"
+            )
+            ratio = "–"
+            if name != "full" and "full" in row and row["full"]["dense"] != row["base_dense"]:
+                ratio = f"{(r['dense'] - row['base_dense']) / (row['full']['dense'] - row['base_dense']):.2f}"
+            print(f"| {row['n_docs']:,} | {name} | {r.get('time_budget_s') or '–'} | {r['seconds']:.0f} | {steps} | "
+                  f"{row['base_dense']:.4f} → {r['dense']:.4f} | {ratio} |")  # fmt: skip
+
+
 def print_projections(results: dict[str, Any], measured: dict[str, Any] | None, project: str) -> None:
     for size in [int(x) for x in project.split(",") if x]:
         if measured is None:
@@ -298,6 +322,7 @@ def main(argv: list[str] | None = None) -> None:
     measured = next((r for r in results.values() if "full" in r), None)
     print_time_table(results, measured)
     print_phase_table(results)
+    print_budget_table(results)
     print_projections(results, measured, args.project)
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
