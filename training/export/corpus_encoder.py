@@ -1,12 +1,15 @@
-"""Which runtime encodes a tuned model's corpus: torch, or its ONNX export (fp32, or int8 where the CPU has
-VNNI), measured on the machine that runs it and gated on nDCG@10 like the query encoders.
+"""Which runtime encodes a tuned model's corpus: torch, or its ONNX export (fp32 or int8), measured on the
+machine that runs it and gated on nDCG@10 like the query encoders.
 
 The corpus encode is the one part of a full retrain that grows with the corpus (training/train/trainer.py
 encodes it once, with the tuned model, and the index is built from those vectors). On an earlier 2-core
 development CPU (AVX-512 VNNI) the int8 export encoded scifact abstracts ~2.5x faster than torch and
 fp32 ONNX ~1.4x (one thread, under load; bench/index/corpus_encode_bench.py measures fp32 vs torch); on the
 current one (AMD EPYC, AVX2, no VNNI) fp32 ONNX is 0.96x torch and int8, forced in, 1.40x on the packages
-15k probe (bench/results/corpus_encode_scale.txt). The int8 rows are not torch's (smallest cosine ~0.99
+15k probe (bench/results/corpus_encode_scale.txt), so int8 is a candidate on every CPU, not only where VNNI
+promises it a gain: the probe, not the CPU's flags, decides. That costs the int8 export and one more probe
+pass over 256 documents (~27 s at the probe's 9.5 docs/s), against a 15k corpus encode that took 728 s on
+torch (bench/results/retrain_scale_packages15k.txt). The int8 rows are not torch's (smallest cosine ~0.99
 on scifact abstracts), so a candidate is used only when, on a probe pool (the judged documents of up
 to PROBE_QUERIES evaluation queries plus random others, PROBE_DOCS in all), its document vectors lose
 at most MAX_NDCG_LOSS nDCG@10 against torch's (the same torch query vectors, exact search over the pool),
@@ -92,7 +95,7 @@ def choose_corpus_encoder(
     from training.export.onnx_export import export_onnx
 
     started = time.perf_counter()
-    int8 = choice == "onnx-int8" or (choice == "auto" and cpu_has_vnni())
+    int8 = choice in ("auto", "onnx-int8")
     export_onnx(model_dir, quantize=int8)
     threads = torch.get_num_threads()  # the same threads as torch: a fair race
     candidates = {"onnx": OnnxQueryEncoder.load(model_dir, variant="fp32", threads=threads)}

@@ -379,7 +379,7 @@ def test_auto_takes_the_fastest_runtime_within_the_ndcg_budget(world, tmp_path, 
         Encoder.load(model_dir), model_dir, load_split(world["data"], "test")
     )
     rows = record["candidates"]
-    assert set(rows) == {"torch", "onnx"} | ({"onnx-int8"} if ce.cpu_has_vnni() else set())
+    assert set(rows) == {"torch", "onnx", "onnx-int8"}  # int8 raced on every CPU, VNNI or not
     pick = rows[record["chosen"]]
     assert pick["ndcg_loss"] <= ce.MAX_NDCG_LOSS
     assert record["chosen"] == "torch" or pick["speedup"] >= ce.MIN_SPEEDUP
