@@ -286,8 +286,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--first-seed",
         type=int,
         default=0,
-        help="start at this seed (two processes on copies of OUT_DIR/<corpus> run disjoint seeds; copy the "
-        "records into one and rerun it for the whole table)",
+        help="start at this seed; --seeds stays the end (--seeds 4 --first-seed 2: seeds 2 and 3). Two processes "
+        "on copies of OUT_DIR/<corpus> run disjoint seeds; copy the records into one and rerun it for the table",
     )
     p.add_argument(
         "--shift", choices=SHIFTS, default="keywords", help="how the judged and held-out halves differ"
