@@ -24,6 +24,7 @@ BENCHES: dict[str, str] = {
     "auto_stability": "bench.serving.auto_stability",
     "request_profile": "bench.serving.request_profile",
     "request_ab": "bench.serving.request_ab",
+    "thread_cpu": "bench.serving.thread_cpu",
     # index
     "index_bench": "bench.index.index_bench",
     "milvus_bench": "bench.index.milvus_bench",

@@ -255,7 +255,7 @@ class TrainConfig(BaseModel):
     corpus_encoder: Literal["auto", "torch", "onnx", "onnx-int8"] = Field(
         "auto",
         description="What encodes the tuned model's corpus (the one corpus encode of a retrain): auto = the "
-        "fastest of torch and its ONNX export (fp32, int8 where the CPU has VNNI) measured here, within 0.005 "
+        "fastest of torch and its ONNX export (fp32 and int8) measured here, within 0.005 "
         "nDCG@10 of torch's vectors on a probe pool (corpora of 5,000+ documents; smaller ones: torch).",
     )
 

@@ -10,8 +10,8 @@ the same architecture, so the same cost per document. Steps, in the order a full
 (training/train/trainer.py `finalize`):
 
 1. the race: training.export.corpus_encoder.choose_corpus_encoder(choice="auto") on the test split, as the
-   pipeline calls it (int8 is a candidate only on a CPU with VNNI), then the same probe with int8 forced
-   in, to show what the quality guard says of int8 document vectors;
+   pipeline calls it (int8 is a candidate on every CPU since b2e7136), then the probe of fp32 and int8 ONNX
+   once more, its table printed, to show what the quality guard says of int8 document vectors;
 2. docs/s of each runtime (torch fp32, ONNX fp32, ONNX int8) on a seeded sample of `--sample` documents
    (the corpus's own length distribution), batch 32 as the pipeline's;
 3. one fresh subprocess per size: the race's runtime (and `--extra-runtime` at `--extra-sizes`) encodes the first N documents through
@@ -239,7 +239,7 @@ def race_lines(raced: dict[str, Any]) -> list[str]:
             f"| {name} | {r['docs_per_s']:.1f} | {r['speedup']:.2f} | {r['ndcg@10']:.4f} | {r['ndcg_loss']:+.4f} |"
             for name, r in raced["with_int8"]["candidates"].items()
         ),
-        f"with int8 a candidate (a VNNI CPU) the race would pick: {raced['with_int8']['chosen']}",
+        f"with int8 and fp32 ONNX probed again, the race would pick: {raced['with_int8']['chosen']}",
     ]
 
 

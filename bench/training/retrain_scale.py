@@ -21,6 +21,9 @@ nDCG@10 is on the test split through each version's own index (dense) and in its
 `--time-budget S` gives the full retrain a wall-clock budget of S seconds (TrainConfig.time_budget_s, what
 `pipeline --time-budget` sets): it is recorded as a second full retrain of the size (`full-budget-S`), run
 before the unbudgeted one (unless `--skip-full`), and printed beside it, from the same base bundle.
+`--set KEY=VALUE` (repeatable) changes the full retrains' recipe (TrainConfig fields, values as JSON, e.g.
+`--set hard_negatives=1 --set grad_cache=false`): they are recorded as `full-<--name>` (and
+`full-<--name>-budget-S`), so recipes run into one WORK print side by side against the default's `full`.
 
 Full retrains at sizes that were not run are a PROJECTION, printed as such: the measured full run's
 time with its corpus encode scaled linearly to the size (its measured documents/s) and its index and
@@ -113,6 +116,7 @@ def retrain(
     onnx: bool,
     distill: bool,
     budget_s: float | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     from contract.bundles.bundle import read_manifest
     from contract.config import TrainConfig
@@ -124,7 +128,8 @@ def retrain(
         data=DataPlan(data_dir=str(data)),
         publication=PublicationPlan(bundles_dir=str(bundles), onnx=onnx, distill=distill),
     )
-    plan = retrain_plan(TrainConfig(time_budget_s=budget_s), QueryRetrainConfig(), publish, tower)  # type: ignore[arg-type]
+    config = TrainConfig(time_budget_s=budget_s, **(overrides or {}))
+    plan = retrain_plan(config, QueryRetrainConfig(), publish, tower)  # type: ignore[arg-type]
     result = run_pipeline(plan, work, RunHooks(show_progress=False, cache=EmbeddingCache(work / "cache")))
     seconds = time.perf_counter() - started
     manifest = read_manifest(bundles / result.publish.version)
@@ -135,7 +140,7 @@ def retrain(
         "peak_rss_mb": result.timer.to_json()["peak_rss_mb"],
         "dense": manifest.metrics.get("test.dense", manifest.metrics.get("test", {})).get("ndcg@10"),
         "served_mode": served, "served": manifest.metrics.get("test", {}).get("ndcg@10"),
-        "time_budget_s": budget_s, "budget": result.timer.notes.get("time_budget"),
+        "time_budget_s": budget_s, "budget": result.timer.notes.get("time_budget"), "recipe": overrides or {},
     }  # fmt: skip
 
 
@@ -164,6 +169,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--skip-full", action="store_true", help="at --full-sizes, only the budgeted one")
     parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a TrainConfig field for the full retrains (value as JSON), e.g. hard_negatives=1",
+    )
+    parser.add_argument("--name", default="", help="the recipe's name in the results (with --set)")
+    parser.add_argument(
         "--skip-query", action="store_true", help="only the full retrains (another WORK runs the rest)"
     )
     parser.add_argument(
@@ -175,7 +189,33 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="comma-separated sizes to print a full-retrain projection for (index and BM25 phases scaled "
         "linearly from the nearest measured setup)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.overrides = recipe_overrides(parser, args.overrides)
+    if args.overrides and not args.name:
+        parser.error("--set needs --name: the recipe's results key is full-<name>")
+    return args
+
+
+def recipe_overrides(parser: argparse.ArgumentParser, pairs: list[str]) -> dict[str, Any]:
+    """`KEY=VALUE` pairs as TrainConfig fields, checked against TrainConfig now rather than an hour in."""
+    from pydantic import ValidationError
+
+    from contract.config import TrainConfig
+
+    overrides: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or key not in TrainConfig.model_fields:
+            parser.error(f"--set {pair!r}: expected KEY=VALUE with KEY a TrainConfig field")
+        try:
+            overrides[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            overrides[key] = raw  # a bare string, e.g. cpu_bf16=off
+    try:
+        TrainConfig(**overrides)
+    except ValidationError as err:
+        parser.error(f"--set: {err}")
+    return overrides
 
 
 def measure_size(
@@ -208,21 +248,24 @@ def measure_size(
     budgets: list[float | None] = [args.time_budget] if args.time_budget else []
     budgets += [] if args.skip_full else [None]
     for budget in budgets if full else []:
-        name = full_key(budget)
+        name = full_key(budget, args.name)
         if name in row:
             continue
         if n_docs > n_real:
             raise SystemExit(f"size {size}: a full retrain needs real texts; use --full-sizes 0")
         store.activate(row["setup"]["version"])
         row[name] = retrain(data, bundles, args.work / f"runs-{size}", "full",
-                            onnx=not args.no_onnx, distill=not args.no_distill, budget_s=budget)  # fmt: skip
+                            onnx=not args.no_onnx, distill=not args.no_distill, budget_s=budget,
+                            overrides=args.overrides)  # fmt: skip
         results_file.write_text(json.dumps(results, indent=1))
     print(f"size {size}: {json.dumps({k: v for k, v in row.items() if k != 'setup'})[:400]}", flush=True)
 
 
-def full_key(budget_s: float | None) -> str:
-    """The results key of a full retrain: `full`, or `full-budget-600` under a 600 s budget."""
-    return "full" if budget_s is None else f"full-budget-{budget_s:g}"
+def full_key(budget_s: float | None, name: str = "") -> str:
+    """The results key of a full retrain: `full`, `full-budget-600` under a 600 s budget, `full-NAME` and
+    `full-NAME-budget-600` for a recipe named NAME."""
+    key = f"full-{name}" if name else "full"
+    return key if budget_s is None else f"{key}-budget-{budget_s:g}"
 
 
 def print_time_table(results: dict[str, Any], measured: dict[str, Any] | None) -> None:
@@ -265,28 +308,35 @@ def print_phase_table(results: dict[str, Any]) -> None:
                   f"{row['base_served']:.4f} → {r['served']:.4f} | {r['live']} | {r['peak_rss_mb']:.0f} |")  # fmt: skip
 
 
-def print_budget_table(results: dict[str, Any]) -> None:
-    """Each budgeted full retrain beside the unbudgeted one of its size (where that ran): time to live, the
-    steps the budget let run, and the dense gain."""
-    rows = [(row, k) for row in results.values() for k in sorted(row) if k.startswith("full-budget-")]
-    if not rows:
+def print_variant_table(results: dict[str, Any]) -> None:
+    """Each other full retrain of a size (a budget, a recipe of --set) and then the default unbudgeted one
+    (where that ran): time to live and its share of the default's, the steps run, and the dense gain and its
+    share of the default's."""
+    sized = sorted(results.values(), key=lambda r: r["n_docs"])
+    if not any(k.startswith("full-") for row in sized for k in row):
         return
-    print("\n| documents | full retrain | budget (s) | to live (s) | steps run / planned | nDCG@10 dense (base → tuned) "
-          "| gain / unbudgeted gain |")  # fmt: skip
-    print("|---:|---|---:|---:|---:|---|---:|")
-    for row, key in sorted(rows, key=lambda rk: rk[0]["n_docs"]):
-        for name in (key, "full"):
-            if (r := row.get(name)) is None:
-                continue
+    print("\n| documents | full retrain | recipe | budget (s) | to live (s) | time / default's | steps run / planned "
+          "| nDCG@10 dense (base → tuned) | gain / default's gain |")  # fmt: skip
+    print("|---:|---|---|---:|---:|---:|---:|---|---:|")
+    for row in sized:
+        variants = sorted(k for k in row if k.startswith("full-"))
+        default = row.get("full")
+        for name in variants + (["full"] if variants and default else []):
+            r = row[name]
             b = r.get("budget") or {}
             steps = (
                 f"{b['steps_run']} / {b['planned_steps']}" if b else f"{r['steps'].get('train steps', '–')}"
             )
-            ratio = "–"
-            if name != "full" and "full" in row and row["full"]["dense"] != row["base_dense"]:
-                ratio = f"{(r['dense'] - row['base_dense']) / (row['full']['dense'] - row['base_dense']):.2f}"
-            print(f"| {row['n_docs']:,} | {name} | {r.get('time_budget_s') or '–'} | {r['seconds']:.0f} | {steps} | "
-                  f"{row['base_dense']:.4f} → {r['dense']:.4f} | {ratio} |")  # fmt: skip
+            time_ratio, gain_ratio = "–", "–"
+            if name != "full" and default is not None:
+                time_ratio = f"{r['seconds'] / default['seconds']:.2f}"
+                if default["dense"] != row["base_dense"]:
+                    gain_ratio = (
+                        f"{(r['dense'] - row['base_dense']) / (default['dense'] - row['base_dense']):.2f}"
+                    )
+            recipe = " ".join(f"{k}={json.dumps(v)}" for k, v in (r.get("recipe") or {}).items()) or "default"
+            print(f"| {row['n_docs']:,} | {name} | {recipe} | {r.get('time_budget_s') or '–'} | {r['seconds']:.0f} | "
+                  f"{time_ratio} | {steps} | {row['base_dense']:.4f} → {r['dense']:.4f} | {gain_ratio} |")  # fmt: skip
 
 
 def print_projections(results: dict[str, Any], measured: dict[str, Any] | None, project: str) -> None:
@@ -322,7 +372,7 @@ def main(argv: list[str] | None = None) -> None:
     measured = next((r for r in results.values() if "full" in r), None)
     print_time_table(results, measured)
     print_phase_table(results)
-    print_budget_table(results)
+    print_variant_table(results)
     print_projections(results, measured, args.project)
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
