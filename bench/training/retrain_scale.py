@@ -137,7 +137,8 @@ def retrain(
     return {
         "tower": result.scope, "seconds": seconds, "live": result.publish.live, "reason": result.publish.reason,
         "version": result.publish.version, "phases": result.timer.seconds, "steps": result.timer.steps,
-        "peak_rss_mb": result.timer.to_json()["peak_rss_mb"],
+        "peak_rss_mb": result.timer.to_json()["peak_rss_mb"], "peak_rss_phase": result.timer.peak_phase(),
+        "peak_rss_mb_after": result.timer.peak_rss_after,
         "dense": manifest.metrics.get("test.dense", manifest.metrics.get("test", {})).get("ndcg@10"),
         "served_mode": served, "served": manifest.metrics.get("test", {}).get("ndcg@10"),
         "time_budget_s": budget_s, "budget": result.timer.notes.get("time_budget"), "recipe": overrides or {},
@@ -298,14 +299,15 @@ def print_time_table(results: dict[str, Any], measured: dict[str, Any] | None) -
 def print_phase_table(results: dict[str, Any]) -> None:
     # the served mode is what the gate compares, and the static tower's distillation is part of both times
     print("\n| documents | retrain | to live (s) | of which: distill static tower (s) | served mode | nDCG@10 served "
-          "(base → tuned) | live | peak RSS MB, the process so far |")  # fmt: skip
+          "(base → tuned) | live | peak RSS MB, the process so far (reached in) |")  # fmt: skip
     print("|---:|---|---:|---:|---|---|---|---:|")
     for row in sorted(results.values(), key=lambda r: r["n_docs"]):
         for name in sorted(k for k in row if k == "query" or k.startswith("full")):
             r = row[name]
             distill = r["phases"].get("distill query encoders", 0.0)
+            where = f" ({r['peak_rss_phase']})" if r.get("peak_rss_phase") else ""
             print(f"| {row['n_docs']:,} | {name} | {r['seconds']:.0f} | {distill:.0f} | {r['served_mode']} | "
-                  f"{row['base_served']:.4f} → {r['served']:.4f} | {r['live']} | {r['peak_rss_mb']:.0f} |")  # fmt: skip
+                  f"{row['base_served']:.4f} → {r['served']:.4f} | {r['live']} | {r['peak_rss_mb']:.0f}{where} |")  # fmt: skip
 
 
 def print_variant_table(results: dict[str, Any]) -> None:

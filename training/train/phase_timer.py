@@ -7,7 +7,9 @@ the end and the run folder keeps `timings.json`, so the time claims in docs/benc
 Loops that run in steps (training) also feed a `StepMeter`: while they run it logs, at most every
 `interval_s`, the steps done, steps/s and the projected time to finish; at the end the phase's steps/s goes
 into the table. The table ends with the process's peak resident memory (ru_maxrss: what the run held at its
-largest, every phase included).
+largest, every phase included); timings.json also keeps that peak as it stood at the end of each phase, so
+the phase that raised it is the first whose value jumps (the retrain-cost issue caps a default run at 3 GB,
+and the peak came from after the training steps: docs/training.md, "Cheaper recipes, timed to live").
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class PhaseTimer:
         self.seconds: dict[str, float] = {}
         self.steps: dict[str, int] = {}  # phases that run in steps (StepMeter): steps done
         self.notes: dict[str, object] = {}  # what else timings.json records (a time budget and its use)
+        self.peak_rss_after: dict[str, float] = {}  # {phase: the process's peak RSS (MiB) at its last end}
         self.started = time.perf_counter()
 
     @contextmanager
@@ -49,6 +52,7 @@ class PhaseTimer:
             yield
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            self.peak_rss_after[name] = round(peak_rss_mb(), 1)
 
     @property
     def total(self) -> float:
@@ -67,8 +71,18 @@ class PhaseTimer:
         if other > 0.05:
             lines.append(f"{'other':<{width}}  {other:>8.1f}  {other / total:>6.1%}")
         lines.append(f"{'total':<{width}}  {total:>8.1f}")
-        lines.append(f"peak resident memory {peak_rss_mb():,.0f} MiB")
+        where = self.peak_phase()
+        lines.append(
+            f"peak resident memory {peak_rss_mb():,.0f} MiB" + (f" (reached in: {where})" if where else "")
+        )
         return "\n".join(lines)
+
+    def peak_phase(self) -> str | None:
+        """The phase at whose end the process's peak RSS had first reached its value now (None: no phase
+        ran, or the peak came after the last one): where to look when a run holds too much memory."""
+        final = round(peak_rss_mb(), 1)
+        ends = sorted(self.peak_rss_after.items(), key=lambda kv: kv[1])
+        return next((name for name, peak in ends if peak >= final), None)
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -76,6 +90,8 @@ class PhaseTimer:
             "steps": dict(self.steps),
             "total_s": round(self.total, 3),
             "peak_rss_mb": round(peak_rss_mb(), 1),
+            "peak_rss_mb_after": dict(self.peak_rss_after),
+            "peak_rss_phase": self.peak_phase(),
             **self.notes,
         }
 

@@ -92,3 +92,24 @@ def test_pipeline_on_the_demo_dataset_prints_and_saves_its_phase_times(tmp_path)
     phases = json.loads((second / TIMINGS_FILE).read_text())
     assert not {"encode + evaluate (base)", "encode + evaluate (tuned)"} & set(phases["phases_s"])
     assert phases["steps"]["query tower steps"] == 2  # --max-steps caps the query tower's steps too
+
+
+def test_the_phase_that_raised_the_peak_memory_is_named(tmp_path):
+    """A fresh process (its peak is not some earlier test's): 400 MB held in one phase, nothing in the others."""
+    script = (
+        "import json, sys, numpy as np\n"
+        "from training.train.phase_timer import PhaseTimer\n"
+        "t = PhaseTimer()\n"
+        "with t.phase('small'): a = np.ones(1000)\n"
+        "with t.phase('big'): b = np.ones(50_000_000); del b\n"  # 400 MB, pages touched
+        "with t.phase('after'): c = np.ones(1000)\n"
+        "print(json.dumps(t.to_json()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    saved = json.loads(out.stdout.splitlines()[-1])
+    after = saved["peak_rss_mb_after"]
+    assert (
+        after["big"] - after["small"] > 250
+    )  # most of the 381 MiB show up at the end of the phase that held them
+    assert after["after"] == after["big"]  # a peak never falls: freed memory keeps it
+    assert saved["peak_rss_phase"] == "big"
