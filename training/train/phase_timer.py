@@ -43,6 +43,7 @@ class PhaseTimer:
         self.steps: dict[str, int] = {}  # phases that run in steps (StepMeter): steps done
         self.notes: dict[str, object] = {}  # what else timings.json records (a time budget and its use)
         self.peak_rss_after: dict[str, float] = {}  # {phase: the process's peak RSS (MiB) at its last end}
+        self._peak_ends: list[tuple[str, float]] = []  # (phase, peak RSS MiB) at every phase end, in order
         self.started = time.perf_counter()
 
     @contextmanager
@@ -52,7 +53,9 @@ class PhaseTimer:
             yield
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
-            self.peak_rss_after[name] = round(peak_rss_mb(), 1)
+            peak = round(peak_rss_mb(), 1)
+            self.peak_rss_after[name] = peak
+            self._peak_ends.append((name, peak))
 
     @property
     def total(self) -> float:
@@ -81,8 +84,7 @@ class PhaseTimer:
         """The phase at whose end the process's peak RSS had first reached its value now (None: no phase
         ran, or the peak came after the last one): where to look when a run holds too much memory."""
         final = round(peak_rss_mb(), 1)
-        ends = sorted(self.peak_rss_after.items(), key=lambda kv: kv[1])
-        return next((name for name, peak in ends if peak >= final), None)
+        return next((name for name, peak in self._peak_ends if peak >= final), None)
 
     def to_json(self) -> dict[str, object]:
         return {

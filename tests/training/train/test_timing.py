@@ -101,6 +101,7 @@ def test_the_phase_that_raised_the_peak_memory_is_named(tmp_path):
         "from training.train.phase_timer import PhaseTimer\n"
         "t = PhaseTimer()\n"
         "with t.phase('small'): a = np.ones(1000)\n"
+        "with t.phase('after'): c = np.ones(1000)\n"  # ended once before the peak: not the one named
         "with t.phase('big'): b = np.ones(50_000_000); del b\n"  # 400 MB, pages touched
         "with t.phase('after'): c = np.ones(1000)\n"
         "print(json.dumps(t.to_json()))\n"
@@ -108,8 +109,6 @@ def test_the_phase_that_raised_the_peak_memory_is_named(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     saved = json.loads(out.stdout.splitlines()[-1])
     after = saved["peak_rss_mb_after"]
-    assert (
-        after["big"] - after["small"] > 250
-    )  # most of the 381 MiB show up at the end of the phase that held them
-    assert after["after"] == after["big"]  # a peak never falls: freed memory keeps it
+    # most of the 381 MiB show up at the end of the phase that held them; a peak never falls after it
+    assert after["big"] - after["small"] > 250 and after["after"] == after["big"]
     assert saved["peak_rss_phase"] == "big"
