@@ -6,7 +6,7 @@ the end and the run folder keeps `timings.json`, so the time claims in docs/benc
 
 Loops that run in steps (training) also feed a `StepMeter`: while they run it logs, at most every
 `interval_s`, the steps done, steps/s and the projected time to finish; at the end the phase's steps/s goes
-into the table. The table ends with the process's peak resident memory (ru_maxrss: what the run held at its
+into the table. The table ends with the process's peak resident memory (VmHWM: what the run held at its
 largest, every phase included); timings.json also keeps that peak as it stood at the end of each phase, so
 the phase that raised it is the first whose value jumps (the retrain-cost issue caps a default run at 3 GB,
 and the peak came from after the training steps: docs/training.md, "Cheaper recipes, timed to live").
@@ -30,7 +30,15 @@ logger = logging.getLogger(__name__)
 
 
 def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far, MiB (ru_maxrss: KiB on Linux, bytes on macOS)."""
+    """Peak resident memory of this process so far, MiB: Linux's VmHWM (/proc/self/status), else ru_maxrss
+    (KiB on Linux, bytes on macOS). VmHWM first because ru_maxrss survives fork and exec: a run started as
+    a subprocess of a large process (a test runner, a worker) reported that parent's peak as its own."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024  # kB
+    except (OSError, ValueError, IndexError):
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / (1024 * 1024) if sys.platform == "darwin" else peak / 1024
 
