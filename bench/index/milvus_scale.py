@@ -50,6 +50,7 @@ from bench.harness.memory import status_bytes
 from bench.harness.milvus import group_pids, milvus_standalone_process
 from bench.harness.paths import CACHE, RESULTS, SCIFACT
 from bench.harness.ports import free_port
+from bench.harness.profiling import stat_cpu_s
 from bench.harness.servers import APP, service_env, start_server, stop_server, uvicorn_cmd
 from bench.harness.wrk import drive, drive_wrk, write_wrk_bodies
 from bench.index.index_bench import mixture_sampler
@@ -81,12 +82,11 @@ def tree_rss_mb(group: int) -> float:
 
 def tree_cpu_s(group: int) -> float:
     """CPU seconds (user + system) used so far by the processes of one process group."""
-    ticks = 0
+    seconds = 0.0
     for pid in group_pids(group):
         with contextlib.suppress(OSError):
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            ticks += int(fields[11]) + int(fields[12])  # utime, stime (stat fields 14, 15)
-    return ticks / os.sysconf("SC_CLK_TCK")
+            seconds += stat_cpu_s(f"/proc/{pid}/stat")
+    return seconds
 
 
 class Run:

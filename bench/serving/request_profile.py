@@ -24,10 +24,7 @@ idle pool thread) are counted apart, as `idle`: py-spy's own idle detection miss
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -39,6 +36,7 @@ import numpy as np
 
 from bench.harness.paths import REPO
 from bench.harness.ports import free_port
+from bench.harness.profiling import live_timing_queries, py_spy, stat_cpu_s
 from bench.harness.servers import APP, service_env, start_server, stop_server, uvicorn_cmd
 
 # innermost frame first: the first (stage, substrings) a frame of the stack matches names the sample
@@ -71,9 +69,8 @@ IDLE_LEAVES = (
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of every thread of `pid` (/proc/<pid>/stat fields 14 and 15)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """utime + stime of every thread of `pid` (the process's /proc stat sums its threads)."""
+    return stat_cpu_s(f"/proc/{pid}/stat")
 
 
 def per_query_cpu_ms(fn: Any, queries: list[str]) -> float:
@@ -140,12 +137,12 @@ def served(
 
 
 def _start_spy(pid: int) -> tuple[subprocess.Popen[bytes], Path] | None:
-    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    if not Path(exe).exists():
+    exe = py_spy()
+    if exe is None:
         print("py-spy not installed (pip install py-spy): no stage breakdown", flush=True)
         return None
     out = Path(tempfile.mkdtemp()) / "stacks.txt"
-    cmd = [exe, "record", "--pid", str(pid), "--rate", "1000", "--format", "raw", "--output", str(out)]
+    cmd = [str(exe), "record", "--pid", str(pid), "--rate", "1000", "--format", "raw", "--output", str(out)]
     proc = subprocess.Popen(cmd + ["--nonblocking"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     time.sleep(1.0)  # attached before the timed requests start
     return proc, out
@@ -183,10 +180,6 @@ def _stages(stacks: Counter[str]) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from contract.bundles.bundle import read_manifest
-    from contract.encoding.query_encoders import timing_queries
-    from training.bundle.store import BundleStore
-
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bundles", type=Path, default=REPO / "var" / "bundles")
     ap.add_argument("--encoder", default="onnx-int8")
@@ -194,10 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--n", type=int, default=300)
     ap.add_argument("--py-spy", action="store_true")
     args = ap.parse_args(argv)
-    store = BundleStore(args.bundles)
-    if store.current_version() is None:
-        raise SystemExit(f"no live bundle in {args.bundles}: run `make demo` first, or pass --bundles")
-    queries = timing_queries(read_manifest(store.version_path(str(store.current_version()))).extras)
+    queries = live_timing_queries(args.bundles)
     queries = (queries or ["a query"]) * (args.n // max(1, len(queries)) + 1)
     queries = queries[: args.n]
     engine = in_process(args.bundles, args.encoder, args.mode, queries)

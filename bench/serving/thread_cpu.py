@@ -24,13 +24,13 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from bench.harness.paths import REPO
 from bench.harness.ports import free_port
+from bench.harness.profiling import live_timing_queries, py_spy, stat_cpu_s
 from bench.harness.servers import APP, service_env, start_server, stop_server, uvicorn_cmd
 from bench.harness.wrk import drive_wrk, write_wrk_bodies
 
@@ -40,23 +40,21 @@ THREAD_LINE = re.compile(r'^Thread (\d+) \([^)]*\): "([^"]*)"', re.MULTILINE)
 
 def thread_cpu(pid: int) -> dict[int, float]:
     """{tid: CPU seconds (utime + stime)} of every live thread of `pid`."""
-    tick = os.sysconf("SC_CLK_TCK")
     out: dict[int, float] = {}
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            out[int(task.name)] = stat_cpu_s(task / "stat")
         except OSError:  # the thread ended meanwhile
             continue
-        out[int(task.name)] = (int(fields[11]) + int(fields[12])) / tick
     return out
 
 
 def python_thread_names(pid: int) -> dict[int, str]:
     """{tid: Python thread name} from `py-spy dump`; threads it does not list run no Python."""
-    exe = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
-    if not Path(exe).exists():
+    exe = py_spy()
+    if exe is None:
         raise SystemExit("py-spy is not installed (the dev extra: make install-dev): it names the threads")
-    dump = subprocess.run([exe, "dump", "--pid", str(pid)], capture_output=True, text=True, check=True)
+    dump = subprocess.run([str(exe), "dump", "--pid", str(pid)], capture_output=True, text=True, check=True)
     return {int(tid): name for tid, name in THREAD_LINE.findall(dump.stdout)}
 
 
@@ -100,10 +98,6 @@ def report(row: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from contract.bundles.bundle import read_manifest
-    from contract.encoding.query_encoders import timing_queries
-    from training.bundle.store import BundleStore
-
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bundles", type=Path, default=REPO / "var" / "bundles")
     ap.add_argument("--encoder", default="onnx-int8")
@@ -112,10 +106,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed (apt-get install wrk): this bench drives the server with it")
-    store = BundleStore(args.bundles)
-    if store.current_version() is None:
-        raise SystemExit(f"no live bundle in {args.bundles}: run `make demo` first, or pass --bundles")
-    queries = timing_queries(read_manifest(store.version_path(str(store.current_version()))).extras)
+    queries = live_timing_queries(args.bundles)
     bodies = write_wrk_bodies(queries or ["a query"], name="thread_cpu_bodies.jsonl")
     port = free_port()
     env = service_env(args.bundles, args.encoder, True, SEARCH_QUERY_CACHE_SIZE="0")

@@ -50,7 +50,6 @@ class PhaseTimer:
         self.seconds: dict[str, float] = {}
         self.steps: dict[str, int] = {}  # phases that run in steps (StepMeter): steps done
         self.notes: dict[str, object] = {}  # what else timings.json records (a time budget and its use)
-        self.peak_rss_after: dict[str, float] = {}  # {phase: the process's peak RSS (MiB) at its last end}
         self._peak_ends: list[tuple[str, float]] = []  # (phase, peak RSS MiB) at every phase end, in order
         self.started = time.perf_counter()
 
@@ -61,9 +60,7 @@ class PhaseTimer:
             yield
         finally:
             self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
-            peak = round(peak_rss_mb(), 1)
-            self.peak_rss_after[name] = peak
-            self._peak_ends.append((name, peak))
+            self._peak_ends.append((name, round(peak_rss_mb(), 1)))
 
     @property
     def total(self) -> float:
@@ -88,6 +85,11 @@ class PhaseTimer:
         )
         return "\n".join(lines)
 
+    @property
+    def peak_rss_after(self) -> dict[str, float]:
+        """{phase: the process's peak RSS (MiB) at that phase's last end}."""
+        return dict(self._peak_ends)
+
     def peak_phase(self) -> str | None:
         """The phase at whose end the process's peak RSS had first reached its value now (None: no phase
         ran, or the peak came after the last one): where to look when a run holds too much memory."""
@@ -100,7 +102,7 @@ class PhaseTimer:
             "steps": dict(self.steps),
             "total_s": round(self.total, 3),
             "peak_rss_mb": round(peak_rss_mb(), 1),
-            "peak_rss_mb_after": dict(self.peak_rss_after),
+            "peak_rss_mb_after": self.peak_rss_after,
             "peak_rss_phase": self.peak_phase(),
             **self.notes,
         }
