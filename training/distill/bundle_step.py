@@ -29,6 +29,7 @@ from contract.bundles.bundle import (
     Manifest,
     checksums,
     load_bundle,
+    read_manifest,
     new_version_id,
 )
 from contract.encoding.query_encoders import EXTRAS_KEY, SUBDIR, load_variant
@@ -207,6 +208,16 @@ def _record_in_manifest(
     write_json_atomic(folder / MANIFEST_FILE, manifest.model_dump(mode="json"))
 
 
+def _drop_query_encoders(folder: Path) -> None:
+    """A staged copy without its earlier query encoders: their folder, their record and their files in the
+    manifest, which still listed them (so loading the copy failed on the first file deleted)."""
+    shutil.rmtree(folder / SUBDIR, ignore_errors=True)
+    manifest = read_manifest(folder)
+    manifest.extras.pop(EXTRAS_KEY, None)
+    manifest.files = {rel: digest for rel, digest in manifest.files.items() if not rel.startswith(f"{SUBDIR}/")}
+    write_json_atomic(folder / MANIFEST_FILE, manifest.model_dump(mode="json"))
+
+
 def distill_live_bundle(
     bundles_dir: str | Path,
     train: RetrievalData,
@@ -226,6 +237,6 @@ def distill_live_bundle(
         raise ConfigError(f"{bundles_dir}: nothing is live to distil query encoders for")
     with store.build_dir() as staging:
         shutil.copytree(store.version_path(live), staging, dirs_exist_ok=True)
-        shutil.rmtree(staging / SUBDIR, ignore_errors=True)  # an earlier distillation's, if any
+        _drop_query_encoders(staging)  # an earlier distillation's, if any
         attach_query_encoders(staging, train, test.queries, test.qrels, config=config, new_version=True)
         return store.publish(staging, force=force)
