@@ -13,7 +13,7 @@ from app.engine.encoder_choice import TIE_BAND, TIMING_ROUNDS, decide, time_inte
 from app.main import create_app
 from app.settings import Settings
 from contract.encoding.query_encoders import EXTRAS_KEY, StaticQueryEncoder
-from tests.app.conftest import make_settings, publish
+from tests.app.conftest import TINY_DISTILL, make_settings, publish
 
 
 @pytest.fixture(scope="module")
@@ -291,3 +291,28 @@ def test_get_bundles_shows_the_serving_plan_it_was_started_with(distilled_bundle
     assert serving["workers"] == 2 and serving["encoder_threads"] == 1 and serving["reason"]
     with TestClient(create_app(settings)) as client:  # plain uvicorn: says it does not know
         assert "not python -m app.serve" in client.get("/bundles").json()["serving"]["launcher"]
+
+
+def test_distilling_a_bundle_again_replaces_its_query_encoders(tmp_path, staged_distilled, slice_data):
+    """`python -m training distill` on a live bundle that already has query encoders (every pipeline-built
+    bundle has the static tower): the copy drops the old ones from its folder and from its manifest, trains
+    the asked ones, and publishes a bundle that verifies. It failed before on the first dropped file."""
+    from contract.bundles.bundle import load_bundle
+    from training.data.retrieval_data import RetrievalData
+    from training.distill.bundle_step import distill_live_bundle
+    from training.distill.config import DistillConfig
+
+    bundles = tmp_path / "bundles"
+    first = publish(staged_distilled, bundles)
+    pseudo_only = RetrievalData(corpus=slice_data.corpus, queries={}, qrels={}, source="slice")
+    config = DistillConfig(**(TINY_DISTILL | {"variants": ["static"]}))
+    result = distill_live_bundle(bundles, pseudo_only, slice_data, config=config, force=True)
+
+    assert result.live and result.version != first
+    bundle = load_bundle(bundles / result.version, verify=True)  # every listed file there, checksums intact
+    bundle.docstore.close()
+    record = bundle.manifest.extras[EXTRAS_KEY]
+    assert set(record["variants"]) == {"static"}
+    assert bundle.manifest.extras["distilled_from"] == first
+    assert not any(f.startswith("query_encoders/distilled/") for f in bundle.manifest.files)
+    assert not (bundles / result.version / "query_encoders" / "distilled").exists()
