@@ -114,7 +114,7 @@ def fit_query_tower(
     model.max_seq_length = saved_len
     seconds = time.perf_counter() - started
     if control.timer is not None:
-        control.timer.seconds[PHASE] = control.timer.seconds.get(PHASE, 0.0) + seconds
+        control.timer.add(PHASE, seconds)
     logger.info(
         "query tower: %d steps in %.0f s (%.2f steps/s), best validation nDCG@10 %s at step %d%s",
         step, seconds, step / max(seconds, 1e-9), stopper.best, stopper.best_step,

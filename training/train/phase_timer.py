@@ -8,8 +8,9 @@ Loops that run in steps (training) also feed a `StepMeter`: while they run it lo
 `interval_s`, the steps done, steps/s and the projected time to finish; at the end the phase's steps/s goes
 into the table. The table ends with the process's peak resident memory (VmHWM: what the run held at its
 largest, every phase included); timings.json also keeps that peak as it stood at the end of each phase, so
-the phase that raised it is the first whose value jumps (the retrain-cost issue caps a default run at 3 GB,
-and the peak came from after the training steps: docs/training.md, "Cheaper recipes, timed to live").
+the phase that raised it is the first whose value jumps (the retrain-cost issue caps a default run at 3 GB;
+docs/training.md, "Peak memory"). Every phase end also hands the heap it freed back to the system
+(training/train/heap.py), so one phase's peak does not stack on the memory an earlier one freed.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from contract.atomic import write_json_atomic
 from training.data import progress
+from training.train.heap import trim_heap
 
 TIMINGS_FILE = "timings.json"
 logger = logging.getLogger(__name__)
@@ -59,8 +61,15 @@ class PhaseTimer:
         try:
             yield
         finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
-            self._peak_ends.append((name, round(peak_rss_mb(), 1)))
+            self.add(name, time.perf_counter() - start)
+
+    def add(self, name: str, seconds: float) -> None:
+        """A phase's end: its seconds (added to earlier runs of the same name), the process's peak memory so
+        far, and the heap it freed returned to the system (training/train/heap.py), so that the next phase's
+        peak does not stack on this one's."""
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+        self._peak_ends.append((name, round(peak_rss_mb(), 1)))
+        trim_heap()
 
     @property
     def total(self) -> float:

@@ -310,7 +310,7 @@ def _record_time(timer: PhaseTimer | None, train_seconds: float, budget: dict[st
     """The loop's seconds in the phase table, and a time budget's record in timings.json."""
     if timer is None:
         return
-    timer.seconds["train steps"] = timer.seconds.get("train steps", 0.0) + train_seconds
+    timer.add("train steps", train_seconds)
     if budget is not None:
         timer.notes["time_budget"] = budget
 

@@ -117,3 +117,23 @@ def test_the_phase_that_raised_the_peak_memory_is_named(tmp_path):
     # most of the 381 MiB show up at the end of the phase that held them; a peak never falls after it
     assert after["big"] - after["small"] > 250 and after["after"] == after["big"]
     assert saved["peak_rss_phase"] == "big"
+
+
+def test_a_phase_end_returns_the_freed_heap_to_the_system():
+    """A child process frees 300 MB of small heap blocks under a live one: glibc keeps the pages (RSS stays
+    up) until a phase ends, when training/train/heap.py hands them back. The oracle is /proc's VmRSS."""
+    script = (
+        "import json\n"
+        "from training.train.phase_timer import PhaseTimer\n"
+        "def rss(): return int(open('/proc/self/status').read().split('VmRSS:')[1].split()[0]) / 1024\n"
+        "t = PhaseTimer()\n"
+        "blocks = [bytearray(100_000) for _ in range(3000)]\n"  # under the mmap threshold: the heap
+        "pin = bytearray(100_000)\n"  # above them, so the heap's top cannot shrink on its own
+        "before = rss(); del blocks; freed = rss()\n"
+        "with t.phase('p'): pass\n"
+        "print(json.dumps({'before': before, 'freed': freed, 'after': rss()}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    mb = json.loads(out.stdout.splitlines()[-1])
+    assert mb["before"] - mb["freed"] < 100  # freed, but still resident
+    assert mb["freed"] - mb["after"] > 200  # returned at the phase's end
