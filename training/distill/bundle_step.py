@@ -29,8 +29,8 @@ from contract.bundles.bundle import (
     Manifest,
     checksums,
     load_bundle,
-    read_manifest,
     new_version_id,
+    read_manifest,
 )
 from contract.encoding.query_encoders import EXTRAS_KEY, SUBDIR, load_variant
 from contract.encoding.routing import routing_curve, top2_margins
@@ -214,7 +214,9 @@ def _drop_query_encoders(folder: Path) -> None:
     shutil.rmtree(folder / SUBDIR, ignore_errors=True)
     manifest = read_manifest(folder)
     manifest.extras.pop(EXTRAS_KEY, None)
-    manifest.files = {rel: digest for rel, digest in manifest.files.items() if not rel.startswith(f"{SUBDIR}/")}
+    manifest.files = {
+        rel: digest for rel, digest in manifest.files.items() if not rel.startswith(f"{SUBDIR}/")
+    }
     write_json_atomic(folder / MANIFEST_FILE, manifest.model_dump(mode="json"))
 
 

@@ -38,6 +38,32 @@ def test_length_sorted_batches_keep_the_input_order(staged, slice_data):
     np.testing.assert_allclose(enc.encode(texts, batch_size=64), one_by_one, atol=1e-5)
 
 
+def test_bulk_batches_stay_under_the_token_cap_and_give_the_same_vectors(staged, slice_data, monkeypatch):
+    """A bulk encode caps each batch at BATCH_TOKENS tokens (rows × its longest) and shrinks the arena after
+    each run; one query's encode passes no run options. Same vectors either way (oracle: one by one)."""
+    from contract.encoding import onnx_encoder
+
+    texts = sorted(slice_data.queries.values())[:12] + ["a much longer query " * 20, "short"]
+    enc = OnnxQueryEncoder.load(staged["A"] / "model", variant="fp32")
+    one_by_one = np.concatenate([enc.encode([t]) for t in texts])  # (n, 384)
+    real, calls = enc.session, []
+
+    class Recording:
+        def run(self, names, feed, options=None):
+            calls.append((feed["input_ids"].shape, options))
+            return real.run(names, feed, options)
+
+    monkeypatch.setattr(onnx_encoder, "BATCH_TOKENS", 64)
+    enc.session = Recording()
+    np.testing.assert_allclose(enc.encode(texts, batch_size=8), one_by_one, atol=1e-5)
+    assert all(rows == 1 or rows * width <= 64 for (rows, width), _ in calls)
+    assert calls[0][0][0] == 1 and len(calls) > 2  # the longest alone; the short ones several to a batch
+    assert all(options is not None for _, options in calls)
+    calls.clear()
+    enc.encode(["one query"])
+    assert calls[0][1] is None
+
+
 def test_quality_is_recorded_in_the_manifest(staged):
     manifest = json.loads((staged["A"] / "manifest.json").read_text())
     record = manifest["extras"][EXTRAS_KEY]
