@@ -177,7 +177,9 @@ def encode_costs(bundles: Path, version: str, backends: list[str], max_loss: flo
     from app.engine.encoder_choice import choose_encoder_backend
 
     chosen, _, record = choose_encoder_backend(bundle, max_ndcg_loss=max_loss)
-    out["auto"] = {**out[chosen], "chosen": chosen, "choice": record}
+    # a routed choice (static-routed) is no recorded backend of its own: its cost is in the choice's record
+    timed = out.get(chosen, {"ms_per_query": None, "ndcg@10": None})
+    out["auto"] = {**timed, "chosen": chosen, "choice": record}
     print(f"auto at nDCG budget {max_loss}: {chosen}", flush=True)
     return out
 

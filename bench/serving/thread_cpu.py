@@ -103,6 +103,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--encoder", default="onnx-int8")
     ap.add_argument("--clients", default="1,8,32")
     ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument(
+        "--no-spin", action="store_true", help="onnxruntime's spin-wait off (bench/harness/no_spin.py)"
+    )
     args = ap.parse_args(argv)
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed (apt-get install wrk): this bench drives the server with it")
@@ -111,10 +114,12 @@ def main(argv: list[str] | None = None) -> None:
     port = free_port()
     env = service_env(args.bundles, args.encoder, True, SEARCH_QUERY_CACHE_SIZE="0")
     log = Path(tempfile.mkdtemp()) / "server.log"
-    proc = start_server(uvicorn_cmd(APP, port), env, port, log=log)
+    target = "bench.harness.no_spin:create_app" if args.no_spin else APP
+    proc = start_server(uvicorn_cmd(target, port), env, port, log=log)
     url = f"http://127.0.0.1:{port}/search"
     print(
-        f"{args.bundles}: one process, encoder {args.encoder}, {os.cpu_count()} cores, wrk {args.seconds:g} s a level"
+        f"{args.bundles}: one process, encoder {args.encoder}{' (spin-wait off)' if args.no_spin else ''}, "
+        f"{os.cpu_count()} cores, wrk {args.seconds:g} s a level"
     )
     try:
         drive_wrk(url, bodies, 4, 2, max_requests=10**9)  # warm-up: pools started, first batches run

@@ -37,6 +37,11 @@ FILES: dict[str, str] = {"fp32": "model.onnx", "int8": "model_int8.onnx"}
 INFO_FILE = "onnx_info.json"
 EXTRAS_KEY = "onnx"  # key in the bundle manifest's `extras`
 OPSET = 17
+# Spinning stays on (onnxruntime's default), deliberately: bench/serving/load_bench.py's concurrency runs
+# suspected it, but measured here it halves one short query's latency (int8, 15 tokens: 1.56 ms spinning vs
+# 2.95 ms not; end to end /search p50 2.7 vs 5.2 ms); at 32 clients req/s was within run-to-run noise.
+# A module constant so that `python -m bench thread_cpu --no-spin` can serve with it off (an A/B, not a setting).
+ALLOW_SPINNING = "1"
 # Many batches of changing widths grow onnxruntime's CPU arena without bound, and it keeps what it took:
 # encoding the demo corpus's 4,243 distillation texts (up to 748 characters) in batches of 64 held
 # 1,148 MB more at the end, 208 MB with the arena shrunk after each run, at the same speed (24.8 vs 25.3 s;
@@ -84,10 +89,7 @@ class OnnxQueryEncoder:
         options = ort.SessionOptions()
         if threads > 0:
             options.intra_op_num_threads = threads
-        # Spinning stays on (onnxruntime's default), deliberately: bench/serving/load_bench.py's concurrency runs suspected it,
-        # but measured here it halves one short query's latency (int8, 15 tokens: 1.56 ms spinning vs 2.95 ms
-        # not; end to end /search p50 2.7 vs 5.2 ms); at 32 clients req/s was within run-to-run noise.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "1")
+        options.add_session_config_entry("session.intra_op.allow_spinning", ALLOW_SPINNING)
         try:
             # the model's bytes, not its path: nothing of a live bundle's file stays mapped, so damage to
             # it while serving can never fault the process (issue 43; app/live/hot_swap.py's _open)
