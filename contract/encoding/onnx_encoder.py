@@ -42,16 +42,16 @@ OPSET = 17
 # 2.95 ms not; end to end /search p50 2.7 vs 5.2 ms); at 32 clients req/s was within run-to-run noise.
 # A module constant so that `python -m bench thread_cpu --no-spin` can serve with it off (an A/B, not a setting).
 ALLOW_SPINNING = "1"
-# Many batches of changing widths grow onnxruntime's CPU arena without bound, and it keeps what it took:
-# encoding the demo corpus's 4,243 distillation texts (up to 748 characters) in batches of 64 held
-# 1,148 MB more at the end, 208 MB with the arena shrunk after each run, at the same speed (24.8 vs 25.3 s;
-# without the arena 275 MB, but 34.1 s). One query's encode (serving) keeps the arena as it is.
 # A batch holds at most this many tokens (rows × its longest text) besides its rows: 64 documents of 256
 # tokens at once held every layer's attention for all of them. On the demo corpus's 1,100 documents
 # (2 cores, python -m bench onnx_batch_tokens; bench/results/onnx_batch_tokens.txt) 2,048 cut the encode's
 # peak from 1,339 to 511 MB (fp32) and 1,356 to 367 MB (int8) at 0.91x and 0.88x the time; short
 # queries (up to 32 tokens) still go 64 to a batch.
 BATCH_TOKENS = 2048
+# Many batches of changing widths grow onnxruntime's CPU arena, and it keeps what it took: encoding the demo
+# corpus's 4,243 distillation texts (up to 748 characters) in batches of 64, before BATCH_TOKENS, held
+# 1,148 MB more at the end; 208 MB with the arena shrunk after each run, at the same speed (24.8 vs 25.3 s;
+# without the arena 275 MB, but 34.1 s). One query's encode (serving) keeps the arena as it is.
 _SHRINK_ARENA = ("memory.enable_memory_arena_shrinkage", "cpu:0")
 
 
