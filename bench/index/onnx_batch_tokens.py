@@ -1,6 +1,7 @@
 """onnxruntime bulk encodes by token budget: seconds and peak resident memory against BATCH_TOKENS.
 
     .venv/bin/python -m bench onnx_batch_tokens [n=1100] [budgets=1000000,8192,2048,1024] [variants=fp32,int8]
+        [shrink=on]   (shrink=on,off: also each cell without the arena shrunk after each run)
 
 `OnnxQueryEncoder.encode_ids` batches texts sorted by token length and caps each batch at BATCH_TOKENS
 tokens (rows × the batch's longest), besides `batch_size` rows. A batch of 64 documents of 256 tokens
@@ -25,13 +26,15 @@ from bench.harness.usage import asked_for_help
 BATCH = 64  # rows, as the corpus encode and the distillation teacher call it
 
 
-def cell(model_dir: str, texts_file: str, variant: str, budget: int) -> None:
+def cell(model_dir: str, texts_file: str, variant: str, budget: int, shrink: str) -> None:
     """One measurement, in this (fresh) process: prints a JSON line."""
     from contract.encoding import onnx_encoder
 
     texts = json.loads(Path(texts_file).read_text())
     encoder = onnx_encoder.OnnxQueryEncoder.load(Path(model_dir), variant=variant)  # type: ignore[arg-type]
     onnx_encoder.BATCH_TOKENS = budget
+    if shrink == "off":  # the run options encode_ids passes to a bulk encode
+        onnx_encoder._shrinking = lambda: None
     encoder.encode(texts[:8])
     before = status_bytes("self", "VmRSS")
     started = time.perf_counter()
@@ -46,12 +49,13 @@ def main(argv: list[str] | None = None) -> None:
     if asked_for_help(argv, __doc__):
         return
     if argv and argv[0] == "--cell":
-        cell(argv[1], argv[2], argv[3], int(argv[4]))
+        cell(argv[1], argv[2], argv[3], int(argv[4]), argv[5])
         return
     args = dict(a.split("=", 1) for a in argv)
     n = int(args.get("n", 1100))
     budgets = [int(b) for b in args.get("budgets", "1000000,8192,2048,1024").split(",")]
     variants = args.get("variants", "fp32,int8").split(",")
+    shrinks = args.get("shrink", "on").split(",")
     import shutil
 
     from contract.encoding.encoder import default_model_path, document_text
@@ -71,28 +75,30 @@ def main(argv: list[str] | None = None) -> None:
             f"all-MiniLM-L6-v2 ONNX, batches of {BATCH} rows, {len(docs)} demo documents / {len(queries)} queries"
         )
         print(
-            "| texts | variant | BATCH_TOKENS | seconds | × uncapped | peak RSS MB | over the loaded model MB |"
+            "| texts | variant | BATCH_TOKENS | arena shrunk | seconds | × first row | peak RSS MB "
+            "| over the loaded model MB |"
         )
-        print("|---|---|---:|---:|---:|---:|---:|")
+        print("|---|---|---:|---|---:|---:|---:|---:|")
         for kind, texts in (("documents", docs), ("queries", queries)):
             texts_file = tmp / f"{kind}.json"
             texts_file.write_text(json.dumps(texts))
             for variant in variants:
                 base = None
                 for budget in budgets:
-                    out = subprocess.run(
-                        [sys.executable, "-m", "bench", "onnx_batch_tokens", "--cell",
-                         str(model_dir), str(texts_file), variant, str(budget)],
-                        check=True, capture_output=True, text=True,
-                    )  # fmt: skip
-                    got = json.loads(out.stdout.strip().splitlines()[-1])
-                    base = base or got["seconds"]
-                    shown = "none" if budget >= 1_000_000 else f"{budget:,}"
-                    print(
-                        f"| {kind} | {variant} | {shown} | {got['seconds']:.2f} | {got['seconds'] / base:.2f} "
-                        f"| {got['peak_mb']:,.0f} | {got['over_mb']:,.0f} |",
-                        flush=True,
-                    )
+                    for shrink in shrinks:
+                        out = subprocess.run(
+                            [sys.executable, "-m", "bench", "onnx_batch_tokens", "--cell",
+                             str(model_dir), str(texts_file), variant, str(budget), shrink],
+                            check=True, capture_output=True, text=True,
+                        )  # fmt: skip
+                        got = json.loads(out.stdout.strip().splitlines()[-1])
+                        base = base or got["seconds"]
+                        shown = "none" if budget >= 1_000_000 else f"{budget:,}"
+                        print(
+                            f"| {kind} | {variant} | {shown} | {shrink} | {got['seconds']:.2f} "
+                            f"| {got['seconds'] / base:.2f} | {got['peak_mb']:,.0f} | {got['over_mb']:,.0f} |",
+                            flush=True,
+                        )
 
 
 if __name__ == "__main__":

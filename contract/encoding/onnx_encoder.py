@@ -48,10 +48,11 @@ ALLOW_SPINNING = "1"
 # peak from 1,339 to 511 MB (fp32) and 1,356 to 367 MB (int8) at 0.91x and 0.88x the time; short
 # queries (up to 32 tokens) still go 64 to a batch.
 BATCH_TOKENS = 2048
-# Many batches of changing widths grow onnxruntime's CPU arena, and it keeps what it took: encoding the demo
-# corpus's 4,243 distillation texts (up to 748 characters) in batches of 64, before BATCH_TOKENS, held
-# 1,148 MB more at the end; 208 MB with the arena shrunk after each run, at the same speed (24.8 vs 25.3 s;
-# without the arena 275 MB, but 34.1 s). One query's encode (serving) keeps the arena as it is.
+# Batches of changing widths grow onnxruntime's CPU arena, and it keeps what it took. On the demo documents
+# (fp32, python -m bench onnx_batch_tokens shrink=off,on; bench/results/onnx_batch_tokens.txt) shrinking the
+# arena after each run cut an uncapped encode's peak from 1,985 to 1,339 MB; under BATCH_TOKENS it saves
+# little (489 vs 475 MB) at no measurable cost, and stays as the guard for batches of long texts. One
+# query's encode (serving) keeps the arena as it is.
 _SHRINK_ARENA = ("memory.enable_memory_arena_shrinkage", "cpu:0")
 
 
