@@ -1,7 +1,7 @@
 """One server process under load, its CPU by thread: which thread is the ceiling of one process.
 
     .venv/bin/python -m bench thread_cpu [--bundles var/bundles] [--encoder onnx-int8] [--clients 1,8,32]
-        [--seconds 10]
+        [--seconds 10] [--spin default|always|off]
 
 Issue 42 item 5 asks why one process (`uvicorn --factory app.main:create_app`, as a user starts it) serves
 fewer requests at 32 clients than two. This bench starts that one process (micro-batching on, query cache
@@ -35,6 +35,11 @@ from bench.harness.servers import APP, service_env, start_server, stop_server, u
 from bench.harness.wrk import drive_wrk, write_wrk_bodies
 
 NATIVE = "native pools (no Python frames)"
+SPIN_TARGETS = {
+    "default": APP,
+    "off": "bench.harness.no_spin:create_app",
+    "always": "bench.harness.no_spin:create_app_always",
+}
 THREAD_LINE = re.compile(r'^Thread (\d+) \([^)]*\): "([^"]*)"', re.MULTILINE)
 
 
@@ -104,7 +109,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--clients", default="1,8,32")
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument(
-        "--no-spin", action="store_true", help="onnxruntime's spin-wait off (bench/harness/no_spin.py)"
+        "--spin",
+        choices=sorted(SPIN_TARGETS),
+        default="default",
+        help="onnxruntime's spin-wait: the default (on while a run is in flight), off, or always "
+        "(between runs too); bench/harness/no_spin.py",
     )
     args = ap.parse_args(argv)
     if shutil.which("wrk") is None:
@@ -114,11 +123,11 @@ def main(argv: list[str] | None = None) -> None:
     port = free_port()
     env = service_env(args.bundles, args.encoder, True, SEARCH_QUERY_CACHE_SIZE="0")
     log = Path(tempfile.mkdtemp()) / "server.log"
-    target = "bench.harness.no_spin:create_app" if args.no_spin else APP
+    target = SPIN_TARGETS[args.spin]
     proc = start_server(uvicorn_cmd(target, port), env, port, log=log)
     url = f"http://127.0.0.1:{port}/search"
     print(
-        f"{args.bundles}: one process, encoder {args.encoder}{' (spin-wait off)' if args.no_spin else ''}, "
+        f"{args.bundles}: one process, encoder {args.encoder}{f' (spin-wait {args.spin})' if args.spin != 'default' else ''}, "
         f"{os.cpu_count()} cores, wrk {args.seconds:g} s a level"
     )
     try:

@@ -37,11 +37,17 @@ FILES: dict[str, str] = {"fp32": "model.onnx", "int8": "model_int8.onnx"}
 INFO_FILE = "onnx_info.json"
 EXTRAS_KEY = "onnx"  # key in the bundle manifest's `extras`
 OPSET = 17
-# Spinning stays on (onnxruntime's default), deliberately: bench/serving/load_bench.py's concurrency runs
-# suspected it, but measured here it halves one short query's latency (int8, 15 tokens: 1.56 ms spinning vs
-# 2.95 ms not; end to end /search p50 2.7 vs 5.2 ms); at 32 clients req/s was within run-to-run noise.
-# A module constant so that `python -m bench thread_cpu --no-spin` can serve with it off (an A/B, not a setting).
+# Spinning stays on while a run is in flight (onnxruntime's default), deliberately: it halves one short
+# query's latency (int8, 15 tokens: 1.56 ms spinning vs 2.95 ms not; end to end /search p50 2.7 vs 5.2 ms).
+# But the pool stops spinning as soon as the last run returns: left spinning between runs it burned most of a
+# core that the event loop, FAISS and BM25 wanted, so one process served less, slower, at more CPU (demo
+# bundle, int8, one process; python -m bench thread_cpu --spin always|default|off, alternated, 2 cores;
+# bench/results/thread_cpu_spin_demo.txt: at 32 clients 319-410 req/s always, 449-491 stopping between
+# runs, 373 off; 1.92-1.97 cores against 1.65-1.72). Only a process with more than one intra-op thread has
+# a pool to spin: `python -m app.serve`'s default plan (2 workers x 1 thread) has none.
+# Module constants so that bench/harness/no_spin.py can serve the other policies (A/B runs, not settings).
 ALLOW_SPINNING = "1"
+STOP_SPINNING_BETWEEN_RUNS = "1"
 # A batch holds at most this many tokens (rows × its longest text) besides its rows: 64 documents of 256
 # tokens at once held every layer's attention for all of them. On the demo corpus's 1,100 documents
 # (2 cores, python -m bench onnx_batch_tokens; bench/results/onnx_batch_tokens.txt) 2,048 cut the encode's
@@ -91,6 +97,7 @@ class OnnxQueryEncoder:
         if threads > 0:
             options.intra_op_num_threads = threads
         options.add_session_config_entry("session.intra_op.allow_spinning", ALLOW_SPINNING)
+        options.add_session_config_entry("session.force_spinning_stop", STOP_SPINNING_BETWEEN_RUNS)
         try:
             # the model's bytes, not its path: nothing of a live bundle's file stays mapped, so damage to
             # it while serving can never fault the process (issue 43; app/live/hot_swap.py's _open)

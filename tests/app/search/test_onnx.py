@@ -38,6 +38,16 @@ def test_length_sorted_batches_keep_the_input_order(staged, slice_data):
     np.testing.assert_allclose(enc.encode(texts, batch_size=64), one_by_one, atol=1e-5)
 
 
+def test_the_pool_spins_during_a_run_and_stops_when_it_returns(staged):
+    """Spinning between runs cost one process a core and a fifth of its throughput (bench/results/
+    thread_cpu_spin_demo.txt); spinning off altogether doubled one query's latency. Both stay as chosen."""
+    enc = OnnxQueryEncoder.load(staged["A"] / "model", variant="int8", threads=2)
+    options = enc.session.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "1"
+    assert options.get_session_config_entry("session.force_spinning_stop") == "1"
+    assert enc.encode(["a query"]).shape == (1, enc.dim)
+
+
 def test_bulk_batches_stay_under_the_token_cap_and_give_the_same_vectors(staged, slice_data, monkeypatch):
     """A bulk encode caps each batch at BATCH_TOKENS tokens (rows × its longest) and shrinks the arena after
     each run; one query's encode passes no run options. Same vectors either way (oracle: one by one)."""
