@@ -202,6 +202,14 @@ class Settings(JobSettings):
     reload_poll_seconds: float = Field(
         2.0, ge=0.0, description="How often CURRENT is checked for a new live version (0 = never poll)."
     )
+    gc_freeze_settle_s: float = Field(
+        30.0,
+        ge=0.0,
+        description="Seconds after a bundle goes live or is dropped before the process's objects are frozen "
+        "out of the garbage collector's full collections again (gc.freeze; at start-up at once); 0 = never "
+        "freeze. A full collection walks every object and held the GIL 260-280 ms every few seconds under "
+        "load (demo bundle), stalling every request in flight (app/live/heap_freeze.py).",
+    )
     scrub_interval_s: float = Field(
         3600.0,
         ge=0.0,

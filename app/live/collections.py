@@ -32,6 +32,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from app.live.heap_freeze import HeapFreezer
 from app.live.hot_swap import HotSwap, index_pointer
 from app.metrics import AppMetrics
 from app.settings import Settings
@@ -113,6 +114,7 @@ class CollectionRegistry:
         self._labels: set[str] = set()  # collection names with a request label of their own
         self._sweeper: asyncio.Task[None] | None = None
         self._aliases_task: asyncio.Task[None] | None = None
+        self.heap = HeapFreezer(settings.gc_freeze_settle_s)
         self._registry_metrics(metrics.registry)
         if metrics.collections is not None:
             metrics.collections.sources = lambda: [
@@ -146,6 +148,7 @@ class CollectionRegistry:
         """Load `default` (as the app did before collections) and start the idle sweep."""
         await asyncio.to_thread(self.collections.purge_stale)
         default = await self._load(DEFAULT_COLLECTION)
+        self.heap.freeze_now()  # nothing on its way out yet: no need to wait
         idle = self.settings.collection_idle_seconds
         if idle > 0:
             self._sweeper = asyncio.create_task(self._sweep(idle), name="collections-idle-sweep")
@@ -173,6 +176,7 @@ class CollectionRegistry:
         for c in list(self.loaded.values()):
             await c.hot_swap.stop()
         self.loaded.clear()
+        await self.heap.stop()
 
     @property
     def default(self) -> Collection:
@@ -205,7 +209,7 @@ class CollectionRegistry:
             raise CollectionNotFound(f"no collection named {name!r}")
         settings = self.settings.for_collection(name)
         metrics = AppMetrics.for_collection()
-        hot_swap = HotSwap(settings, metrics)
+        hot_swap = HotSwap(settings, metrics, on_change=self.heap.changed)
         started = time.perf_counter()
         await hot_swap.start()  # CURRENT's version (or the newest that loads), then its CURRENT poller
         seconds = time.perf_counter() - started
@@ -276,6 +280,7 @@ class CollectionRegistry:
             return False
         await collection.hot_swap.stop()
         collection.hot_swap.live = None  # the bundle is freed once in-flight requests let go of it
+        self.heap.changed()
         self.evictions.labels(reason=reason).inc()
         self._observe()
         logger.info("collection %s unloaded (%s)", name, reason)

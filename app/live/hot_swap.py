@@ -21,6 +21,7 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -60,9 +61,10 @@ def index_pointer(settings: Settings) -> MilvusPointer | None:
 class HotSwap:
     """Which bundle this process serves: loads it, swaps it in, follows CURRENT, activates."""
 
-    def __init__(self, settings: Settings, metrics: AppMetrics):
+    def __init__(self, settings: Settings, metrics: AppMetrics, on_change: Callable[[], None] | None = None):
         self.settings = settings
         self.metrics = metrics
+        self.on_change = on_change  # called on the event loop after each swap (app/live/heap_freeze.py)
         self.folder = BundleFolder(settings.bundles_dir, pointer=index_pointer(settings))
         if isinstance(self.folder.pointer, MilvusPointer):  # readiness re-points an alias that lags CURRENT
             self.folder.pointer.current_version = self.folder.current_version
@@ -185,6 +187,8 @@ class HotSwap:
                 logger.info("CURRENT moved to %s while %s was loading: not swapping it in", current, version)
                 return self.live
         previous = await self.mutations.swap_in(live)  # the swap: one reference, log applied
+        if self.on_change is not None:
+            self.on_change()
         self._failed.discard(version)
         if follow_current or version == await asyncio.to_thread(self.current_on_disk):
             # serving what CURRENT names again: the system recovered, an old failure is history

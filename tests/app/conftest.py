@@ -153,7 +153,15 @@ def publish(staged_dir: Path, bundles: Path, *, force: bool = True) -> str:
 
 
 def make_settings(bundles: Path, **overrides) -> Settings:
-    base = dict(bundles_dir=bundles, api_key="test-key", reload_poll_seconds=0.1, encoder_backend="torch")
+    # no gc.freeze: each freeze is one full collection of the test runner's heap, on every app start;
+    # tests/app/bundles/test_heap_freeze.py turns it on
+    base = dict(
+        bundles_dir=bundles,
+        api_key="test-key",
+        reload_poll_seconds=0.1,
+        encoder_backend="torch",
+        gc_freeze_settle_s=0,
+    )
     return Settings(**(base | overrides))
 
 
