@@ -20,10 +20,10 @@ Then every system serves in turn and gets closed-loop load at concurrency 1, 8 a
 queries back to back, bounded by --seconds and --max-requests per cell, --repeat times per cell (the
 median-throughput run is reported). Systems:
 - this service with each `--backends` query encoder (`auto` = the choice at --max-ndcg-loss, timed at
-  load), query cache off, so every request is encoded (scifact's queries, round robin);
+  load), query cache off, so every request is encoded (round robin: with --bundles the queries the live bundle recorded for timing its encoders, else scifact's);
 - the same `auto` server with the query cache on, replaying a Zipf(1) sample of the 300 test queries;
-- with `--workers-compare`, `auto` as 2 uvicorn workers with 1 intra-op thread each (the default is
-  1 process with the library's thread count);
+- with `--workers-compare`, each `--backends` encoder again as 2 uvicorn workers with 1 intra-op thread
+  each (the rows above are 1 process with the library's thread count);
 - peers (`--peers`): the naive FastAPI + torch + FAISS flat app (bench/serving/naive_app.py), and txtai's API
   (bench/serving/txtai_peer.py, in a venv of its own) when it installs.
 The load generator is wrk (`apt-get install wrk`; C, one thread, a few percent of a core) when installed,
@@ -48,6 +48,7 @@ import numpy as np
 
 from bench.harness.paths import CACHE, require_scifact
 from bench.harness.ports import free_port
+from bench.harness.profiling import live_timing_queries
 from bench.harness.servers import APP, NAIVE_APP, on_port, service_env, start_server, stop_server, uvicorn_cmd
 from bench.harness.wrk import drive, drive_wrk, median_run, write_wrk_bodies
 from contract.jobs.plan import IndexPlan
@@ -211,7 +212,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-ndcg-loss", default="0.01", help="SEARCH_MAX_NDCG_LOSS of the auto server")
     parser.add_argument("--peers", default="naive,txtai", help="comma-separated; empty for none")
     parser.add_argument("--no-cache-run", action="store_true", help="skip the cache-on Zipf replay")
-    parser.add_argument("--workers-compare", action="store_true", help="also auto as 2 workers x 1 thread")
+    parser.add_argument(
+        "--workers-compare", action="store_true", help="also each --backends encoder as 2 workers x 1 thread"
+    )
     parser.add_argument("--microbatch", default="on", help="on, off or on,off")
     parser.add_argument("--ceilings", action="store_true", help="print each encoder's micro-batching ceiling")
     parser.add_argument(
@@ -287,10 +290,10 @@ def service_systems(args: argparse.Namespace, bundles: Path, backends: list[str]
         env = service_env(bundles, "auto", True, **loss)
         label = "this service, cache on (Zipf replay)"
         systems.append((label, "auto", uvicorn_cmd(APP, 0), env, "/readyz", "zipf"))
-    if args.workers_compare:
-        env = service_env(bundles, "auto", True, **no_cache, **loss, SEARCH_ENCODER_THREADS="1")
+    for backend in backends if args.workers_compare else []:  # each encoder as one process and as two
+        env = service_env(bundles, backend, True, **no_cache, **loss, SEARCH_ENCODER_THREADS="1")
         cmd = uvicorn_cmd(APP, 0, workers=2)
-        systems.append(("this service, 2 workers x 1 thread", "auto", cmd, env, "/readyz", "unique"))
+        systems.append(("this service, 2 workers x 1 thread", backend, cmd, env, "/readyz", "unique"))
     return systems
 
 
@@ -381,10 +384,16 @@ def main(argv: list[str] | None = None) -> None:
 
     bundles = args.bundles or CACHE / ("bundles" if not args.distractors else f"bundles-{args.distractors}")
     version = build_bundle_if_needed(bundles, args.distractors, args.doc_embeddings)
-    queries = list(load_queries(require_scifact() / "queries.jsonl").values())
+    # a bundle's own recorded queries where it has them: another corpus's queries would time the wrong lengths
+    own = live_timing_queries(args.bundles) if args.bundles is not None else []
+    queries = own or list(load_queries(require_scifact() / "queries.jsonl").values())
     levels = [int(c) for c in args.concurrency.split(",")]
     client = load_client(args.client)
-    print(f"load generator: {client}; bundle {version}", flush=True)
+    print(
+        f"load generator: {client}; bundle {version}; {len(queries)} "
+        f"{'queries the bundle recorded' if own else 'scifact queries'}",
+        flush=True,
+    )
     backends = [b for b in args.backends.split(",") if b]
     costs = encode_costs(bundles, version, [b for b in backends if b != "auto"], float(args.max_ndcg_loss))
     test_queries = list(load_beir(require_scifact(), "test").queries.values())
