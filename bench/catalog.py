@@ -33,6 +33,7 @@ BENCHES: dict[str, str] = {
     "corpus_encode_scale": "bench.index.corpus_encode_scale",
     "corpus_encode_gpu": "bench.index.corpus_encode_gpu",
     "onnx_batch_tokens": "bench.index.onnx_batch_tokens",
+    "onnx_query_runs": "bench.index.onnx_query_runs",
     "hybrid_scifact": "bench.index.hybrid_scifact",
     "scrub_bench": "bench.index.scrub_bench",
     # training

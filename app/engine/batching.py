@@ -11,7 +11,8 @@ encoder's own intra-op threads already use both cores, and more request threads 
 How long a batch waits for more: a lone client (last batch of one query) never waits. Otherwise the
 batch waits, at most `max_wait`, until it holds min(the previous batch's queries, the live encoder's
 `encode_batch_size`) queries: a larger batch is encoded in chunks of that size anyway, so waiting for
-more would only idle the encoder (ONNX encoders, at 1, never wait). Without the wait, load splits into
+more would only idle the encoder. ONNX encoders never wait (`LiveBundle.batch_wait`): they batch what is
+pending, but a batch saves them too little to idle for. Without the wait, load splits into
 alternating large and tiny batches: while a batch of 30 runs only the 2 clients outside it can queue,
 the next batch takes just those 2, and the 30 answered clients' new requests, still being parsed on
 the event loop, miss it (measured: 32 clients, torch, 19 of 39 batches held 2 queries, each costing
@@ -213,7 +214,7 @@ class MicroBatcher(_Runner):
         else:
             n = sum(i.spec.n for i in batch)
             first = batch[0]
-            target = min(self._last_batch, first.live.encode_batch_size, self.max_size)  # module docstring
+            target = min(self._last_batch, first.live.batch_wait, self.max_size)  # module docstring
             await self._wait_for_more(batch, n, target)
             overdue = next((i for i in self._held if i.sliced and i.passed >= SLICE_PASSES), None)
             if overdue is not None:

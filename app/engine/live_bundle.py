@@ -50,13 +50,18 @@ from contract.mutations.overlay import Overlay
 logger = logging.getLogger(__name__)
 
 # Settings.encode_batch_size when unset. Measured on scifact queries (bench/serving/load_bench.py prints it):
-# torch encodes one query in 11.9 ms but 4.9 ms/query in length-sorted chunks of 8; onnxruntime costs
-# about the same either way (int8 2.1 vs 1.9 ms), so for it batching texts only adds padding.
-# A distilled transformer is the ONNX case again; the static table costs microseconds either way.
-DEFAULT_ENCODE_BATCH_SIZE = {"torch": 8, "onnx": 1, "onnx-int8": 1, "distilled": 1, "static": 64}
+# torch encodes one query in 11.9 ms but 4.9 ms/query in length-sorted chunks of 8. onnxruntime pays for
+# padding more than it gains from batching unless a batch is cut into runs of similar lengths
+# (contract/encoding/length_runs.py): so cut, int8 costs 1.87 ms a query in batches of 32 against 2.12 alone,
+# fp32 4.55 against 6.17 (demo queries, one thread; bench/results/onnx_query_runs.txt). A distilled
+# transformer is the ONNX case again; the static table costs microseconds either way.
+DEFAULT_ENCODE_BATCH_SIZE = {"torch": 8, "onnx": 32, "onnx-int8": 32, "distilled": 32, "static": 64}
 # routed encoders (app/engine/query_routing.py) batch each side by its own entry above; this is the batch
 # a micro-batch waits for
-DEFAULT_ENCODE_BATCH_SIZE |= {"static-routed": 64, "distilled-routed": 1}
+DEFAULT_ENCODE_BATCH_SIZE |= {"static-routed": 64, "distilled-routed": 32}
+# Backends whose micro-batches take what is pending and never wait for more (app/engine/batching.py): a
+# batch saves them ~12-26% a query, not worth an idle encoder; torch's halves its cost, so it waits.
+NEVER_WAIT = frozenset({"onnx", "onnx-int8", "distilled", "distilled-routed"})
 # Documents per encoder call in encode_documents, the one document encoder of the API (upserts, /embed of
 # documents, log rows re-encoded for a new model). scifact passages (239 tokens on average) cost 131, 99
 # and 85 ms each in batches of 8, 16 and 32, and 171, 126, 126 ms with the order reversed
@@ -77,7 +82,7 @@ class LiveBundle:
     query_encoder: QueryEncoder
     encoder_backend: str  # torch | onnx | onnx-int8 | distilled | static | static-routed | distilled-routed
     # texts per encoder call inside one request or micro-batch (both encoders sort by length first);
-    # also how many queries a micro-batch waits for (app/engine/batching.py)
+    # also how many queries a micro-batch waits for (app/engine/batching.py), unless NEVER_WAIT
     encode_batch_size: int = 8
     loaded_at: float = field(default_factory=time.time)
     choice: dict[str, Any] | None = None  # how `auto` picked the backend (app/engine/encoder_choice.py)
@@ -239,6 +244,11 @@ class LiveBundle:
             if row is not None:
                 out[i] = row
         return out
+
+    @property
+    def batch_wait(self) -> int:
+        """Queries a micro-batch waits (up to its max wait) to hold: 1 = it never waits (NEVER_WAIT)."""
+        return 1 if self.encoder_backend in NEVER_WAIT else self.encode_batch_size
 
     def encode(self, texts: Sequence[str], token_ids: TokenIds | None = None) -> np.ndarray:
         """Texts -> index-space query vectors (n, dim), through the query cache when there is one: each

@@ -33,7 +33,7 @@ from bench.harness.corpora import CORPORA, EMBEDDINGS, ROOT, Corpus, data_dir
 from bench.harness.paths import RESULTS
 from bench.harness.ports import free_port
 from bench.harness.servers import NAIVE_APP, on_port, start_server, stop_server, uvicorn_cmd
-from bench.harness.wrk import drive_wrk, median_run
+from bench.harness.wrk import drive_wrk, median_run, qps_shown
 from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
 from training.train.run_hooks import RunHooks
 
@@ -236,7 +236,7 @@ def load_system(
                 r["workers"], r["threads"] = serving.get("workers"), serving.get("encoder_threads")
             rows.append(r)
             print(
-                f"  {label:40s} {served:14s} c={c:<3d} {r['qps']:8.1f} req/s  p50 {r['p50_ms']:7.2f} ms  "
+                f"  {label:40s} {served:14s} c={c:<3d} {qps_shown(r):>8s} req/s  p50 {r['p50_ms']:7.2f} ms  "
                 f"p99 {r['p99_ms']:7.2f} ms  n={r['n']} errors={r['errors']}",
                 flush=True,
             )
@@ -290,7 +290,7 @@ def print_tables(results: list[dict[str, Any]]) -> None:
             cells = []
             for c in LEVELS:
                 x = cell(system, c)
-                cells.append(f"{x['qps']:.1f} ({x['p50_ms']:.1f} / {x['p99_ms']:.0f})" if x else "")
+                cells.append(f"{qps_shown(x)} ({x['p50_ms']:.1f} / {x['p99_ms']:.0f})" if x else "")
             top = cell(system, LEVELS[-1])
             ratio = f"{top['qps'] / base['qps']:.1f}×" if top and base else ""
             wt = f"{first.get('workers')} × {first.get('threads')}" if first.get("workers") else "1"

@@ -50,7 +50,7 @@ from bench.harness.paths import CACHE, require_scifact
 from bench.harness.ports import free_port
 from bench.harness.profiling import live_timing_queries
 from bench.harness.servers import APP, NAIVE_APP, on_port, service_env, start_server, stop_server, uvicorn_cmd
-from bench.harness.wrk import drive, drive_wrk, median_run, write_wrk_bodies
+from bench.harness.wrk import drive, drive_wrk, median_run, qps_shown, write_wrk_bodies
 from contract.jobs.plan import IndexPlan
 from training.bundle.build import BuildOptions
 
@@ -327,7 +327,7 @@ def measure(
                 }
                 rows.append(r)
                 print(
-                    f"{label:40s} {served:10s} c={c:<3d} {r['qps']:8.1f} req/s  p50 {r['p50_ms']:8.2f} ms  "
+                    f"{label:40s} {served:10s} c={c:<3d} {qps_shown(r):>8s} req/s  p50 {r['p50_ms']:8.2f} ms  "
                     f"p99 {r['p99_ms']:8.2f} ms  n={r['n']} errors={r['errors']}",
                     flush=True,
                 )
@@ -357,7 +357,7 @@ def print_table(rows: list[dict], costs: dict[str, dict], levels: list[int]) -> 
         cells = []
         for c in levels:
             x = cell(*key, c)
-            cells.append(f"{x['qps']:.1f} ({x['p50_ms']:.1f} / {x['p99_ms']:.0f})" if x else "")
+            cells.append(f"{qps_shown(x)} ({x['p50_ms']:.1f} / {x['p99_ms']:.0f})" if x else "")
         top, base = cell(*key, levels[-1]), cell(NAIVE, "torch", levels[-1])
         ratio = f"{top['qps'] / base['qps']:.2f}x" if top and base else ""
         enc = r["encoder"] if r["encoder"] == r["served"] else f"{r['encoder']} → {r['served']}"

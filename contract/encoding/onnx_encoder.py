@@ -27,6 +27,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from contract.encoding.length_runs import length_runs
 from contract.errors import ModelLoadError
 
 logger = logging.getLogger(__name__)
@@ -121,21 +122,18 @@ class OnnxQueryEncoder:
         """float32 (n, dim), L2-normalised rows of texts already tokenised by this tokenizer (special
         tokens included; cut here at the export's max length as its truncation would).
 
-        Texts are sorted by length before batching (as sentence-transformers does) so each batch pads
-        to a length close to its own texts': scifact queries run 12-79 tokens, and a batch of 32 in
-        arrival order pads to about twice the mean length, which costs more than batching saves.
+        Texts are sorted by length before batching (as sentence-transformers does), and the sorted rows
+        are cut into runs where padding them to one width would cost more than another run
+        (contract/encoding/length_runs.py), each run at most `batch_size` rows and BATCH_TOKENS tokens.
         """
         if len(texts) == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: -len(token_ids[i]))
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         run_options = _shrinking() if len(texts) > batch_size else None  # a bulk encode: see _SHRINK_ARENA
-        start = 0
-        while start < len(texts):
-            # the longest text first: it sets the batch's width, and the width how many rows fit the budget
-            longest = min(len(token_ids[order[start]]), self.max_length)
-            rows = order[start : start + max(1, min(batch_size, BATCH_TOKENS // max(1, longest)))]
-            start += len(rows)
+        lengths = [min(len(token_ids[i]), self.max_length) for i in order]
+        for start, end in length_runs(lengths, max_rows=batch_size, max_tokens=BATCH_TOKENS):
+            rows = order[start:end]
             cut = [_truncated(token_ids[i], self.max_length) for i in rows]
             width = max(len(ids) for ids in cut)  # padded to this batch's longest
             ids = np.zeros((len(rows), width), dtype=np.int64)  # (b, T); [PAD] is id 0 (enable_padding's)

@@ -20,6 +20,12 @@ def live(staged) -> LiveBundle:
     return open_live_bundle(load_bundle(staged["A"]), "onnx", EncoderOptions(encode_batch_size=3))
 
 
+@pytest.fixture(scope="module")
+def torch_live(staged) -> LiveBundle:
+    """A backend whose micro-batches wait for more (ONNX ones never do: test_onnx_batches_never_wait)."""
+    return open_live_bundle(load_bundle(staged["A"]), "torch", EncoderOptions(encode_batch_size=3))
+
+
 def batcher(*, max_wait_s: float = 0.0, max_size: int = 64) -> MicroBatcher:
     return MicroBatcher(
         Inference(), max_size=max_size, max_wait_s=max_wait_s, queue_max=256, metrics=AppMetrics()
@@ -77,27 +83,38 @@ def test_a_lone_client_never_waits(live):
     assert len(collect(b, live, [0.0, 0.3])) == 1
 
 
-def test_a_batch_waits_until_it_is_as_large_as_the_last_one_and_no_longer(live):
+def test_a_batch_waits_until_it_is_as_large_as_the_last_one_and_no_longer(torch_live):
     b = batcher(max_wait_s=5.0)
     b._last_batch = 2
     # the 3rd request arrives well before the deadline: a batch that waited past its target would take it
-    assert len(collect(b, live, [0.0, 0.05, 1.0])) == 2
+    assert len(collect(b, torch_live, [0.0, 0.05, 1.0])) == 2
     assert b._last_batch == 2
 
 
-def test_the_wait_is_capped_by_the_encoder_sub_batch_and_follows_the_load_down(live):
-    assert live.encode_batch_size == 3
+def test_the_wait_is_capped_by_the_encoder_sub_batch_and_follows_the_load_down(torch_live):
+    assert torch_live.encode_batch_size == 3
     b = batcher(max_wait_s=5.0)
     b._last_batch = 30
-    assert len(collect(b, live, [0.0, 0.05, 0.1, 1.0])) == 3  # waits for 3 (the encoder's chunk), not 30
+    assert (
+        len(collect(b, torch_live, [0.0, 0.05, 0.1, 1.0])) == 3
+    )  # waits for 3 (the encoder's chunk), not 30
     b = batcher(max_wait_s=0.1)
     b._last_batch = 4
-    assert len(collect(b, live, [0.0, 1.0])) == 1  # gave up at max_wait
+    assert len(collect(b, torch_live, [0.0, 1.0])) == 1  # gave up at max_wait
     assert b._last_batch == 1  # so the next lone request does not wait at all
 
 
 def test_encode_batch_size_defaults_per_backend(staged):
     bundle = load_bundle(staged["A"])
     assert open_live_bundle(bundle, "torch").encode_batch_size == 8
-    assert open_live_bundle(bundle, "onnx-int8").encode_batch_size == 1
+    assert open_live_bundle(bundle, "onnx-int8").encode_batch_size == 32
     assert open_live_bundle(bundle, "onnx-int8", EncoderOptions(encode_batch_size=16)).encode_batch_size == 16
+
+
+def test_onnx_batches_never_wait_but_take_what_is_pending(live):
+    """A batch saves onnxruntime too little to idle for (app/engine/live_bundle.py's NEVER_WAIT): after a
+    batch of 30 it takes the requests already queued and goes, where torch would wait for more."""
+    assert live.batch_wait == 1 and live.encode_batch_size == 3
+    b = batcher(max_wait_s=5.0)
+    b._last_batch = 30
+    assert len(collect(b, live, [0.0, 0.0, 0.5])) == 2  # both queued at once; the third comes too late
