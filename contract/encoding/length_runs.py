@@ -2,11 +2,11 @@
 fixed cost per run.
 
 A run pads every row to its longest, so one long query in a batch of short ones multiplies the batch's
-tokens: scifact-like queries are 14 tokens at the median and up to 172, and onnxruntime (int8, one
-thread) spent 5.3 ms a query encoding them 32 to a run against 2.0 ms one at a time, while 32 queries of
-one length cost 1.2 ms each against 1.6 ms alone (python -m bench onnx_query_runs;
-bench/results/onnx_query_runs.txt). Cutting the sorted rows where the padding would cost more than
-another run keeps batching's gain without paying for the padding.
+tokens. The demo corpus's queries (14 tokens at the median, up to 172) cost onnxruntime (int8, one thread)
+3.9-4.4 ms each in padded batches of 16-32 against 2.1-2.3 ms one at a time, while one query repeated (no
+padding) cost 1.2 ms a query in batches of 32 against 1.6-1.7 ms alone (python -m bench onnx_query_runs;
+bench/results/onnx_query_runs.txt). Cutting the sorted rows where the padding would cost more than another
+run keeps batching's gain without paying for the padding: 1.87 ms a query in batches of 32.
 
 The cost of a run is modelled as `RUN_OVERHEAD_TOKENS + rows × width` tokens (width: its longest row).
 The overhead is a run's fixed cost (session call, per-op dispatch) in tokens' worth of work, fitted on

@@ -58,9 +58,11 @@ BATCH_TOKENS = 2048
 # Batches of changing widths grow onnxruntime's CPU arena, and it keeps what it took. On the demo documents
 # (fp32, python -m bench onnx_batch_tokens shrink=off,on; bench/results/onnx_batch_tokens.txt) shrinking the
 # arena after each run cut an uncapped encode's peak from 1,985 to 1,339 MB; under BATCH_TOKENS it saves
-# little (489 vs 475 MB) at no measurable cost, and stays as the guard for batches of long texts. One
-# query's encode (serving) keeps the arena as it is.
+# little (489 vs 475 MB) at no measurable cost, and stays as the guard for batches of long texts. Serving's
+# encodes keep the arena as it is: only a call of more than BULK_TEXTS texts (a corpus, the distillation
+# teacher; a serving micro-batch holds at most 64 queries by default) shrinks it.
 _SHRINK_ARENA = ("memory.enable_memory_arena_shrinkage", "cpu:0")
+BULK_TEXTS = 256
 
 
 class OnnxQueryEncoder:
@@ -130,7 +132,7 @@ class OnnxQueryEncoder:
             return np.zeros((0, self.dim), dtype=np.float32)
         order = sorted(range(len(texts)), key=lambda i: -len(token_ids[i]))
         out = np.empty((len(texts), self.dim), dtype=np.float32)
-        run_options = _shrinking() if len(texts) > batch_size else None  # a bulk encode: see _SHRINK_ARENA
+        run_options = _shrinking() if len(texts) > BULK_TEXTS else None  # a bulk encode: see _SHRINK_ARENA
         lengths = [min(len(token_ids[i]), self.max_length) for i in order]
         for start, end in length_runs(lengths, max_rows=batch_size, max_tokens=BATCH_TOKENS):
             rows = order[start:end]

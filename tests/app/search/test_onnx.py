@@ -50,7 +50,8 @@ def test_the_pool_spins_during_a_run_and_stops_when_it_returns(staged):
 
 def test_bulk_batches_stay_under_the_token_cap_and_give_the_same_vectors(staged, slice_data, monkeypatch):
     """A bulk encode caps each batch at BATCH_TOKENS tokens (rows × its longest) and shrinks the arena after
-    each run; one query's encode passes no run options. Same vectors either way (oracle: one by one)."""
+    each run; a serving-sized call (up to BULK_TEXTS texts) passes no run options. Same vectors either way
+    (oracle: one by one)."""
     from contract.encoding import onnx_encoder
 
     texts = sorted(slice_data.queries.values())[:12] + ["a much longer query " * 20, "short"]
@@ -64,6 +65,7 @@ def test_bulk_batches_stay_under_the_token_cap_and_give_the_same_vectors(staged,
             return real.run(names, feed, options)
 
     monkeypatch.setattr(onnx_encoder, "BATCH_TOKENS", 64)
+    monkeypatch.setattr(onnx_encoder, "BULK_TEXTS", 8)  # these 14 texts are a bulk encode
     enc.session = Recording()
     np.testing.assert_allclose(enc.encode(texts, batch_size=8), one_by_one, atol=1e-5)
     assert all(rows == 1 or rows * width <= 64 for (rows, width), _ in calls)
@@ -71,7 +73,8 @@ def test_bulk_batches_stay_under_the_token_cap_and_give_the_same_vectors(staged,
     assert all(options is not None for _, options in calls)
     calls.clear()
     enc.encode(["one query"])
-    assert calls[0][1] is None
+    enc.encode(texts[:8])  # a micro-batch's size
+    assert calls and all(options is None for _, options in calls)
 
 
 def test_quality_is_recorded_in_the_manifest(staged):
