@@ -1,7 +1,7 @@
 """onnxruntime query batches: CPU per query by batch size, with the rows cut into runs by length or not.
 
     .venv/bin/python -m bench onnx_query_runs [n=512] [variants=int8,fp32] [batches=1,4,16,32]
-        [overheads=1000000000,8]
+        [overheads=1000000000,8] [texts=queries]   (texts=documents: the demo corpus's documents instead)
 
 The demo corpus's queries (docstring summaries: 14 tokens at the median, a long tail) go to
 `OnnxQueryEncoder.encode` in batches of each size, in their own order (a micro-batch's shape), on one
@@ -9,7 +9,7 @@ intra-op thread, and the process's CPU time per query is printed. `overheads` ar
 contract/encoding/length_runs.py's RUN_OVERHEAD_TOKENS: 1000000000 makes every batch one run (padded to
 its longest row, as before length_runs), smaller values cut a batch where padding would cost more.
 
-A second table encodes one median-length query repeated (no padding at all) at each batch size, and fits
+A second table encodes one median-length text repeated (no padding at all) at each batch size, and fits
 `cost = a + b × tokens` to its first and last rows: a / b is a run's fixed cost in tokens, the value
 RUN_OVERHEAD_TOKENS stands for.
 """
@@ -48,6 +48,9 @@ def main(argv: list[str] | None = None) -> None:
         return
     args = dict(a.split("=", 1) for a in argv)
     n = int(args.get("n", 512))
+    kind = args.get("texts", "queries")
+    if kind not in ("queries", "documents"):
+        raise SystemExit(f"texts={kind}: expected queries or documents")
     variants = args.get("variants", "int8,fp32").split(",")
     sizes = [int(b) for b in args.get("batches", "1,4,16,32").split(",")]
     overheads = [int(o) for o in args.get("overheads", "1000000000,8").split(",")]
@@ -55,15 +58,19 @@ def main(argv: list[str] | None = None) -> None:
     import numpy as np
 
     from contract.encoding import onnx_encoder
-    from contract.encoding.encoder import default_model_path
-    from training.data.beir import load_queries
+    from contract.encoding.encoder import default_model_path, document_text
+    from training.data.beir import load_corpus, load_queries
     from training.data.demo_data import build_demo_dataset
     from training.export.onnx_export import export_onnx
 
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         data = build_demo_dataset(tmp / "pydocs")
-        queries = [q for q in load_queries(data / "queries.jsonl").values() if q.strip()][:n]
+        if kind == "documents":
+            docs = load_corpus(data / "corpus.jsonl").values()
+            queries = [document_text(d.title, d.text) for d in docs][:n]
+        else:
+            queries = [q for q in load_queries(data / "queries.jsonl").values() if q.strip()][:n]
         model_dir = tmp / "model"
         shutil.copytree(default_model_path(), model_dir)  # the packaged folder may be read-only
         export_onnx(model_dir, quantize=True)
@@ -71,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
             encoder = onnx_encoder.OnnxQueryEncoder.load(model_dir, variant=variant, threads=1)  # type: ignore[arg-type]
             lengths = [len(encoder.tokenizer.encode(q).ids) for q in queries]  # padding off for one text
             print(
-                f"\n{variant}, one thread, {len(queries)} demo queries: tokens median {np.median(lengths):.0f}, "
+                f"\n{variant}, one thread, {len(queries)} demo {kind}: tokens median {np.median(lengths):.0f}, "
                 f"p90 {np.percentile(lengths, 90):.0f}, max {max(lengths)}"
             )
             print("| batch | " + " | ".join(f"overhead {o:,} ms/query" for o in overheads) + " |")
@@ -89,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
             b = (costs[last] * last - costs[first] * first) / ((last - first) * tokens)
             a = costs[first] * first - b * first * tokens
             shown = ", ".join(f"{s}: {c:.3f}" for s, c in costs.items())
-            print(f"one {tokens:.0f}-token query repeated, ms/query by batch: {shown}")
+            print(f"one {tokens:.0f}-token text repeated, ms/query by batch: {shown}")
             print(f"fit: a run costs {a:.3f} ms + {b:.4f} ms a token: its fixed cost is {a / b:.1f} tokens")
 
 
