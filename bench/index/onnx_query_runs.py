@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
                 f"\n{variant}, one thread, {len(queries)} demo {kind}: tokens median {np.median(lengths):.0f}, "
                 f"p90 {np.percentile(lengths, 90):.0f}, max {max(lengths)}"
             )
-            print("| batch | " + " | ".join(f"overhead {o:,} ms/query" for o in overheads) + " |")
+            print("| batch | " + " | ".join(f"overhead {o:,} ms a text" for o in overheads) + " |")
             print("|---:|" + "---:|" * len(overheads))
             for size in sizes:
                 cells = []
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
             b = (costs[last] * last - costs[first] * first) / ((last - first) * tokens)
             a = costs[first] * first - b * first * tokens
             shown = ", ".join(f"{s}: {c:.3f}" for s, c in costs.items())
-            print(f"one {tokens:.0f}-token text repeated, ms/query by batch: {shown}")
+            print(f"one {tokens:.0f}-token text repeated, ms a text by batch: {shown}")
             print(f"fit: a run costs {a:.3f} ms + {b:.4f} ms a token: its fixed cost is {a / b:.1f} tokens")
 
 
