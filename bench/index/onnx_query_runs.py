@@ -16,30 +16,25 @@ RUN_OVERHEAD_TOKENS stands for.
 
 from __future__ import annotations
 
-import resource
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
+from bench.harness.profiling import stat_cpu_s
 from bench.harness.usage import asked_for_help
 
 ONE_RUN = 1_000_000_000  # an overhead that makes every batch one run
-
-
-def cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def per_query_ms(encoder, texts: list[str], batch: int) -> float:
     batches = [texts[i : i + batch] for i in range(0, len(texts) - batch + 1, batch)]
     for warm in batches[:2]:
         encoder.encode(warm, batch_size=batch)
-    started = cpu_s()
+    started = stat_cpu_s("/proc/self/stat")
     for b in batches:
         encoder.encode(b, batch_size=batch)
-    return (cpu_s() - started) * 1000 / sum(map(len, batches))
+    return (stat_cpu_s("/proc/self/stat") - started) * 1000 / sum(map(len, batches))
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -59,10 +59,12 @@ BATCH_TOKENS = 2048
 # (fp32, python -m bench onnx_batch_tokens shrink=off,on; bench/results/onnx_batch_tokens.txt) shrinking the
 # arena after each run cut an uncapped encode's peak from 1,985 to 1,339 MB; under BATCH_TOKENS it saves
 # little (489 vs 475 MB) at no measurable cost, and stays as the guard for batches of long texts. Serving's
-# encodes keep the arena as it is: only a call of more than BULK_TEXTS texts (a corpus, the distillation
-# teacher; a serving micro-batch holds at most 64 queries by default) shrinks it.
+# encodes keep the arena as it is: only a call of more than BULK_TEXTS texts shrinks it. A serving
+# micro-batch holds at most 64 queries (Settings.microbatch_max_size's default); the corpus encode's chunks
+# and the corpus-encoder race's probe (training/export/corpus_encoder.py's PROBE_DOCS, 256) are over it,
+# so the race times the path the encode then runs.
 _SHRINK_ARENA = ("memory.enable_memory_arena_shrinkage", "cpu:0")
-BULK_TEXTS = 256
+BULK_TEXTS = 64
 
 
 class OnnxQueryEncoder:
