@@ -33,6 +33,7 @@ from app.api.routes import (
     search,
     ui,
 )
+from app.api.search_fast_path import SearchFastPath
 from app.engine.batching import DirectRunner, Inference, MicroBatcher
 from app.errors import install_error_handlers
 from app.live.bundle_listing import read_gate_log
@@ -98,6 +99,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     install_openapi(app, settings)
     scoped = _include_routes(app)
+    # POST /search without FastAPI's routing and dependency solving (app/api/search_fast_path.py); added
+    # first, so it sits inside the edge layer below
+    app.add_middleware(SearchFastPath, owner=app)
     # HEAD as GET, request metrics and the body limit, in one layer (app/api/middleware.py)
     app.add_middleware(
         EdgeMiddleware,
