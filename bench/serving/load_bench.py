@@ -230,6 +230,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the corpora of the default run (bench/harness/corpora.py); ignored with --bundles or --distractors",
     )
     parser.add_argument(
+        "--corpora-encoder",
+        default="auto",
+        help="SEARCH_ENCODER_BACKEND of the service in the default run (e.g. onnx-int8: the static tower off)",
+    )
+    parser.add_argument(
         "--variants", default="static", help="distilled query encoders the default run's bundles carry"
     )
     return parser.parse_args(argv)
