@@ -1,11 +1,13 @@
 """POST /search, the hot route, answered by one pure-ASGI layer instead of FastAPI's request machinery.
 
-What it skips is FastAPI's and Starlette's per-request work around the endpoint: the four middleware
-layers inside ours (exception handling, exit stack), routing over every route, dependency solving and
-the request/response objects. The endpoint itself is the same function (app/api/routes/search.py's
+What it skips is FastAPI's and Starlette's per-request work around the endpoint: the two layers inside
+ours (exception handling, exit stack), routing over every route, dependency solving and the
+request/response objects. The endpoint itself is the same function (app/api/routes/search.py's
 `search`), with the same arguments, so limits, errors and the answer are computed exactly as before.
-Measured, one client, the demo bundle, the two apps alternated in one process: 0.74 -> 0.52 ms of CPU a
-lexical request (bench/serving/request_ab.py for the served A/B; bench/results/request_profile_demo.txt).
+Measured on the demo bundle, before and after alternated: the event loop's CPU per request at 32 clients
+0.48-0.56 -> 0.27-0.30 ms (bench/serving/thread_cpu.py, bench/results/thread_cpu_fast_path_demo.txt); the
+server's CPU per request at 1 client 6.17 -> 5.80 and 5.65 -> 5.15 ms (bench/serving/request_ab.py,
+bench/results/request_profile_demo.txt).
 
 Only the plain case takes this path: `POST /search` (no root path), `Content-Type: application/json`, a
 body that parses and validates. Everything else (another content type, malformed JSON, a field out of
@@ -91,7 +93,7 @@ class SearchFastPath:
 def _plain_search(scope: Scope) -> bool:
     if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != PATH:
         return False
-    if scope.get("root_path"):
+    if scope.get("root_path") or "hot_swap" not in scope.get("state", {}):  # no lifespan state: FastAPI's way
         return False
     types = [v for k, v in scope["headers"] if k == b"content-type"]
     return types == [JSON]
