@@ -49,6 +49,7 @@ BENCHES: dict[str, str] = {
     "packages_corpus": "bench.training.packages_corpus",
     "scifact_checks": "bench.training.scifact_checks",
     "query_retrain_search": "bench.training.query_retrain_search",
+    "worker_memory": "bench.training.worker_memory",
     # distillation of the query encoders
     "distill_scifact": "bench.distill.distill_scifact",
     "distill_search": "bench.distill.distill_search",
