@@ -302,7 +302,7 @@ def print_tables(results: list[dict[str, Any]]) -> None:
         svc1, dense = cell("this service, default mode", 1), cell("this service, dense", LEVELS[-1])
         one = cell("this service, default mode, 1 process", LEVELS[-1])
         if svc and base and naive1 and svc1:
-            served = (cell("this service, default mode", 1) or {}).get("served", "")
+            served = svc1.get("served", "")
             want = 30 if served.startswith("static") or served.endswith("-routed") else 15
             print(
                 f"\ntargets (issue 42): ×naive at 32 = {svc['qps'] / base['qps']:.1f} (≥ {want} with {served}); "

@@ -10,7 +10,8 @@ memory (VmRSS) is sampled every --interval s from /proc. Printed per job: the RS
 while it ran, and the RSS when it finished, then the worker's peak (VmHWM) and its RSS once idle. A worker
 that keeps each job's leftovers shows a staircase; one that returns them starts every job at about the same
 RSS. `--set KEY=VALUE` sets job options (TrainConfig fields and the job's own, values as JSON), e.g.
-`--set max_steps=10` for a short recipe: memory at rest across jobs does not depend on the step count.
+`--set max_steps=10` for a short recipe (its peaks are then a short run's); the queue validates the options
+when the jobs are submitted, before the worker starts.
 """
 
 from __future__ import annotations
@@ -21,23 +22,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
+from bench.harness.memory import status_bytes
 from bench.harness.paths import REPO
+from contract.errors import InfonceSearchError
 from contract.jobs.queue import JobQueue
 
 FINAL = ("succeeded", "failed", "cancelled")
 
 
 def rss_mb(pid: int, field: str = "VmRSS") -> float:
-    """A /proc/PID/status memory field (kB there), in MiB; 0 when the process is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
+    """A /proc/PID/status memory field of the worker, in MiB."""
+    return status_bytes(str(pid), field) / 2**20
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -70,7 +66,10 @@ def main(argv: list[str] | None = None) -> None:
     queue = JobQueue(url)
     data = args.data.resolve()
     submit = dict(data_root=data.parent, bundles_dir=args.work / "bundles")
-    ids = [queue.submit("retrain", data.name, dict(args.options), **submit).id for _ in range(args.jobs)]
+    try:
+        ids = [queue.submit("retrain", data.name, dict(args.options), **submit).id for _ in range(args.jobs)]
+    except InfonceSearchError as exc:  # a bad option or dataset, named, before any job is queued
+        raise SystemExit(f"worker_memory: {exc}") from None
     print(
         f"{args.jobs} retrain jobs of {data.name} queued, options {args.options or 'the defaults'}",
         flush=True,
@@ -123,8 +122,8 @@ def _print(
     print("\n| job | state | s | RSS at start (MiB) | peak while running (MiB) | RSS at the end (MiB) |")
     print("|---:|---|---:|---:|---:|---:|")
     for n, i in enumerate(ids, 1):
-        job: Any = queue.get(i)
-        took = (job.finished_at or 0) - (job.started_at or 0) if job.started_at else 0
+        job = queue.get(i)
+        took = job.duration_s or 0
         e, s = edges[i], samples[i]
         print(
             f"| {n} | {job.state} | {took:.0f} | {e.get('start', 0):.0f} | {max(s, default=0):.0f} | "
