@@ -36,6 +36,7 @@ BENCHES: dict[str, str] = {
     "onnx_query_runs": "bench.index.onnx_query_runs",
     "hybrid_scifact": "bench.index.hybrid_scifact",
     "scrub_bench": "bench.index.scrub_bench",
+    "flat_batch_threshold": "bench.index.flat_batch_threshold",
     # training
     "device_bench": "bench.training.device_bench",
     "train_scifact": "bench.training.train_scifact",

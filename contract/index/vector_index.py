@@ -8,12 +8,15 @@ learned similarity; the one conversion is contract.encoding.similarity.index_sco
 
 Process-global knob: ``faiss.cvar.distance_compute_blas_threshold``. FAISS only switches exact search
 from a per-query SIMD scan to one sgemm when nq·d >= 128000 (334 queries at d = 384), so batches of
-8-256 re-read the whole index per query. `set_flat_batch_threshold` lowers it to 20·d (batches of >= 20
-queries use sgemm: 7x faster for batches of 64, bench/index/index_bench.py); single queries are unaffected. It is
-process-global, so it is set once on build/load and never raised again.
+8-256 re-read the whole index per query. `set_flat_batch_threshold` lowers it to SGEMM_FROM·d: batches of
+>= 8 queries use sgemm, which costs 0.93/0.72 of the scan per query at 8, 0.59/0.40 at 16 (the
+micro-batches of 32 clients) on 15k/100k vectors, and loses below 8 at every size tried
+(bench/index/flat_batch_threshold.py, bench/results/flat_batch_threshold.txt; 7x for batches of 64,
+bench/index/index_bench.py); single queries are unaffected. It is process-global, so it is set once on
+build/load and never raised again.
 
-Threads: searches of fewer than SMALL_BATCH queries (the ones below that sgemm threshold) run FAISS on
-one OpenMP thread. A single query's scan gained nothing from the second core here and lost much when
+Threads: searches of fewer than SMALL_BATCH queries run FAISS on one OpenMP thread (the sgemm of a batch
+of 8-19 included: the numbers above are one thread's). A single query's scan gained nothing from the second core here and lost much when
 the query encoder's own threads (torch or onnxruntime, spinning after the encode) held the cores:
 105k-vector Flat, encode + search of one query 39.9 ms with FAISS's 2 threads, 11.9 ms with one.
 """
@@ -57,12 +60,13 @@ class IndexInfo(BaseModel):
     build_seconds: float = 0.0
 
 
-SMALL_BATCH = 20  # queries; = the 20·d sgemm threshold below
+SMALL_BATCH = 20  # queries searched on one OpenMP thread below this (module docstring)
+SGEMM_FROM = 8  # queries from which exact search takes FAISS's sgemm (module docstring)
 
 
 def set_flat_batch_threshold(dim: int) -> None:
-    """Let batches of >= 20 queries use BLAS for exact search (process-global; see module docstring)."""
-    target = 20 * dim
+    """Let batches of >= SGEMM_FROM queries use BLAS for exact search (process-global; module docstring)."""
+    target = SGEMM_FROM * dim
     if faiss.cvar.distance_compute_blas_threshold > target:
         faiss.cvar.distance_compute_blas_threshold = target
 
