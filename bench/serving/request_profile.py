@@ -1,29 +1,36 @@
 """Where one /search request's CPU goes: the encoder, the rest of the engine, and everything around them.
 
-    OMP_NUM_THREADS=1 .venv/bin/python -m bench request_profile [--bundles var/bundles] [--encoder onnx-int8]
-        [--mode default] [--n 300] [--py-spy]
+    .venv/bin/python -m bench request_profile [--bundles var/bundles] [--encoder onnx-int8]
+        [--mode default] [--seconds 10] [--clients 1,32] [--threads 1] [--py-spy]
 
-Three measurements of the same queries (the bundle's recorded evaluation queries), all in CPU time, so a
+Measurements of the same queries (the bundle's recorded evaluation queries), all in CPU time, so a
 shared, loaded machine moves them far less than wall time:
 
-1. in process, this process's CPU per query (every thread: onnxruntime's and FAISS's workers, spinning
-   included, as in the server): the query encoder alone (`LiveBundle.encode`), and the whole engine answer
-   (`LiveBundle.answer`: encode, vector and lexical search, fusion, hits, docstore);
-2. a real server (uvicorn, one process, query cache off, micro-batching as configured), one client sending
-   --n requests one after another: the server process's CPU per request (utime + stime of every thread,
-   from /proc) and the wall p50;
-3. `outside the engine` = 2 - 1's answer: what the HTTP server, the framework, validation, the thread
-   hand-offs and serialisation cost a request; `outside the encoder` = 2 - 1's encode (issue 42's measure).
+1. in process, with the server's --threads, this process's CPU per query (every thread): the query encoder alone
+   (`LiveBundle.encode`), and the whole engine answer (`LiveBundle.answer`: encode, vector and lexical
+   search, fusion, hits, docstore); their difference is the engine's own work besides the encoder;
+2. a real server (uvicorn, one process, query cache off, micro-batching on, --threads intra-op threads)
+   with a meter on its query encoder (bench/harness/encode_meter.py), driven by wrk (or, without wrk,
+   one httpx client) at each --clients level: the server process's CPU per request (utime + stime of
+   every thread, from /proc), of which the event loop thread's, and the encoder's own CPU per request
+   read from the meter over the same requests. `outside the encoder` = the two's difference, measured in
+   one window of one process (issue 42's measure). With one intra-op thread (the default) the encoder
+   runs wholly on the calling thread, so the meter holds all of its CPU; with more, onnxruntime's pool
+   threads are billed to `outside` and the line says so.
 
-With --py-spy (the `py-spy` of the dev extra; needs ptrace), the server is sampled during (2) and each
-sample is put in the first stage whose pattern its stack matches, innermost frame first; the shares times
-the CPU per request give ms per stage. Samples of a thread parked in a wait (the event loop's select, an
-idle pool thread) are counted apart, as `idle`: py-spy's own idle detection misses some of them here.
+With --py-spy (the `py-spy` of the dev extra; needs ptrace), the server is sampled during the first level
+and each sample is put in the first stage whose pattern its stack matches, innermost frame first; the
+shares times the CPU per request give ms per stage. Samples of a thread parked in a wait (the event
+loop's select, an idle pool thread) are counted apart, as `idle`: py-spy's own idle detection misses
+some of them here, and a thread waiting for the GIL is sampled where it waits, so stage shares are
+rougher than the metered split.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import subprocess
 import tempfile
 import time
@@ -37,7 +44,10 @@ import numpy as np
 from bench.harness.paths import REPO
 from bench.harness.ports import free_port
 from bench.harness.profiling import live_timing_queries, py_spy, stat_cpu_s
-from bench.harness.servers import APP, service_env, start_server, stop_server, uvicorn_cmd
+from bench.harness.servers import service_env, start_server, stop_server, uvicorn_cmd
+from bench.harness.wrk import drive_wrk
+
+METERED_APP = "bench.harness.encode_meter:create_app"
 
 # innermost frame first: the first (stage, substrings) a frame of the stack matches names the sample
 STAGES: list[tuple[str, tuple[str, ...]]] = [
@@ -86,14 +96,15 @@ def per_query_cpu_ms(fn: Any, queries: list[str]) -> float:
     return best * 1000
 
 
-def in_process(bundles: Path, encoder: str, mode: str, queries: list[str]) -> dict[str, float]:
-    from app.engine.live_bundle import open_live_bundle
+def in_process(bundles: Path, encoder: str, mode: str, queries: list[str], threads: int) -> dict[str, float]:
+    from app.engine.live_bundle import EncoderOptions, open_live_bundle
     from app.engine.search_spec import SearchSpec
     from contract.bundles.bundle import load_bundle
     from training.bundle.store import BundleStore
 
     store = BundleStore(bundles)
-    live = open_live_bundle(load_bundle(store.version_path(str(store.current_version())), mmap=True), encoder)
+    bundle = load_bundle(store.version_path(str(store.current_version())), mmap=True)
+    live = open_live_bundle(bundle, encoder, EncoderOptions(threads=threads))
     resolved = live.bundle.manifest.extras.get("retrieval", {}).get("default_mode", "dense")
     spec_mode = resolved if mode == "default" else mode
     out = {
@@ -107,32 +118,92 @@ def in_process(bundles: Path, encoder: str, mode: str, queries: list[str]) -> di
 
 
 def served(
-    bundles: Path, encoder: str, body_mode: str | None, queries: list[str], spy: bool
-) -> dict[str, Any]:
+    bundles: Path, args: argparse.Namespace, body_mode: str | None, queries: list[str]
+) -> list[dict[str, Any]]:
+    """One metered server, each --clients level in turn: its CPU per request, split."""
     port = free_port()
-    env = service_env(bundles, encoder, True, SEARCH_QUERY_CACHE_SIZE="0")
+    env = service_env(
+        bundles, args.encoder, True, SEARCH_QUERY_CACHE_SIZE="0", SEARCH_ENCODER_THREADS=str(args.threads)
+    )
     log = Path(tempfile.mkdtemp()) / "server.log"
-    proc = start_server(uvicorn_cmd(APP, port), env, port, log=log)
-    url = f"http://127.0.0.1:{port}/search"
+    proc = start_server(uvicorn_cmd(METERED_APP, port), env, port, log=log)
+    base = f"http://127.0.0.1:{port}"
     extra = {"mode": body_mode} if body_mode else {}
+    body_file = (
+        write_wrk_bodies_with(queries, extra, "request_profile_bodies.jsonl") if shutil.which("wrk") else None
+    )
+    levels = [int(c) for c in args.clients.split(",")]
+    rows: list[dict[str, Any]] = []
     try:
-        with httpx.Client(timeout=30) as client:
+        with httpx.Client(base_url=base, timeout=30) as client:
             for q in queries[:10]:  # warm-up
-                client.post(url, json={"query": q, "top_k": 10} | extra).raise_for_status()
-            sampler = _start_spy(proc.pid) if spy else None
-            before, lat = cpu_seconds(proc.pid), []
-            for q in queries:
-                t0 = time.perf_counter()
-                client.post(url, json={"query": q, "top_k": 10} | extra).raise_for_status()
-                lat.append(time.perf_counter() - t0)
-            used = cpu_seconds(proc.pid) - before
-            stacks = _stop_spy(sampler) if sampler else None
+                client.post("/search", json={"query": q, "top_k": 10} | extra).raise_for_status()
+            for i, clients in enumerate(levels):
+                sampler = _start_spy(proc.pid) if args.py_spy and i == 0 else None
+                meter0, main0, all0 = _snapshot(client, proc.pid)
+                load = _drive(client, base, body_file, queries, extra, clients, args.seconds)
+                meter1, main1, all1 = _snapshot(client, proc.pid)
+                stacks = _stop_spy(sampler) if sampler else None
+                n = max(1, load["n"])
+                cpu_ms = (all1 - all0) * 1000 / n
+                rows.append(
+                    {
+                        "clients": clients,
+                        "n": load["n"],
+                        "qps": load["qps"],
+                        "p50_ms": load["p50_ms"],
+                        "cpu_ms": cpu_ms,
+                        "loop_ms": (main1 - main0) * 1000 / n,
+                        "encoder_ms": (meter1["cpu_ns"] - meter0["cpu_ns"]) / 1e6 / n,
+                        "batch": (meter1["texts"] - meter0["texts"])
+                        / max(1, meter1["calls"] - meter0["calls"]),
+                        "stages": _stages(stacks) if stacks else None,
+                    }
+                )
     finally:
         stop_server(proc)
+    return rows
+
+
+def write_wrk_bodies_with(queries: list[str], extra: dict[str, str], name: str) -> Path:
+    from bench.harness.paths import CACHE
+
+    path = CACHE / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"query": q, "top_k": 10} | extra) + "\n" for q in queries))
+    return path
+
+
+def _snapshot(client: httpx.Client, pid: int) -> tuple[dict[str, int], float, float]:
+    """The encoder meter's totals, the event loop thread's CPU seconds and the whole process's."""
+    meter = client.get("/bench/encoder-cpu").raise_for_status().json()
+    return meter, stat_cpu_s(f"/proc/{pid}/task/{pid}/stat"), cpu_seconds(pid)
+
+
+def _drive(
+    client: httpx.Client,
+    base: str,
+    body_file: Path | None,
+    queries: list[str],
+    extra: dict[str, str],
+    clients: int,
+    seconds: float,
+) -> dict[str, Any]:
+    """wrk at `clients` for `seconds`; without wrk, one httpx client sending requests one after another
+    for as long (its level is 1 whatever was asked)."""
+    if body_file is not None:
+        return drive_wrk(f"{base}/search", body_file, clients, seconds, 0)
+    lat = []
+    started = time.perf_counter()
+    while time.perf_counter() - started < seconds:
+        q = queries[len(lat) % len(queries)]
+        t0 = time.perf_counter()
+        client.post("/search", json={"query": q, "top_k": 10} | extra).raise_for_status()
+        lat.append(time.perf_counter() - t0)
     return {
-        "cpu_ms": used * 1000 / len(queries),
+        "n": len(lat),
+        "qps": len(lat) / (time.perf_counter() - started),
         "p50_ms": float(np.percentile(lat, 50)) * 1000,
-        "stages": _stages(stacks) if stacks else None,
     }
 
 
@@ -184,27 +255,37 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--bundles", type=Path, default=REPO / "var" / "bundles")
     ap.add_argument("--encoder", default="onnx-int8")
     ap.add_argument("--mode", default="default", help="dense | lexical | hybrid | default (the bundle's)")
-    ap.add_argument("--n", type=int, default=300)
+    ap.add_argument("--seconds", type=float, default=10.0, help="duration of each level")
+    ap.add_argument("--clients", default="1,32", help="comma-separated client counts (wrk)")
+    ap.add_argument("--threads", type=int, default=1, help="the server's SEARCH_ENCODER_THREADS")
     ap.add_argument("--py-spy", action="store_true")
     args = ap.parse_args(argv)
-    queries = live_timing_queries(args.bundles)
-    queries = (queries or ["a query"]) * (args.n // max(1, len(queries)) + 1)
-    queries = queries[: args.n]
-    engine = in_process(args.bundles, args.encoder, args.mode, queries)
-    server = served(
-        args.bundles, args.encoder, None if args.mode == "default" else args.mode, queries, args.py_spy
+    queries = live_timing_queries(args.bundles) or ["a query"]
+    engine = in_process(
+        args.bundles, args.encoder, args.mode, (queries * (300 // len(queries) + 1))[:300], args.threads
     )
-    _print(args, engine, server)
+    rows = served(args.bundles, args, None if args.mode == "default" else args.mode, queries)
+    _print(args, engine, rows)
 
 
-def _print(args: argparse.Namespace, engine: dict[str, float], server: dict[str, Any]) -> None:
-    print(f"{args.bundles}: encoder {args.encoder}, mode {args.mode}, {args.n} requests, 1 client")
-    print(f"  in process   encode          {engine['encode']:7.3f} ms CPU / query")
-    print(f"  in process   engine answer   {engine['answer']:7.3f} ms CPU / query")
-    print(
-        f"  server       per request     {server['cpu_ms']:7.3f} ms CPU   (wall p50 {server['p50_ms']:.2f} ms)"
-    )
-    print(f"  outside the engine           {server['cpu_ms'] - engine['answer']:7.3f} ms CPU / request")
-    print(f"  outside the encoder          {server['cpu_ms'] - engine['encode']:7.3f} ms CPU / request")
-    for stage, share in (server["stages"] or {}).items():
-        print(f"    {stage:22s} {share * server['cpu_ms']:7.3f} ms  ({share:5.1%})")
+def _print(args: argparse.Namespace, engine: dict[str, float], rows: list[dict[str, Any]]) -> None:
+    print(f"{args.bundles}: encoder {args.encoder}, mode {args.mode}, {args.threads} intra-op thread(s)")
+    print(f"  in process   encode                {engine['encode']:7.3f} ms CPU / query")
+    print(f"  in process   engine answer         {engine['answer']:7.3f} ms CPU / query")
+    print(f"  in process   engine besides encode {engine['answer'] - engine['encode']:7.3f} ms CPU / query")
+    pool = " (onnxruntime's pool threads included)" if args.threads > 1 else ""
+    for r in rows:
+        print(
+            f"  server, {r['clients']} client(s): {r['n']} requests, {r['qps']:.0f} req/s, p50 {r['p50_ms']:.2f} ms, "
+            f"{r['batch']:.1f} queries an encoder call"
+        )
+        print(f"    per request                      {r['cpu_ms']:7.3f} ms CPU")
+        print(f"    the encoder (metered)            {r['encoder_ms']:7.3f} ms CPU")
+        print(f"    outside the encoder              {r['cpu_ms'] - r['encoder_ms']:7.3f} ms CPU{pool}")
+        print(f"      of which the event loop thread {r['loop_ms']:7.3f} ms CPU")
+        for stage, share in (r["stages"] or {}).items():
+            print(f"      {stage:22s} {share * r['cpu_ms']:7.3f} ms  ({share:5.1%})")
+
+
+if __name__ == "__main__":
+    main()
