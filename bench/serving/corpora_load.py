@@ -12,7 +12,10 @@ validation carve, ONNX fp32 + int8) plus the distillation step with DistillConfi
   off, for: the naive app (bench/serving/naive_app.py: FastAPI + torch per request + FAISS flat); this service
   as `python -m app.serve` starts it (workers and threads chosen, app/engine/serving_plan.py) in its
   default mode (the bundle's, hybrid when it won on validation) and in dense mode; the same default mode
-  in one process (SEARCH_WORKERS=1), to show what the second process buys.
+  in one process (SEARCH_WORKERS=1), to show what the second process buys;
+- on the default-mode server, --mode-pairs alternated pairs of cells at 32 clients, default mode then dense
+  (then dense then default, ...): the hybrid/dense ratio the targets line uses, since two separate server
+  starts differ by more than the gap between the modes.
 
 It prints one table per corpus (req/s with p50 / p99, ×naive at 32 clients) and the issue's targets
 against it, and writes everything to bench/results/load_bench_corpora.json. Client and server share the
@@ -28,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 
 from bench.harness.corpora import CORPORA, EMBEDDINGS, ROOT, Corpus, data_dir
 from bench.harness.paths import RESULTS
@@ -240,6 +244,8 @@ def load_system(
                 f"p99 {r['p99_ms']:7.2f} ms  n={r['n']} errors={r['errors']}",
                 flush=True,
             )
+        if label == "this service, default mode" and mode != "dense" and args.mode_pairs:
+            rows[-1]["mode_pairs"] = mode_pairs(url, body_file, args.mode_pairs, args.seconds)
         if label != NAIVE and served.endswith("-routed"):
             listing = httpx.get(f"{url}/bundles", timeout=30).json()
             counts = (listing.get("encoder_choice") or {}).get("routing", {}).get("counts")
@@ -247,6 +253,34 @@ def load_system(
     finally:
         stop_server(proc)
     return rows
+
+
+def mode_pairs(url: str, body_file: Path, pairs: int, seconds: float) -> dict[str, Any]:
+    """The default mode's req/s against dense's at the top level, on this one server, in alternated
+    pairs (default then dense, dense then default, ...): separate server starts differed by up to 1.3×
+    on their own (bench/results/load_bench_corpora_debpkgs-pycode_onnx-int8.json), more than the gap
+    measured, and this machine's speed drifts from one minute to the next."""
+    dense_file = body_file.with_name(f"{body_file.stem}-as-dense.jsonl")
+    dense_file.write_text(
+        "".join(
+            json.dumps(json.loads(line) | {"mode": "dense"}) + "\n"
+            for line in body_file.read_text().splitlines()
+        )
+    )
+    c = LEVELS[-1]
+    runs: list[tuple[float, float]] = []
+    for i in range(pairs):
+        order = [body_file, dense_file] if i % 2 == 0 else [dense_file, body_file]
+        qps = {f: drive_wrk(url, f, c, seconds, 0)["qps"] for f in order}
+        runs.append((qps[body_file], qps[dense_file]))
+    ratios = sorted(d / e for d, e in runs)
+    ratio = float(np.median(ratios))
+    print(
+        f"  default mode / dense at c={c}, {pairs} alternated pairs on this server: median {ratio:.3f} "
+        f"(pairs {', '.join(f'{x:.2f}' for x in ratios)})",
+        flush=True,
+    )
+    return {"pairs": [[round(d, 1), round(e, 1)] for d, e in runs], "median_ratio": round(ratio, 4)}
 
 
 def serve_cmd() -> list[str]:
@@ -310,7 +344,10 @@ def print_tables(results: list[dict[str, Any]]) -> None:
                 f"{svc1['p50_ms'] / naive1['p50_ms']:.2f} of naive's (≤ 0.25)"
                 + (f"; 1 process ×naive at 32 = {one['qps'] / base['qps']:.1f} (≥ 10)" if one else "")
                 + (
-                    f"; default mode / dense req/s at 32 = {svc['qps'] / dense['qps']:.2f} (≥ 0.90)"
+                    f"; default mode / dense req/s at 32 = {svc['mode_pairs']['median_ratio']:.2f} in alternated "
+                    f"pairs on one server (≥ 0.90; separate starts: {svc['qps'] / dense['qps']:.2f})"
+                    if dense and svc.get("mode_pairs")
+                    else f"; default mode / dense req/s at 32 = {svc['qps'] / dense['qps']:.2f} (≥ 0.90)"
                     if dense
                     else ""
                 )

@@ -215,6 +215,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--workers-compare", action="store_true", help="also each --backends encoder as 2 workers x 1 thread"
     )
+    parser.add_argument(
+        "--mode-pairs",
+        type=int,
+        default=6,
+        help="the corpus run: alternated default-mode/dense pairs at 32 clients on the default server (0: none)",
+    )
     parser.add_argument("--microbatch", default="on", help="on, off or on,off")
     parser.add_argument("--ceilings", action="store_true", help="print each encoder's micro-batching ceiling")
     parser.add_argument(
