@@ -257,9 +257,9 @@ def load_system(
 
 def mode_pairs(url: str, body_file: Path, pairs: int, seconds: float) -> dict[str, Any]:
     """The default mode's req/s against dense's at the top level, on this one server, in alternated
-    pairs (default then dense, dense then default, ...): separate server starts differed by up to 1.3×
-    on their own (bench/results/load_bench_corpora_debpkgs-pycode_onnx-int8.json), more than the gap
-    measured, and this machine's speed drifts from one minute to the next."""
+    pairs (default then dense, dense then default, ...): separate server starts put hybrid at 1.32× dense
+    on debpkgs (bench/results/load_bench_corpora_debpkgs-pycode_onnx-int8.txt), more than the gap measured,
+    and this machine's speed drifts from one minute to the next."""
     dense_file = body_file.with_name(f"{body_file.stem}-as-dense.jsonl")
     dense_file.write_text(
         "".join(

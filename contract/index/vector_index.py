@@ -16,8 +16,9 @@ bench/index/index_bench.py); single queries are unaffected. It is process-global
 build/load and never raised again.
 
 Threads: searches of fewer than SMALL_BATCH queries run FAISS on one OpenMP thread (the sgemm of a batch
-of 8-19 included: the numbers above are one thread's). A single query's scan gained nothing from the second core here and lost much when
-the query encoder's own threads (torch or onnxruntime, spinning after the encode) held the cores:
+of 8-19 included: the numbers above are one thread's). A single query's scan gained nothing from the
+second core here and lost much when the query encoder's own threads (torch or onnxruntime, spinning after
+the encode) held the cores:
 105k-vector Flat, encode + search of one query 39.9 ms with FAISS's 2 threads, 11.9 ms with one.
 """
 
