@@ -17,8 +17,10 @@ from bench.harness.paths import CACHE
 LUA = Path(__file__).resolve().parent / "search_load.lua"
 
 
-def write_wrk_bodies(queries: list[str], name: str = "wrk_bodies.jsonl", get: bool = False) -> Path:
-    """One /search body per line (or, `get`, one txtai GET path), for search_load.lua."""
+def write_wrk_bodies(
+    queries: list[str], name: str = "wrk_bodies.jsonl", get: bool = False, extra: dict | None = None
+) -> Path:
+    """One /search body per line, with `extra`'s fields (or, `get`, one txtai GET path), for search_load.lua."""
     bodies = CACHE / name
     bodies.parent.mkdir(parents=True, exist_ok=True)
     if get:
@@ -26,7 +28,7 @@ def write_wrk_bodies(queries: list[str], name: str = "wrk_bodies.jsonl", get: bo
 
         lines = [f"/search?query={quote(q)}&limit=10" for q in queries]
     else:
-        lines = [json.dumps({"query": q, "top_k": 10}) for q in queries]
+        lines = [json.dumps({"query": q, "top_k": 10} | (extra or {})) for q in queries]
     bodies.write_text("".join(line + "\n" for line in lines))
     return bodies
 
@@ -52,15 +54,24 @@ def drive_wrk(url: str, bodies: Path, concurrency: int, seconds: float, max_requ
     }
 
 
-async def drive(url: str, queries: list[str], concurrency: int, seconds: float, max_requests: int) -> dict:
-    """The httpx client's closed loop (when wrk is not installed; it costs the server CPU)."""
+async def drive(
+    url: str,
+    queries: list[str],
+    concurrency: int,
+    seconds: float,
+    max_requests: int,
+    extra: dict | None = None,
+) -> dict:
+    """The httpx client's closed loop (when wrk is not installed; it costs the server CPU); `extra`'s
+    fields join every body."""
+    extra = extra or {}
     latencies: list[float] = []
     errors = 0
     sent = 0
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=30) as client:
         for q in queries[:3]:  # warm-up
-            await client.post("/search", json={"query": q, "top_k": 10})
+            await client.post("/search", json={"query": q, "top_k": 10} | extra)
         stop_at = time.perf_counter() + seconds
 
         async def worker(offset: int) -> None:
@@ -69,7 +80,8 @@ async def drive(url: str, queries: list[str], concurrency: int, seconds: float, 
             while time.perf_counter() < stop_at and sent < max_requests:
                 sent += 1
                 t0 = time.perf_counter()
-                r = await client.post("/search", json={"query": queries[i % len(queries)], "top_k": 10})
+                body = {"query": queries[i % len(queries)], "top_k": 10} | extra
+                r = await client.post("/search", json=body)
                 latencies.append(time.perf_counter() - t0)
                 errors += r.status_code != 200
                 i += concurrency

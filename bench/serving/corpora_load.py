@@ -43,6 +43,7 @@ from training.train.run_hooks import RunHooks
 
 LEVELS = (1, 8, 32)
 NAIVE = "naive FastAPI + torch + FAISS flat"
+DEFAULT = "this service, default mode"
 
 
 def corpus_bundle(corpus: Corpus, folder: Path, variants: list[str]) -> Path:
@@ -150,7 +151,16 @@ def run_corpus(corpus: Corpus, args: Any) -> dict[str, Any] | None:
     print(f"\n== {corpus.name} ({corpus.kind}): {len(queries)} test queries, bundle {version}", flush=True)
     print_encoders(enc, max_loss)
     systems = corpus_systems(corpus, bundles / version, queries, args.max_ndcg_loss, args.corpora_encoder)
-    rows = [row for system in systems for row in load_system(*system, enc["default_mode"], args)]
+    # the default-mode server also runs alternated pairs against dense's bodies (mode_pairs)
+    dense_bodies = next(b for label, _, _, b in systems if label == "this service, dense")
+    pair = dense_bodies if enc["default_mode"] != "dense" and args.mode_pairs else None
+    rows = [
+        row
+        for system in systems
+        for row in load_system(
+            *system, enc["default_mode"], args, pair_with=pair if system[0] == DEFAULT else None
+        )
+    ]
     return {
         "corpus": corpus.name,
         "version": version,
@@ -204,7 +214,7 @@ def corpus_systems(
             {**os.environ, "NAIVE_BUNDLE": str(bundle)},
             default_bodies,
         ),
-        ("this service, default mode", serve_cmd(), base_env, default_bodies),
+        (DEFAULT, serve_cmd(), base_env, default_bodies),
         ("this service, dense", serve_cmd(), base_env, bodies(queries, f"{corpus.name}-dense", "dense")),
         (
             "this service, default mode, 1 process",
@@ -216,9 +226,17 @@ def corpus_systems(
 
 
 def load_system(
-    label: str, cmd: list[str], env: dict[str, str], body_file: Path, default_mode: str, args: Any
+    label: str,
+    cmd: list[str],
+    env: dict[str, str],
+    body_file: Path,
+    default_mode: str,
+    args: Any,
+    *,
+    pair_with: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """One system on its own port under wrk at each level; its rows."""
+    """One system on its own port under wrk at each level; its rows (the top one with `mode_pairs` of
+    its bodies against `pair_with`'s, when given)."""
     port = free_port()
     started = time.perf_counter()
     proc = start_server(on_port(cmd, port), env, port, "/readyz")
@@ -244,8 +262,8 @@ def load_system(
                 f"p99 {r['p99_ms']:7.2f} ms  n={r['n']} errors={r['errors']}",
                 flush=True,
             )
-        if label == "this service, default mode" and mode != "dense" and args.mode_pairs:
-            rows[-1]["mode_pairs"] = mode_pairs(url, body_file, args.mode_pairs, args.seconds)
+        if pair_with is not None:
+            rows[-1]["mode_pairs"] = mode_pairs(url, body_file, pair_with, args.mode_pairs, args.seconds)
         if label != NAIVE and served.endswith("-routed"):
             listing = httpx.get(f"{url}/bundles", timeout=30).json()
             counts = (listing.get("encoder_choice") or {}).get("routing", {}).get("counts")
@@ -255,18 +273,11 @@ def load_system(
     return rows
 
 
-def mode_pairs(url: str, body_file: Path, pairs: int, seconds: float) -> dict[str, Any]:
+def mode_pairs(url: str, body_file: Path, dense_file: Path, pairs: int, seconds: float) -> dict[str, Any]:
     """The default mode's req/s against dense's at the top level, on this one server, in alternated
     pairs (default then dense, dense then default, ...): separate server starts put hybrid at 1.32× dense
     on debpkgs (bench/results/load_bench_corpora_debpkgs-pycode_onnx-int8.txt), more than the gap measured,
     and this machine's speed drifts from one minute to the next."""
-    dense_file = body_file.with_name(f"{body_file.stem}-as-dense.jsonl")
-    dense_file.write_text(
-        "".join(
-            json.dumps(json.loads(line) | {"mode": "dense"}) + "\n"
-            for line in body_file.read_text().splitlines()
-        )
-    )
     c = LEVELS[-1]
     runs: list[tuple[float, float]] = []
     for i in range(pairs):
@@ -332,8 +343,8 @@ def print_tables(results: list[dict[str, Any]]) -> None:
                 f"| {system} | {served} | {first.get('mode') or 'dense'} | {wt} | "
                 f"{nd if nd is not None else ''} | " + " | ".join(cells) + f" | {ratio} |"
             )
-        svc, naive1 = cell("this service, default mode", LEVELS[-1]), cell(NAIVE, 1)
-        svc1, dense = cell("this service, default mode", 1), cell("this service, dense", LEVELS[-1])
+        svc, naive1 = cell(DEFAULT, LEVELS[-1]), cell(NAIVE, 1)
+        svc1, dense = cell(DEFAULT, 1), cell("this service, dense", LEVELS[-1])
         one = cell("this service, default mode, 1 process", LEVELS[-1])
         if svc and base and naive1 and svc1:
             served = svc1.get("served", "")

@@ -11,7 +11,7 @@ shared, loaded machine moves them far less than wall time:
    search, fusion, hits, docstore); their difference is the engine's own work besides the encoder;
 2. a real server (uvicorn, one process, query cache off, micro-batching on, --threads intra-op threads)
    with a meter on its query encoder (bench/harness/encode_meter.py), driven by wrk (or, without wrk,
-   one httpx client) at each --clients level: the server process's CPU per request (utime + stime of
+   httpx clients, which cost the server CPU) at each --clients level: the server process's CPU per request (utime + stime of
    every thread, from /proc), of which the event loop thread's, and the encoder's own CPU per request
    read from the meter over the same requests. `outside the encoder` = the two's difference, measured in
    one window of one process (issue 42's measure). With one intra-op thread (the default) the encoder
@@ -29,7 +29,7 @@ rougher than the metered split.
 from __future__ import annotations
 
 import argparse
-import json
+import asyncio
 import shutil
 import subprocess
 import tempfile
@@ -39,13 +39,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import numpy as np
 
 from bench.harness.paths import REPO
 from bench.harness.ports import free_port
 from bench.harness.profiling import live_timing_queries, py_spy, stat_cpu_s
 from bench.harness.servers import service_env, start_server, stop_server, uvicorn_cmd
-from bench.harness.wrk import drive_wrk
+from bench.harness.wrk import drive, drive_wrk, write_wrk_bodies
 
 METERED_APP = "bench.harness.encode_meter:create_app"
 
@@ -130,7 +129,9 @@ def served(
     base = f"http://127.0.0.1:{port}"
     extra = {"mode": body_mode} if body_mode else {}
     body_file = (
-        write_wrk_bodies_with(queries, extra, "request_profile_bodies.jsonl") if shutil.which("wrk") else None
+        write_wrk_bodies(queries, "request_profile_bodies.jsonl", extra=extra)
+        if shutil.which("wrk")
+        else None
     )
     levels = [int(c) for c in args.clients.split(",")]
     rows: list[dict[str, Any]] = []
@@ -141,7 +142,7 @@ def served(
             for i, clients in enumerate(levels):
                 sampler = _start_spy(proc.pid) if args.py_spy and i == 0 else None
                 meter0, main0, all0 = _snapshot(client, proc.pid)
-                load = _drive(client, base, body_file, queries, extra, clients, args.seconds)
+                load = _drive(base, body_file, queries, extra, clients, args.seconds)
                 meter1, main1, all1 = _snapshot(client, proc.pid)
                 stacks = _stop_spy(sampler) if sampler else None
                 n = max(1, load["n"])
@@ -165,15 +166,6 @@ def served(
     return rows
 
 
-def write_wrk_bodies_with(queries: list[str], extra: dict[str, str], name: str) -> Path:
-    from bench.harness.paths import CACHE
-
-    path = CACHE / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps({"query": q, "top_k": 10} | extra) + "\n" for q in queries))
-    return path
-
-
 def _snapshot(client: httpx.Client, pid: int) -> tuple[dict[str, int], float, float]:
     """The encoder meter's totals, the event loop thread's CPU seconds and the whole process's."""
     meter = client.get("/bench/encoder-cpu").raise_for_status().json()
@@ -181,30 +173,12 @@ def _snapshot(client: httpx.Client, pid: int) -> tuple[dict[str, int], float, fl
 
 
 def _drive(
-    client: httpx.Client,
-    base: str,
-    body_file: Path | None,
-    queries: list[str],
-    extra: dict[str, str],
-    clients: int,
-    seconds: float,
+    base: str, body_file: Path | None, queries: list[str], extra: dict[str, str], clients: int, seconds: float
 ) -> dict[str, Any]:
-    """wrk at `clients` for `seconds`; without wrk, one httpx client sending requests one after another
-    for as long (its level is 1 whatever was asked)."""
+    """wrk at `clients` for `seconds`; without wrk, the httpx closed loop (it costs the server CPU)."""
     if body_file is not None:
         return drive_wrk(f"{base}/search", body_file, clients, seconds, 0)
-    lat = []
-    started = time.perf_counter()
-    while time.perf_counter() - started < seconds:
-        q = queries[len(lat) % len(queries)]
-        t0 = time.perf_counter()
-        client.post("/search", json={"query": q, "top_k": 10} | extra).raise_for_status()
-        lat.append(time.perf_counter() - t0)
-    return {
-        "n": len(lat),
-        "qps": len(lat) / (time.perf_counter() - started),
-        "p50_ms": float(np.percentile(lat, 50)) * 1000,
-    }
+    return asyncio.run(drive(base, queries, clients, seconds, 10**9, extra))
 
 
 def _start_spy(pid: int) -> tuple[subprocess.Popen[bytes], Path] | None:
