@@ -32,6 +32,7 @@ PARAMS_FILE = "lexical.json"  # our own record beside bm25s's files: analysis, k
 TOKEN_PATTERN = re.compile(r"(?u)\b\w\w+\b")
 K1, B = 1.2, 0.75  # Lucene's and Elasticsearch's defaults
 ANALYZER = "lower|word2+|stop-en|snowball-en"  # recorded: a bundle analysed differently is refused
+POSTINGS_UP_TO = 1  # texts a search scores from their postings one by one rather than in one sparse product
 
 
 @lru_cache(maxsize=1)
@@ -98,17 +99,21 @@ class LexicalIndex:
         indptr = s["indptr"]
         return csr_matrix((s["data"], s["indices"], indptr), shape=(len(indptr) - 1, self.n_docs), copy=False)
 
+    def _term_ids(self, text: str) -> list[int]:
+        """The text's distinct index terms, in query order (the order every path sums them in)."""
+        vocab = self.retriever.vocab_dict
+        return list(dict.fromkeys(vocab[t] for t in analyze(text) if t in vocab))
+
     def _batch_scores(self, texts: Sequence[str]) -> Any:
         """(len(texts), n_docs) CSR of BM25 scores, one sparse product for the batch (hybrid and lexical
         mode search every text of a micro-batch at once). Each row sums its query's distinct terms in
         query order, as `get_scores_from_ids` does, so the float32 scores are the same."""
         from scipy.sparse import csr_matrix
 
-        vocab = self.retriever.vocab_dict
         columns: list[int] = []
         indptr = [0]
         for text in texts:
-            columns += dict.fromkeys(vocab[t] for t in analyze(text) if t in vocab)  # distinct, in order
+            columns += self._term_ids(text)
             indptr.append(len(columns))
         matrix = self._term_matrix
         queries = csr_matrix(
@@ -116,6 +121,21 @@ class LexicalIndex:
             shape=(len(texts), matrix.shape[0]),
         )  # (nq, terms)
         return queries @ matrix  # (nq, n_docs), only the documents sharing a term
+
+    def _postings_scores(self, text: str) -> tuple[np.ndarray, np.ndarray]:
+        """One text's (positions, scores) of the documents sharing a term with it, its terms' postings
+        added into one float32 row in query order: the same sums as a row of `_batch_scores`, without
+        building two sparse matrices for one row."""
+        terms = self._term_ids(text)
+        if not terms:
+            return np.empty(0, np.int64), np.empty(0, np.float32)
+        matrix = self._term_matrix
+        indptr, indices, data = matrix.indptr, matrix.indices, matrix.data
+        acc = np.zeros(self.n_docs, dtype=data.dtype)  # (n_docs,)
+        for t in terms:
+            acc[indices[indptr[t] : indptr[t + 1]]] += data[indptr[t] : indptr[t + 1]]  # a term's documents
+        cand = np.flatnonzero(acc)
+        return cand, acc[cand]
 
     def search(
         self,
@@ -130,8 +150,9 @@ class LexicalIndex:
         `excluded` keeps those out (deleted documents): the two keywords of VectorIndex.search, which
         contract.mutations.overlay.Scope.restriction() fills once for both indexes.
 
-        Every text is scored in one sparse product, so each query costs its matching documents, not a
-        dense pass over the corpus (bench/serving/hybrid_latency.py)."""
+        A batch is scored in one sparse product, a lone text from its terms' postings: either way a query
+        costs its matching documents, not a dense pass over the corpus (bench/serving/hybrid_latency.py).
+        Both give the same scores and, through `top_k`, the same cut."""
         mask = None
         if allowed is not None:
             mask = np.zeros(self.n_docs, dtype=bool)
@@ -140,25 +161,37 @@ class LexicalIndex:
             if mask is None:
                 mask = np.ones(self.n_docs, dtype=bool)
             mask[excluded] = False
-        # BM25L / BM25+ indexes give every document a score: those are scored one dense row at a time
-        batch = None if self.retriever.nonoccurrence_array is not None else self._batch_scores(texts)
+        # BM25L / BM25+ indexes give every document a score: those are scored one dense row at a time.
+        # Up to POSTINGS_UP_TO texts, each adds its terms' postings itself: one sparse product costs more
+        # than that for so few rows (bench/serving/hybrid_profile.py's BM25 line at batch 1 and 32).
+        dense = self.retriever.nonoccurrence_array is not None
+        batch = None if dense or len(texts) <= POSTINGS_UP_TO else self._batch_scores(texts)
         out = []
         for i, text in enumerate(texts):
-            if batch is None:
+            if dense:
                 s = self.scores(text)
                 cand = np.flatnonzero(s > 0)
                 sc = s[cand]
+            elif batch is None:
+                cand, sc = self._postings_scores(text)
             else:
                 start, end = batch.indptr[i], batch.indptr[i + 1]
                 cand, sc = batch.indices[start:end].astype(np.int64), batch.data[start:end]
-                keep = sc > 0
-                cand, sc = cand[keep], sc[keep]
+            keep = sc > 0
             if mask is not None:
-                keep = mask[cand]
-                cand, sc = cand[keep], sc[keep]
-            if len(cand) > k:
-                top = np.argpartition(-sc, k - 1)[:k]
-                cand, sc = cand[top], sc[top]
-            order = np.lexsort((cand, -sc))  # best first; ties by position, as a stable rule
-            out.append((cand[order].astype(np.int64), sc[order].astype(np.float32)))
+                keep &= mask[cand]
+            out.append(top_k(cand[keep], sc[keep], k))
         return out
+
+
+def top_k(positions: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The best k (positions int64, scores float32), best first, ties by position: the same cut whatever
+    order the candidates came in (a sparse product's and the postings' orders differ)."""
+    if k <= 0:
+        return np.empty(0, np.int64), np.empty(0, np.float32)
+    if len(scores) > k:
+        kth = np.partition(scores, len(scores) - k)[len(scores) - k]  # the k-th best score
+        keep = scores >= kth  # every tie at the cut, so the rule below decides among them
+        positions, scores = positions[keep], scores[keep]
+    order = np.lexsort((positions, -scores))[:k]
+    return positions[order].astype(np.int64), scores[order].astype(np.float32)

@@ -8,7 +8,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from contract.index.lexical_index import K1, B, LexicalIndex, analyze
+from contract.index.lexical_index import K1, B, LexicalIndex, analyze, top_k
 from training.hybrid.bm25_build import build_lexical_index
 
 WORDS = [
@@ -119,3 +119,15 @@ def test_a_batch_is_searched_as_each_text_alone_with_the_same_float32_scores(ind
         assert np.array_equal(sc, dense[pos])  # bit for bit: the same sums in the same order
         keep = [i for i in np.flatnonzero(dense > 0) if i not in set(excluded.tolist())]
         assert len(pos) == min(6, len(keep)) and not set(pos.tolist()) & {0, 5, 9}
+
+
+def test_the_cut_keeps_the_lowest_positions_among_ties_whatever_order_the_candidates_came_in():
+    rng = np.random.default_rng(0)
+    scores = rng.choice([1.0, 2.0, 3.0], size=200).astype(np.float32)  # ties everywhere, the cut included
+    positions = rng.permutation(1000)[:200]
+    for k in (0, 1, 7, 50, 200, 300):
+        want = sorted(zip((-scores).tolist(), positions.tolist()))[:k]  # best first, then by position
+        for order in (np.arange(200), rng.permutation(200), np.argsort(positions)):
+            pos, sc = top_k(positions[order], scores[order], k)
+            assert list(zip((-sc).tolist(), pos.tolist())) == want
+            assert pos.dtype == np.int64 and sc.dtype == np.float32
