@@ -15,7 +15,10 @@ validation carve, ONNX fp32 + int8) plus the distillation step with DistillConfi
   in one process (SEARCH_WORKERS=1), to show what the second process buys;
 - on the default-mode server, --mode-pairs alternated pairs of cells at 32 clients, default mode then dense
   (then dense then default, ...): the hybrid/dense ratio the targets line uses, since two separate server
-  starts differ by more than the gap between the modes.
+  starts differ by more than the gap between the modes;
+- the naive app and the default-mode server started side by side, --naive-pairs alternated pairs of cells
+  at 32 clients: the ×naive ratio and p99 the targets line gives beside the separate cells' (the same
+  layout started twice differed by 1.3× in one run: bench/harness/paired_cells.py).
 
 It prints one table per corpus (req/s with p50 / p99, ×naive at 32 clients) and the issue's targets
 against it, and writes everything to bench/results/load_bench_corpora.json. Client and server share the
@@ -34,6 +37,7 @@ import httpx
 import numpy as np
 
 from bench.harness.corpora import CORPORA, EMBEDDINGS, ROOT, Corpus, data_dir
+from bench.harness.paired_cells import Cell, alternated, median_ratio
 from bench.harness.paths import RESULTS
 from bench.harness.ports import free_port
 from bench.harness.servers import NAIVE_APP, on_port, start_server, stop_server, uvicorn_cmd
@@ -166,6 +170,7 @@ def run_corpus(corpus: Corpus, args: Any) -> dict[str, Any] | None:
         "version": version,
         "encoders": enc,
         "rows": rows,
+        "naive_pairs": naive_pairs(systems, args) if args.naive_pairs else None,
         "load_after": os.getloadavg(),
     }
 
@@ -245,10 +250,8 @@ def load_system(
         url = f"http://127.0.0.1:{port}"
         served, serving, mode = "torch", None, None
         if label != NAIVE:
-            listing = httpx.get(f"{url}/bundles", timeout=30).json()
-            served, serving = listing["encoder_backend"], listing.get("serving")
-            if serving and serving.get("workers", 1) > 1:
-                time.sleep(min(60.0, time.perf_counter() - started))  # the other workers finish loading
+            served = httpx.get(f"{url}/bundles", timeout=30).json()["encoder_backend"]
+            serving = _settle(url, started)
             mode = "dense" if "dense" in label else default_mode
         drive_wrk(url, body_file, 8, 1, 10_000)  # warm-up
         for c in LEVELS:
@@ -275,23 +278,62 @@ def load_system(
 
 def mode_pairs(url: str, body_file: Path, dense_file: Path, pairs: int, seconds: float) -> dict[str, Any]:
     """The default mode's req/s against dense's at the top level, on this one server, in alternated
-    pairs (default then dense, dense then default, ...): separate server starts put hybrid at 1.32× dense
-    on debpkgs (bench/results/load_bench_corpora_debpkgs-pycode_onnx-int8.txt), more than the gap measured,
-    and this machine's speed drifts from one minute to the next."""
-    c = LEVELS[-1]
-    runs: list[tuple[float, float]] = []
-    for i in range(pairs):
-        order = [body_file, dense_file] if i % 2 == 0 else [dense_file, body_file]
-        qps = {f: drive_wrk(url, f, c, seconds, 0)["qps"] for f in order}
-        runs.append((qps[body_file], qps[dense_file]))
-    ratios = sorted(d / e for d, e in runs)
-    ratio = float(np.median(ratios))
+    pairs (bench/harness/paired_cells.py): separate server starts put hybrid at 1.32× dense on debpkgs
+    (bench/results/load_bench_corpora_debpkgs-pycode_onnx-int8.txt), more than the gap measured."""
+    runs = alternated(Cell(url, body_file), Cell(url, dense_file), pairs, LEVELS[-1], seconds)
+    ratio, ratios = median_ratio(runs)
     print(
-        f"  default mode / dense at c={c}, {pairs} alternated pairs on this server: median {ratio:.3f} "
+        f"  default mode / dense at c={LEVELS[-1]}, {pairs} alternated pairs on this server: median {ratio:.3f} "
         f"(pairs {', '.join(f'{x:.2f}' for x in ratios)})",
         flush=True,
     )
-    return {"pairs": [[round(d, 1), round(e, 1)] for d, e in runs], "median_ratio": round(ratio, 4)}
+    return {
+        "pairs": [[round(d["qps"], 1), round(e["qps"], 1)] for d, e in runs],
+        "median_ratio": round(ratio, 4),
+    }
+
+
+def naive_pairs(systems: list[tuple[str, list[str], dict[str, str], Path]], args: Any) -> dict[str, Any]:
+    """The default server against the naive app at the top level, both started side by side and driven
+    in alternated pairs (bench/harness/paired_cells.py): the ×naive ratio and the p99 of the targets line
+    without the drift between two cells measured minutes apart. An idle server beside the measured one
+    costs it little: onnxruntime stops spinning between runs (contract/encoding/onnx_encoder.py)."""
+    found = {label: (cmd, env, bodies) for label, cmd, env, bodies in systems}
+    procs, cells = [], []
+    try:
+        for label in (NAIVE, DEFAULT):
+            cmd, env, bodies = found[label]
+            port, started = free_port(), time.perf_counter()
+            procs.append(start_server(on_port(cmd, port), env, port, "/readyz"))
+            url = f"http://127.0.0.1:{port}"
+            if label == DEFAULT:
+                _settle(url, started)
+            drive_wrk(url, bodies, 8, 1, 10_000)  # warm-up
+            cells.append(Cell(url, bodies))
+        runs = alternated(cells[0], cells[1], args.naive_pairs, LEVELS[-1], args.seconds)
+    finally:
+        for proc in procs:
+            stop_server(proc)
+    ratio, ratios = median_ratio([(svc, naive) for naive, svc in runs])
+    p99 = float(np.median([svc["p99_ms"] for _, svc in runs]))
+    print(
+        f"  default mode / naive at c={LEVELS[-1]}, {args.naive_pairs} alternated pairs, both servers up: median "
+        f"{ratio:.1f}× (pairs {', '.join(f'{x:.1f}' for x in ratios)}), the default's p99 median {p99:.0f} ms",
+        flush=True,
+    )
+    return {
+        "pairs": [[round(n["qps"], 1), round(s["qps"], 1), round(s["p99_ms"], 1)] for n, s in runs],
+        "median_ratio": round(ratio, 3),
+        "median_p99_ms": round(p99, 1),
+    }
+
+
+def _settle(url: str, started: float) -> dict[str, Any] | None:
+    """This service's `serving` plan from GET /bundles, once its other workers have loaded too."""
+    serving = httpx.get(f"{url}/bundles", timeout=30).json().get("serving")
+    if serving and serving.get("workers", 1) > 1:
+        time.sleep(min(60.0, time.perf_counter() - started))  # the other workers finish loading
+    return serving
 
 
 def serve_cmd() -> list[str]:
@@ -347,28 +389,48 @@ def print_tables(results: list[dict[str, Any]]) -> None:
         svc1, dense = cell(DEFAULT, 1), cell("this service, dense", LEVELS[-1])
         one = cell("this service, default mode, 1 process", LEVELS[-1])
         if svc and base and naive1 and svc1:
-            served = svc1.get("served", "")
-            want = 30 if served.startswith("static") or served.endswith("-routed") else 15
-            print(
-                f"\ntargets (issue 42): ×naive at 32 = {svc['qps'] / base['qps']:.1f} (≥ {want} with {served}); "
-                f"p99 at 32 = {svc['p99_ms']:.0f} ms (≤ 60); c=1 p50 = "
-                f"{svc1['p50_ms'] / naive1['p50_ms']:.2f} of naive's (≤ 0.25)"
-                + (f"; 1 process ×naive at 32 = {one['qps'] / base['qps']:.1f} (≥ 10)" if one else "")
-                + (
-                    f"; default mode / dense req/s at 32 = {svc['mode_pairs']['median_ratio']:.2f} in alternated "
-                    f"pairs on one server (≥ 0.90; separate starts: {svc['qps'] / dense['qps']:.2f})"
-                    if dense and svc.get("mode_pairs")
-                    else f"; default mode / dense req/s at 32 = {svc['qps'] / dense['qps']:.2f} (≥ 0.90)"
-                    if dense
-                    else ""
-                )
-            )
+            print("\n" + targets_line(svc, base, naive1, svc1, dense, one, res.get("naive_pairs")))
         static = enc["backends"].get("static")
         if static:
             print(
                 f"static tower: test nDCG@10 {static['ndcg@10']} vs full {enc['backends']['torch']['ndcg@10']} "
                 f"(loss {static['ndcg_loss']:+.4f}; target ≤ 0.01)"
             )
+
+
+def targets_line(
+    svc: dict[str, Any],
+    base: dict[str, Any],
+    naive1: dict[str, Any],
+    svc1: dict[str, Any],
+    dense: dict[str, Any] | None,
+    one: dict[str, Any] | None,
+    paired: dict[str, Any] | None,
+) -> str:
+    """Issue 42's targets against one corpus's cells (and its alternated pairs, where they ran)."""
+    served = svc1.get("served", "")
+    want = 30 if served.startswith("static") or served.endswith("-routed") else 15
+    pairs = (
+        f"; {len(paired['pairs'])} alternated pairs, both up: {paired['median_ratio']:.1f}, "
+        f"p99 {paired['median_p99_ms']:.0f} ms"
+        if paired
+        else ""
+    )
+    line = (
+        f"targets (issue 42): ×naive at 32 = {svc['qps'] / base['qps']:.1f} (≥ {want} with {served}); "
+        f"p99 at 32 = {svc['p99_ms']:.0f} ms (≤ 60){pairs}; c=1 p50 = "
+        f"{svc1['p50_ms'] / naive1['p50_ms']:.2f} of naive's (≤ 0.25)"
+    )
+    if one:
+        line += f"; 1 process ×naive at 32 = {one['qps'] / base['qps']:.1f} (≥ 10)"
+    if dense and svc.get("mode_pairs"):
+        line += (
+            f"; default mode / dense req/s at 32 = {svc['mode_pairs']['median_ratio']:.2f} in alternated "
+            f"pairs on one server (≥ 0.90; separate starts: {svc['qps'] / dense['qps']:.2f})"
+        )
+    elif dense:
+        line += f"; default mode / dense req/s at 32 = {svc['qps'] / dense['qps']:.2f} (≥ 0.90)"
+    return line
 
 
 def run(args: Any) -> None:

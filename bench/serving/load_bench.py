@@ -215,12 +215,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--workers-compare", action="store_true", help="also each --backends encoder as 2 workers x 1 thread"
     )
-    parser.add_argument(
-        "--mode-pairs",
-        type=int,
-        default=6,
-        help="the corpus run: alternated default-mode/dense pairs at 32 clients on the default server (0: none)",
-    )
     parser.add_argument("--microbatch", default="on", help="on, off or on,off")
     parser.add_argument("--ceilings", action="store_true", help="print each encoder's micro-batching ceiling")
     parser.add_argument(
@@ -230,6 +224,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="load generator: wrk when installed (apt-get install wrk), else httpx (costs the server CPU)",
     )
     parser.add_argument("--out", type=Path, default=CACHE / "load_bench.json")
+    corpus_run_options(parser)
+    return parser.parse_args(argv)
+
+
+def corpus_run_options(parser: argparse.ArgumentParser) -> None:
+    """The options of the default run, over bench/harness/corpora.py's corpora (bench/serving/corpora_load.py)."""
     parser.add_argument(
         "--corpora",
         default="scifact,pydocs,manpages",
@@ -243,7 +243,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--variants", default="static", help="distilled query encoders the default run's bundles carry"
     )
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--mode-pairs",
+        type=int,
+        default=6,
+        help="the corpus run: alternated default-mode/dense pairs at 32 clients on the default server (0: none)",
+    )
+    parser.add_argument(
+        "--naive-pairs",
+        type=int,
+        default=4,
+        help="the corpus run: alternated naive/default-mode pairs at 32 clients, both servers up (0: none)",
+    )
 
 
 def load_client(choice: str) -> str:
