@@ -37,6 +37,7 @@ BENCHES: dict[str, str] = {
     "hybrid_scifact": "bench.index.hybrid_scifact",
     "scrub_bench": "bench.index.scrub_bench",
     "flat_batch_threshold": "bench.index.flat_batch_threshold",
+    "flat_search_threads": "bench.index.flat_search_threads",
     # training
     "device_bench": "bench.training.device_bench",
     "train_scifact": "bench.training.train_scifact",

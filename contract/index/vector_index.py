@@ -15,11 +15,18 @@ micro-batches of 32 clients) on 15k/100k vectors, and loses below 8 at every siz
 bench/index/index_bench.py); single queries are unaffected. It is process-global, so it is set once on
 build/load and never raised again.
 
-Threads: searches of fewer than SMALL_BATCH queries run FAISS on one OpenMP thread (the sgemm of a batch
-of 8-19 included: the numbers above are one thread's). A single query's scan gained nothing from the
-second core here and lost much when the query encoder's own threads (torch or onnxruntime, spinning after
-the encode) held the cores:
-105k-vector Flat, encode + search of one query 39.9 ms with FAISS's 2 threads, 11.9 ms with one.
+Threads: a search runs FAISS on one OpenMP thread unless it scores at least PARALLEL_FROM query-vector
+pairs. FAISS parallelises over its OpenMP team (its bundled OpenBLAS runs the batch's sgemm on that team
+too), and when the search returns, libgomp's idle worker spins for the next parallel region instead of
+sleeping: milliseconds of a core after every search, which in a server is the core the event loop and the
+other worker's encoder need. A served micro-batch of ~30 queries (32 clients) on 750 documents took a
+second thread that burnt 0.47-0.55 ms of CPU per request, spinning (gdb: OpenBLAS's sgemm_thread_tn on
+libgomp's team); with one thread it was gone and the inference thread's own CPU fell 1.88 -> 1.52 ms per
+request (one process, int8, SEARCH_ENCODER_THREADS=1; an ad-hoc per-thread count). On a machine whose cores
+are busy the second thread also waits to be scheduled: a search of 8-32 queries over 1.1k-100k vectors took
+20-90x the wall time with a team of two (bench/index/flat_search_threads.py). Earlier, with the query
+encoder's own threads spinning: 105k-vector Flat, encode + search of one query 39.9 ms with FAISS's 2
+threads, 11.9 ms with one.
 """
 
 from __future__ import annotations
@@ -61,7 +68,9 @@ class IndexInfo(BaseModel):
     build_seconds: float = 0.0
 
 
-SMALL_BATCH = 20  # queries searched on one OpenMP thread below this (module docstring)
+PARALLEL_FROM = (
+    2_000_000  # query x vector pairs from which a search gets FAISS's whole OpenMP team (module docstring)
+)
 SGEMM_FROM = 8  # queries from which exact search takes FAISS's sgemm (module docstring)
 
 
@@ -285,10 +294,11 @@ def _kind_of(index: Any) -> str:
 
 
 def faiss_search(index: Any, q: np.ndarray, k: int, params: Any = None) -> tuple[np.ndarray, np.ndarray]:
-    """`index.search`, with a batch below SMALL_BATCH on one OpenMP thread (module docstring: the sgemm
-    threshold); the overlay's delta index searches through here too, so both run with the same team size
-    (switching it between the two cost 10 ms per query under load, bench/serving/mutation_bench.py)."""
-    if len(q) >= SMALL_BATCH:
+    """`index.search`, on one OpenMP thread below PARALLEL_FROM query-vector pairs (module docstring); the
+    overlay's delta index searches through here too, so a small delta runs on one thread like the main
+    index (switching the team size between the two cost 10 ms per query under load,
+    bench/serving/mutation_bench.py)."""
+    if len(q) * index.ntotal >= PARALLEL_FROM:
         return index.search(q, k, params=params)
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)  # this thread's setting only (OpenMP per-thread ICV)
