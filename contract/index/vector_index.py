@@ -19,14 +19,17 @@ Threads: a search runs FAISS on one OpenMP thread unless it scores at least PARA
 pairs. FAISS parallelises over its OpenMP team (its bundled OpenBLAS runs the batch's sgemm on that team
 too), and when the search returns, libgomp's idle worker spins for the next parallel region instead of
 sleeping: milliseconds of a core after every search, which in a server is the core the event loop and the
-other worker's encoder need. A served micro-batch of ~30 queries (32 clients) on 750 documents took a
-second thread that burnt 0.47-0.55 ms of CPU per request, spinning (gdb: OpenBLAS's sgemm_thread_tn on
-libgomp's team); with one thread it was gone and the inference thread's own CPU fell 1.88 -> 1.52 ms per
-request (one process, int8, SEARCH_ENCODER_THREADS=1; an ad-hoc per-thread count). On a machine whose cores
-are busy the second thread also waits to be scheduled: a search of 8-32 queries over 1.1k-100k vectors took
-20-90x the wall time with a team of two (bench/index/flat_search_threads.py). Earlier, with the query
-encoder's own threads spinning: 105k-vector Flat, encode + search of one query 39.9 ms with FAISS's 2
-threads, 11.9 ms with one.
+other worker's encoder need. One server process (int8, default threads, debpkgs, 32 clients) spent 0.90-1.09
+ms of native-thread CPU a request with a team of two for batches from 20 queries, 0.78-0.79 ms with one
+thread below 2M pairs, and served 725-760 -> 780-802 req/s, p99 66 -> 59-61 ms (bench/serving/thread_cpu.py
+before and after, alternated: bench/results/thread_cpu_faiss_threads_debpkgs.txt; gdb showed the idle
+worker in OpenBLAS's threaded sgemm). Per search, with a 40 ms gap after it as a served batch has, a team of
+two lost on wall time and CPU at 1.1k and 15k vectors for 8-32 queries (1.1k, 32 queries: 1.07 -> 11.8 ms
+of wall, 1.1 -> 19.5 ms of CPU); at 100k it saved 7-16 ms of wall for 13-28 ms more CPU; PARALLEL_FROM
+(100k x 20) is about there (bench/index/flat_search_threads.py, bench/results/flat_search_threads.txt). On
+busy cores the second thread also waits to be scheduled at each barrier: 20-90x the wall time in the same
+bench. Earlier, with the query encoder's own threads spinning: 105k-vector Flat, encode + search of one
+query 39.9 ms with FAISS's 2 threads, 11.9 ms with one.
 """
 
 from __future__ import annotations
