@@ -5,10 +5,16 @@ started twice served 454 and 348 req/s at 32 clients (pycode; bench/results/
 load_bench_corpora_debpkgs-pycode_onnx-int8.txt, its 'default mode' and '1 process' rows, both 1 x 2).
 A ratio of two cells measured minutes apart carries that drift whole; the median over pairs taken
 back to back, each pair in the other order than the last, does not.
+
+Each cell starts DRAIN_S after the last one ended: wrk stops at its duration, not when the server has
+answered, and a slow server still works through the requests in flight (the naive app at 32 clients: p99
+0.8-0.9 s). Without the pause the cell after a naive one shared the cores with that tail: in the first
+run of the naive pairs the service's p99 was 104-137 ms right after a naive cell, 45-46 ms right before one.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +22,8 @@ from typing import Any
 import numpy as np
 
 from bench.harness.wrk import drive_wrk
+
+DRAIN_S = 2.0  # seconds between cells (module docstring)
 
 
 @dataclass(frozen=True)
@@ -31,11 +39,14 @@ def alternated(
     runs = []
     for i in range(pairs):
         swapped = i % 2 == 1
-        first, second = [
-            drive_wrk(c.url, c.bodies, clients, seconds, 0) for c in ((b, a) if swapped else (a, b))
-        ]
+        first, second = [_cell(c, clients, seconds) for c in ((b, a) if swapped else (a, b))]
         runs.append((second, first) if swapped else (first, second))
     return runs
+
+
+def _cell(cell: Cell, clients: int, seconds: float) -> dict[str, Any]:
+    time.sleep(DRAIN_S)
+    return drive_wrk(cell.url, cell.bodies, clients, seconds, 0)
 
 
 def median_ratio(runs: list[tuple[dict[str, Any], dict[str, Any]]]) -> tuple[float, list[float]]:
