@@ -126,8 +126,10 @@ def test_the_cut_keeps_the_lowest_positions_among_ties_whatever_order_the_candid
     scores = rng.choice([1.0, 2.0, 3.0], size=200).astype(np.float32)  # ties everywhere, the cut included
     positions = rng.permutation(1000)[:200]
     for k in (0, 1, 7, 50, 200, 300):
-        want = sorted(zip((-scores).tolist(), positions.tolist()))[:k]  # best first, then by position
+        want = sorted(zip((-scores).tolist(), positions.tolist(), strict=True))[
+            :k
+        ]  # best first, then by position
         for order in (np.arange(200), rng.permutation(200), np.argsort(positions)):
             pos, sc = top_k(positions[order], scores[order], k)
-            assert list(zip((-sc).tolist(), pos.tolist())) == want
+            assert list(zip((-sc).tolist(), pos.tolist(), strict=True)) == want
             assert pos.dtype == np.int64 and sc.dtype == np.float32
