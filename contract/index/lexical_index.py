@@ -163,7 +163,7 @@ class LexicalIndex:
             mask[excluded] = False
         # BM25L / BM25+ indexes give every document a score: those are scored one dense row at a time.
         # Up to POSTINGS_UP_TO texts, each adds its terms' postings itself: one sparse product costs more
-        # than that for so few rows (bench/serving/hybrid_profile.py's BM25 line at batch 1 and 32).
+        # than that for one row, and less from two (bench/results/hybrid_profile_pycode.txt, batches 1, 2, 4).
         dense = self.retriever.nonoccurrence_array is not None
         batch = None if dense or len(texts) <= POSTINGS_UP_TO else self._batch_scores(texts)
         out = []
