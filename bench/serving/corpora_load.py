@@ -250,8 +250,8 @@ def load_system(
         url = f"http://127.0.0.1:{port}"
         served, serving, mode = "torch", None, None
         if label != NAIVE:
-            served = httpx.get(f"{url}/bundles", timeout=30).json()["encoder_backend"]
-            serving = _settle(url, started)
+            listing = _settle(url, started)
+            served, serving = listing["encoder_backend"], listing.get("serving")
             mode = "dense" if "dense" in label else default_mode
         drive_wrk(url, body_file, 8, 1, 10_000)  # warm-up
         for c in LEVELS:
@@ -328,12 +328,13 @@ def naive_pairs(systems: list[tuple[str, list[str], dict[str, str], Path]], args
     }
 
 
-def _settle(url: str, started: float) -> dict[str, Any] | None:
-    """This service's `serving` plan from GET /bundles, once its other workers have loaded too."""
-    serving = httpx.get(f"{url}/bundles", timeout=30).json().get("serving")
+def _settle(url: str, started: float) -> dict[str, Any]:
+    """This service's GET /bundles, returned once its other workers (its `serving` plan) have loaded too."""
+    listing: dict[str, Any] = httpx.get(f"{url}/bundles", timeout=30).json()
+    serving = listing.get("serving")
     if serving and serving.get("workers", 1) > 1:
         time.sleep(min(60.0, time.perf_counter() - started))  # the other workers finish loading
-    return serving
+    return listing
 
 
 def serve_cmd() -> list[str]:
