@@ -44,6 +44,11 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", str(plan.encoder_threads))
     from uvicorn.main import main as uvicorn_main
 
+    from app.worker_sockets import spread_connections
+
+    if plan.workers > 1:
+        spread_connections()  # one socket per worker: a burst of new connections is split, not drained by one
+
     uvicorn_main.main(
         args=["--factory", "app.main:create_app", "--workers", str(plan.workers), *args],
         prog_name="python -m app.serve",
