@@ -25,6 +25,8 @@ BENCHES: dict[str, str] = {
     "request_profile": "bench.serving.request_profile",
     "request_ab": "bench.serving.request_ab",
     "thread_cpu": "bench.serving.thread_cpu",
+    # processes: how the API's worker processes share the machine
+    "worker_balance": "bench.processes.worker_balance",
     # index
     "index_bench": "bench.index.index_bench",
     "milvus_bench": "bench.index.milvus_bench",

@@ -36,6 +36,13 @@ def uvicorn_cmd(target: str, port: int, *, factory: bool = True, workers: int = 
     return cmd + (["--workers", str(workers)] if workers > 1 else [])
 
 
+def serve_cmd(port: int = 0) -> list[str]:
+    """`python -m app.serve` as a user starts it: its own worker count and threads (app/engine/serving_plan.py),
+    one listening socket per worker (app/worker_sockets.py)."""
+    cmd = [sys.executable, "-m", "app.serve", "--host", "127.0.0.1", "--port", str(port)]
+    return cmd + ["--log-level", "warning", "--no-access-log"]
+
+
 def on_port(cmd: list[str], port: int) -> list[str]:
     """A command built with `--port 0` (the port not chosen yet), given its port."""
     return [str(port) if c == "0" and cmd[i - 1] == "--port" else c for i, c in enumerate(cmd)]
