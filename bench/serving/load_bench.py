@@ -22,8 +22,9 @@ median-throughput run is reported). Systems:
 - this service with each `--backends` query encoder (`auto` = the choice at --max-ndcg-loss, timed at
   load), query cache off, so every request is encoded (round robin: with --bundles the queries the live bundle recorded for timing its encoders, else scifact's);
 - the same `auto` server with the query cache on, replaying a Zipf(1) sample of the 300 test queries;
-- with `--workers-compare`, each `--backends` encoder again as 2 uvicorn workers with 1 intra-op thread
-  each (the rows above are 1 process with the library's thread count);
+- with `--workers-compare`, each `--backends` encoder again as 2 worker processes with 1 intra-op thread
+  each, started as `python -m app.serve` starts them (a listening socket per worker); the rows above are
+  1 process with the library's thread count;
 - peers (`--peers`): the naive FastAPI + torch + FAISS flat app (bench/serving/naive_app.py), and txtai's API
   (bench/serving/txtai_peer.py, in a venv of its own) when it installs.
 The load generator is wrk (`apt-get install wrk`; C, one thread, a few percent of a core) when installed,
@@ -49,7 +50,16 @@ import numpy as np
 from bench.harness.paths import CACHE, require_scifact
 from bench.harness.ports import free_port
 from bench.harness.profiling import live_timing_queries
-from bench.harness.servers import APP, NAIVE_APP, on_port, service_env, start_server, stop_server, uvicorn_cmd
+from bench.harness.servers import (
+    APP,
+    NAIVE_APP,
+    on_port,
+    serve_cmd,
+    service_env,
+    start_server,
+    stop_server,
+    uvicorn_cmd,
+)
 from bench.harness.wrk import drive, drive_wrk, median_run, qps_shown, write_wrk_bodies
 from contract.jobs.plan import IndexPlan
 from training.bundle.build import BuildOptions
@@ -313,9 +323,13 @@ def service_systems(args: argparse.Namespace, bundles: Path, backends: list[str]
         label = "this service, cache on (Zipf replay)"
         systems.append((label, "auto", uvicorn_cmd(APP, 0), env, "/readyz", "zipf"))
     for backend in backends if args.workers_compare else []:  # each encoder as one process and as two
-        env = service_env(bundles, backend, True, **no_cache, **loss, SEARCH_ENCODER_THREADS="1")
-        cmd = uvicorn_cmd(APP, 0, workers=2)
-        systems.append(("this service, 2 workers x 1 thread", backend, cmd, env, "/readyz", "unique"))
+        # as python -m app.serve runs them: a socket per worker (uvicorn's shared one let one worker take
+        # nearly every connection: bench/results/worker_balance.txt)
+        env = service_env(
+            bundles, backend, True, **no_cache, **loss, SEARCH_ENCODER_THREADS="1", SEARCH_WORKERS="2"
+        )
+        env.pop("OMP_NUM_THREADS", None)
+        systems.append(("this service, 2 workers x 1 thread", backend, serve_cmd(), env, "/readyz", "unique"))
     return systems
 
 
