@@ -1,15 +1,23 @@
 """How many API processes, and how many intra-op threads each: chosen from the cores and the query encoder.
 
 A request's cost on this service is the query encoder plus Python (HTTP parsing, validation, the answer's
-JSON). One process runs Python on one core at a time, so:
+JSON). One process runs Python on one core at a time, so one worker process per core, one intra-op thread
+each, whatever the encoder. Each worker listens on a socket of its own (app/worker_sockets.py), so the
+kernel splits the connections between them. Measured on 2 cores, 2 workers × 1 thread against one process
+× 2 threads, wrk at 1, 8 and 32 clients (bench/serving/load_bench.py --workers-compare, debpkgs and pycode
+bench corpora; bench/results/workers_compare_corpora.txt):
 
-- with a static-table encoder (`static`, or `static-routed`, whose full-model share is small) a request
-  is mostly Python: one worker process per core, one intra-op thread each, serves more. Measured on 2
-  cores (bench/serving/load_bench.py, scifact, static): 2 workers × 1 thread gave 1.38× one process's req/s at 8
-  clients and 1.70× at 32, with p99 53 ms vs 77 ms; it lost at 1 client (0.81×: each process has one core);
-- with a transformer encoder (torch, ONNX fp32/int8, the truncated `distilled` one) the encoder is most of
-  a request and its own threads use every core: one process with intra-op threads = cores beat 2 workers ×
-  1 thread at every concurrency (1.15×, 1.31×, 1.46× at 1, 8, 32 clients; docs/benchmarks.md, bench/serving/load_bench.py).
+- onnx-int8 (debpkgs and pycode): 1.01× and 0.78× at 1 client, 1.59× and 1.41× at 8, 1.20× and 1.29× at 32, p99 at 32
+  45 against 56 ms and 53 against 63 ms;
+- torch (debpkgs): 1.02×, 1.17×, 1.40×, p99 at 32 115 against 211 ms;
+- a static table (`static`, `static-routed`): a request is mostly Python; 1.38× and 1.70× at 8 and 32
+  clients (scifact) even before the sockets were split.
+
+Before the sockets were split, uvicorn's one shared socket let the first worker to wake take nearly every
+connection of a burst (bench/results/worker_balance.txt), and one process with threads = cores had looked
+better for a transformer (1.15×, 1.31×, 1.46× at 1, 8, 32 clients). Two workers of two threads each lost at
+32 clients (464 against 803 req/s, pycode, int8: four threads on two cores). On more cores than two this
+is not measured: SEARCH_WORKERS and SEARCH_ENCODER_THREADS override the plan.
 
 Which encoder `auto` will pick is read from the live bundle's manifest at start (the recorded nDCG@10
 losses and routing curves against SEARCH_MAX_NDCG_LOSS), before any model loads; the workers then choose
@@ -22,7 +30,7 @@ Each worker holds its own copy of the FAISS index in memory (app/live/hot_swap.p
 mmap=False). Until issue 43 it was memory-mapped so the workers shared its pages, but a live index.faiss
 truncated under the map killed the process with SIGBUS on the next search; a copy cannot fault. The price
 is the index's size once per worker (a flat 1M x 384 float32 index: 1.5 GB each, n x dim x 4 bytes; not
-measured here), which only the light encoders' plan (several workers) pays.
+measured here), and the query encoder's once per worker: SEARCH_WORKERS=1 where memory is short.
 """
 
 from __future__ import annotations
@@ -118,9 +126,10 @@ def choose(settings: Settings, cores: int | None = None) -> ServingPlan:
         )
     else:
         workers, reason = (
-            1,
-            f"{encoder or 'no live bundle yet; assuming'} a transformer query encoder: one process whose "
-            "encoder threads use every core",
+            cores,
+            f"{encoder or 'no live bundle yet; assuming'} a transformer query encoder: one process per core, "
+            "one encoder thread each, a socket each (served more than one process with every core's "
+            "threads at 8 and 32 clients)",
         )
     threads = settings.encoder_threads or max(1, cores // workers)
     return ServingPlan(workers, threads, cores, encoder, reason)

@@ -273,7 +273,7 @@ def test_the_serving_plan_follows_the_cores_the_encoder_and_writes(distilled_bun
     plan = choose(light, cores=4)
     assert (plan.workers, plan.encoder_threads, plan.expected_encoder) == (4, 1, "static")
     heavy = make_settings(bundles, encoder_backend="onnx-int8", api_key=None)
-    assert (choose(heavy, cores=4).workers, choose(heavy, cores=4).encoder_threads) == (1, 4)
+    assert (choose(heavy, cores=4).workers, choose(heavy, cores=4).encoder_threads) == (4, 1)
     writes = make_settings(bundles, encoder_backend="static")  # an API key: document writes are on
     assert choose(writes, cores=4).workers == 1 and "writes" in choose(writes, cores=4).reason
     assert choose(light.model_copy(update={"workers": 3}), cores=4).workers == 3
