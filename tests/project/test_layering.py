@@ -176,7 +176,11 @@ BASE = {
     },
     "app": {"errors", "field_errors", "metrics", "settings"},
 }
-ENTRY = {"training": {"__main__"}, "contract": set(), "app": {"main", "healthcheck", "serve", "worker_sockets"}}
+ENTRY = {
+    "training": {"__main__"},
+    "contract": set(),
+    "app": {"main", "healthcheck", "serve", "worker_sockets"},
+}
 MAX_MODULES_PER_FOLDER = 15
 
 
