@@ -43,6 +43,12 @@ def serve_cmd(port: int = 0) -> list[str]:
     return cmd + ["--log-level", "warning", "--no-access-log"]
 
 
+def settle_workers(started: float) -> None:
+    """Wait, once the first worker of a multi-worker server answers, as long as it took (at most 60 s): the
+    others started with it and load the same bundle."""
+    time.sleep(min(60.0, time.perf_counter() - started))
+
+
 def on_port(cmd: list[str], port: int) -> list[str]:
     """A command built with `--port 0` (the port not chosen yet), given its port."""
     return [str(port) if c == "0" and cmd[i - 1] == "--port" else c for i, c in enumerate(cmd)]

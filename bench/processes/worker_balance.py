@@ -31,10 +31,20 @@ from typing import Any
 from bench.harness.paths import REPO
 from bench.harness.ports import free_port
 from bench.harness.profiling import live_timing_queries, stat_cpu_s
-from bench.harness.servers import APP, on_port, serve_cmd, service_env, start_server, stop_server, uvicorn_cmd
+from bench.harness.servers import (
+    APP,
+    on_port,
+    serve_cmd,
+    service_env,
+    settle_workers,
+    start_server,
+    stop_server,
+    uvicorn_cmd,
+)
 from bench.harness.wrk import drive_wrk, write_wrk_bodies
 
 TCP_ESTABLISHED = "01"
+TCP_LISTEN = "0A"
 
 
 def workers_of(launcher: int) -> list[int]:
@@ -53,8 +63,8 @@ def workers_of(launcher: int) -> list[int]:
     return sorted(found)
 
 
-def established_inodes(port: int) -> set[str]:
-    """Socket inodes of the established TCP connections whose local port is `port` (IPv4 and IPv6)."""
+def socket_inodes(port: int, state: str = TCP_ESTABLISHED) -> set[str]:
+    """Inodes of the TCP sockets in `state` (/proc/net/tcp's hex code) whose local port is `port`, IPv4 and IPv6."""
     inodes = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -64,7 +74,7 @@ def established_inodes(port: int) -> set[str]:
         for line in lines:
             fields = line.split()
             local_port = int(fields[1].rsplit(":", 1)[1], 16)
-            if local_port == port and fields[3] == TCP_ESTABLISHED:
+            if local_port == port and fields[3] == state:
                 inodes.add(fields[9])
     return inodes
 
@@ -90,9 +100,10 @@ def one_start(layout: str, args: argparse.Namespace, bodies: Path) -> dict[str, 
     env = service_env(args.bundles, args.encoder, True, **extra)
     env.pop("OMP_NUM_THREADS", None)
     cmd = serve_cmd(port) if layout == "spread" else on_port(uvicorn_cmd(APP, 0, workers=args.workers), port)
+    started = time.perf_counter()
     proc = start_server(cmd, env, port)
     try:
-        time.sleep(5)  # every worker loaded (the launcher answers once one is ready)
+        settle_workers(started)
         workers = workers_of(proc.pid)
         result: dict[str, Any] = {}
         load = threading.Thread(
@@ -105,7 +116,7 @@ def one_start(layout: str, args: argparse.Namespace, bodies: Path) -> dict[str, 
         cpu0 = {w: stat_cpu_s(f"/proc/{w}/stat") for w in workers}
         time.sleep(args.seconds / 2)
         cpu1 = {w: stat_cpu_s(f"/proc/{w}/stat") for w in workers}
-        inodes = established_inodes(port)
+        inodes = socket_inodes(port)
         conns = [connections_of(w, inodes) for w in workers]
         load.join()
     finally:

@@ -40,7 +40,15 @@ from bench.harness.corpora import CORPORA, EMBEDDINGS, ROOT, Corpus, data_dir
 from bench.harness.paired_cells import Cell, alternated, median_ratio
 from bench.harness.paths import RESULTS
 from bench.harness.ports import free_port
-from bench.harness.servers import NAIVE_APP, on_port, serve_cmd, start_server, stop_server, uvicorn_cmd
+from bench.harness.servers import (
+    NAIVE_APP,
+    on_port,
+    serve_cmd,
+    settle_workers,
+    start_server,
+    stop_server,
+    uvicorn_cmd,
+)
 from bench.harness.wrk import drive_wrk, median_run, qps_shown
 from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
 from training.train.run_hooks import RunHooks
@@ -333,7 +341,7 @@ def _settle(url: str, started: float) -> dict[str, Any]:
     listing: dict[str, Any] = httpx.get(f"{url}/bundles", timeout=30).json()
     serving = listing.get("serving")
     if serving and serving.get("workers", 1) > 1:
-        time.sleep(min(60.0, time.perf_counter() - started))  # the other workers finish loading
+        settle_workers(started)
     return listing
 
 

@@ -9,12 +9,12 @@ import socket
 import subprocess
 import sys
 from collections import Counter
-from pathlib import Path
 
 import httpx
 import pytest
 
 from app.engine.serving_plan import available_cores
+from bench.processes.worker_balance import TCP_LISTEN, socket_inodes
 from tests.app.conftest import wait_until
 from tests.conftest import REPO
 from tests.servers import free_port
@@ -37,12 +37,6 @@ def test_the_worker_count_is_a_setting_not_a_flag():
 
 
 BURST = 32
-
-
-def listening_sockets(port: int) -> set[str]:
-    """Inodes of the TCP sockets listening on `port` (/proc/net/tcp: state 0A is LISTEN)."""
-    rows = [line.split() for line in Path("/proc/net/tcp").read_text().splitlines()[1:]]
-    return {r[9] for r in rows if int(r[1].rsplit(":", 1)[1], 16) == port and r[3] == "0A"}
 
 
 def burst_replicas(port: int, n: int) -> list[str]:
@@ -121,7 +115,9 @@ def test_two_worker_processes_serve_and_say_how_they_were_chosen(live_bundles, t
         # wake (uvicorn's one shared socket: 0/32 and 28/4, bench/results/worker_balance.txt)
         split = Counter(burst_replicas(port, BURST))
         assert len(split) == 2 and max(split.values()) <= BURST - 6, split
-        assert len(listening_sockets(port)) == 2  # one per worker (uvicorn's shared socket: one in all)
+        assert (
+            len(socket_inodes(port, TCP_LISTEN)) == 2
+        )  # one per worker (uvicorn's shared socket: one in all)
     finally:
         proc.terminate()
         proc.wait(timeout=60)
