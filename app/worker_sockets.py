@@ -41,12 +41,18 @@ def reuse_port_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
+def on_tcp(config: Config) -> bool:
+    """Whether the server listens on a host and port (split per worker), not a Unix socket or an inherited
+    descriptor (uvicorn's shared socket kept): the supervisor and its workers must agree on it."""
+    return config.uds is None and config.fd is None
+
+
 class OwnSocketProcess(multiprocess.Process):
     """A uvicorn worker that listens on a socket of its own: it closes the parent's (never listened on)
     and serves on a new SO_REUSEPORT socket bound to the same address."""
 
     def target(self, sockets: list[socket.socket] | None = None) -> None:  # pragma: no cover - in the worker
-        if self.config.uds is not None or self.config.fd is not None:
+        if not on_tcp(self.config):
             super().target(sockets)  # uvicorn's shared socket, as ever
             return
         for inherited in sockets or []:
@@ -61,7 +67,7 @@ class SpreadMultiprocess(multiprocess.Multiprocess):
     to the same port (the port uvicorn chose, when it was 0), which the workers' own sockets then join."""
 
     def __init__(self, config: Config, sockets: list[socket.socket]) -> None:
-        if config.uds is None and config.fd is None and len(sockets) == 1:
+        if on_tcp(config) and len(sockets) == 1:
             port = sockets[0].getsockname()[1]
             sockets[0].close()
             sockets = [reuse_port_socket(config.host, port)]
