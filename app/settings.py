@@ -158,13 +158,20 @@ class Settings(JobSettings):
         description="Intra-op threads for the query encoder (0 = the library default; `python -m app.serve` "
         "sets it with the worker count: the cores divided among the workers).",
     )
+    encoder_spare_cores: bool = Field(
+        True,
+        description="With encoder_threads below the cores (each `python -m app.serve` worker has one), also "
+        "load the ONNX query encoder on twice the threads and encode on it while other processes leave "
+        "those cores idle, as at one client: a query in 0.70x the time on 2 cores. Costs the model's "
+        "memory once more per worker.",
+    )
     workers: int = Field(
         0,
         ge=0,
         le=64,
         description="API worker processes started by `python -m app.serve` (0 = chosen from the cores and "
-        "the live bundle's query encoders: one per core for a static-table encoder, whose requests are "
-        "mostly Python; one process using every core for a transformer encoder; see GET /bundles `serving`).",
+        "the settings: one per core, one encoder thread each, whatever the encoder; one process while "
+        "document writes are on; see GET /bundles `serving`).",
     )
     serving_plan: str | None = Field(
         None,
