@@ -37,12 +37,14 @@ from app.engine.search_spec import (
     SearchSpec,
     Spec,
 )
+from app.engine.serving_plan import available_cores
 from app.schemas.search import Hit
 from app.settings import Settings
 from contract.bundles import parts
 from contract.bundles.bundle import DOCS_FILE, Bundle, mismatches
 from contract.defaults import MAX_NDCG_LOSS
 from contract.encoding.encoder import Encoder, TextKind
+from contract.encoding.spare_cores import wide_threads, widen
 from contract.errors import BundleDamaged
 from contract.index.vector_index import Rankings
 from contract.mutations.overlay import Overlay
@@ -87,6 +89,9 @@ class LiveBundle:
     loaded_at: float = field(default_factory=time.time)
     choice: dict[str, Any] | None = None  # how `auto` picked the backend (app/engine/encoder_choice.py)
     cache: QueryCache | None = None  # query embeddings (app/engine/query_cache.py); shared across bundles
+    spare_core_threads: int = (
+        0  # the encoder's wider session for idle cores (contract/encoding/spare_cores.py)
+    )
     # documents upserted / deleted since the bundle was built (contract/mutations/overlay.py, app/live/mutation_applier.py)
     overlay: Overlay = field(init=False)
     tokenize: QueryTokenizer = field(
@@ -463,6 +468,7 @@ class EncoderOptions:
     canary_query: str = "a query"
     routing: bool = True
     route_margin: float | None = None
+    spare_cores: bool = True
 
     @classmethod
     def of(cls, settings: Settings) -> EncoderOptions:
@@ -473,6 +479,7 @@ class EncoderOptions:
             canary_query=settings.canary_query,
             routing=settings.routing,
             route_margin=settings.route_margin,
+            spare_cores=settings.encoder_spare_cores,
         )
 
 
@@ -511,4 +518,8 @@ def open_live_bundle(
     else:
         encoder = load_encoder_backend(bundle, encoder_backend, threads=threads)
     batch = o.encode_batch_size or DEFAULT_ENCODE_BATCH_SIZE[encoder_backend]
-    return LiveBundle(bundle, encoder, encoder_backend, batch, choice=choice, cache=cache)
+    # after `auto` has timed its candidates, so they are timed on the threads the plan gives them
+    wide = widen(encoder, threads, available_cores()) if o.spare_cores else wide_threads(encoder)
+    return LiveBundle(
+        bundle, encoder, encoder_backend, batch, choice=choice, cache=cache, spare_core_threads=wide
+    )

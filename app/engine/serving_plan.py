@@ -135,17 +135,20 @@ def choose(settings: Settings, cores: int | None = None) -> ServingPlan:
     return ServingPlan(workers, threads, cores, encoder, reason)
 
 
-def describe(settings: Settings) -> dict[str, Any]:
-    """What GET /bundles shows as `serving`: the launcher's plan, or what this process knows without one."""
+def describe(settings: Settings, spare_core_threads: int = 0) -> dict[str, Any]:
+    """What GET /bundles shows as `serving`: the launcher's plan, or what this process knows without one;
+    and the live encoder's `spare_core_threads` (its wider session for idle cores, 0: none)."""
+    plan: dict[str, Any] | None = None
     if settings.serving_plan:
         try:
-            plan = json.loads(settings.serving_plan)
-            if isinstance(plan, dict):
-                return plan
+            loaded = json.loads(settings.serving_plan)
+            plan = loaded if isinstance(loaded, dict) else None
         except json.JSONDecodeError:
             pass
-    return {
-        "launcher": "not python -m app.serve: the worker count is uvicorn's own (--workers / UVICORN_WORKERS)",
-        "encoder_threads": settings.encoder_threads or "library default",
-        "cores": available_cores(),
-    }
+    if plan is None:
+        plan = {
+            "launcher": "not python -m app.serve: the worker count is uvicorn's own (--workers / UVICORN_WORKERS)",
+            "encoder_threads": settings.encoder_threads or "library default",
+            "cores": available_cores(),
+        }
+    return {**plan, "spare_core_threads": spare_core_threads}

@@ -46,7 +46,7 @@ def _describe(hot_swap: HotSwap, gate_limit: int = 50, gate_offset: int = 0) -> 
         current=current,
         encoder_backend=live.encoder_backend if live else None,
         encoder_choice=live.choice if live else None,
-        serving=serving_plan.describe(hot_swap.settings),
+        serving=serving_plan.describe(hot_swap.settings, live.spare_core_threads if live else 0),
         versions=entries,
         gate_decisions=decisions[gate_offset : gate_offset + gate_limit],
         gate_total=len(decisions),

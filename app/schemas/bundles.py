@@ -55,7 +55,9 @@ class BundlesResponse(BaseModel):
         None,
         description="How this API's processes were chosen (python -m app.serve, app/engine/serving_plan.py): "
         "`workers`, `encoder_threads`, `cores`, the `expected_encoder` read from the live bundle at start, "
-        "and the `reason`; each worker holds its own in-memory copy of the FAISS index.",
+        "and the `reason`; each worker holds its own in-memory copy of the FAISS index. `spare_core_threads`: the "
+        "threads of the live query encoder's second session, run while other processes leave those cores idle "
+        "(SEARCH_ENCODER_SPARE_CORES; 0: none).",
     )
     versions: list[BundleEntry]
     gate_decisions: list[dict[str, Any]] = Field(

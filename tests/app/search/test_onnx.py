@@ -143,3 +143,58 @@ def test_api_serves_with_the_onnx_encoder(
         np.testing.assert_allclose([h["score"] for h in hits], scores[order], atol=1e-4)
     else:
         assert len(hits) == 10
+
+
+class Probe:
+    """Stands in for the /proc/stat probe (tests/contract/test_spare_cores.py tests the real one)."""
+
+    def __init__(self, spare: bool) -> None:
+        self.answer, self.asked = spare, []
+
+    def spare(self, threads: int) -> bool:
+        self.asked.append(threads)
+        return self.answer
+
+
+def test_the_wide_session_runs_only_while_cores_are_spare_and_gives_the_same_vectors(staged, slice_data):
+    """A worker's encoder on 1 thread keeps a 2-thread session for the idle-core case (contract/encoding/
+    spare_cores.py); the runs it takes come out as the 1-thread session's (oracle: the narrow session)."""
+    from contract.encoding.spare_cores import widen
+
+    texts = list(slice_data.queries.values())[:6]
+    enc = OnnxQueryEncoder.load(staged["A"] / "model", variant="int8", threads=1)
+    narrow = enc.encode(texts)  # (n, 384)
+    assert widen(enc, threads=1, cores=1) == 0 and enc.wide is None  # nothing to widen into
+    assert widen(enc, threads=1, cores=4) == 2 and enc.wide is not None
+    wide_session, threads, _ = enc.wide
+    assert threads == 2 and wide_session.get_session_options().intra_op_num_threads == 2
+    probe = Probe(spare=False)
+    enc.wide = (wide_session, 2, probe)
+    runs: list[object] = []
+    for session in (enc.session, wide_session):
+        real = session.run
+        session.run = lambda *a, _real=real, _s=session: runs.append(_s) or _real(*a)
+    np.testing.assert_allclose(enc.encode(texts), narrow, atol=1e-6)
+    assert set(runs) == {enc.session} and probe.asked == [2]  # one choice a call
+    runs.clear()
+    probe.answer = True
+    np.testing.assert_allclose(enc.encode(texts), narrow, atol=1e-5)
+    assert set(runs) == {wide_session}
+
+
+def test_get_bundles_shows_the_spare_core_session(live_bundles):
+    """One encoder thread on a machine of more cores (each app.serve worker's plan): a second session of
+    two threads, shown in GET /bundles; none when SEARCH_ENCODER_SPARE_CORES is off or threads fill the cores."""
+    from app.engine.serving_plan import available_cores
+
+    bundles, _ = live_bundles
+    base = make_settings(bundles, encoder_backend="onnx-int8", reload_poll_seconds=0, encoder_threads=1)
+    expected = 2 if available_cores() >= 2 else 0
+    for settings, wide in (  # off first: a loaded model is shared, so a widened one stays wide in-process
+        (base.model_copy(update={"encoder_spare_cores": False}), 0),
+        (base.model_copy(update={"encoder_threads": available_cores()}), 0),
+        (base, expected),
+    ):
+        with TestClient(create_app(settings)) as client:
+            assert client.get("/bundles").json()["serving"]["spare_core_threads"] == wide
+            assert client.post("/search", json={"query": "a query"}).status_code == 200
