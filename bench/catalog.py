@@ -27,6 +27,7 @@ BENCHES: dict[str, str] = {
     "thread_cpu": "bench.serving.thread_cpu",
     # processes: how the API's worker processes share the machine
     "worker_balance": "bench.processes.worker_balance",
+    "spare_cores": "bench.processes.spare_cores",
     # index
     "index_bench": "bench.index.index_bench",
     "milvus_bench": "bench.index.milvus_bench",
