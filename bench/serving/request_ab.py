@@ -67,6 +67,7 @@ def main(argv: list[str] | None = None) -> None:
             env = service_env(
                 args.bundles, "onnx-int8", True, SEARCH_QUERY_CACHE_SIZE="0",
                 PYTHONPATH=str(tree.resolve()), SEARCH_ENCODER_THREADS=str(args.threads),
+                SEARCH_ENCODER_SPARE_CORES="false",  # CPU per request, not one query's wall time
             )  # fmt: skip
             out = subprocess.DEVNULL
             procs.append(subprocess.Popen(uvicorn_cmd(APP, port), cwd=tree, env=env, stdout=out, stderr=out))

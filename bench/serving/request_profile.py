@@ -18,7 +18,9 @@ shared, loaded machine moves them far less than wall time:
    measure: the encoder it is set against, "in process encode" in 1., tokenises too); `outside the
    model` less the model alone. With one intra-op thread (the default) the encoder
    runs wholly on the calling thread, so the meter holds all of its CPU; with more, onnxruntime's pool
-   threads are billed to `outside` and the line says so.
+   threads are billed to `outside` and the line says so. So the server runs without the encoder's
+   spare-core session (SEARCH_ENCODER_SPARE_CORES=false): its second thread's CPU is the encoder's, which
+   the meter cannot see (python -m bench spare_cores measures what that session changes).
 
 With --py-spy (the `py-spy` of the dev extra; needs ptrace), the server is sampled during the first level
 and each sample is put in the first stage whose pattern its stack matches, innermost frame first; the
@@ -124,7 +126,12 @@ def served(
     """One metered server, each --clients level in turn: its CPU per request, split."""
     port = free_port()
     env = service_env(
-        bundles, args.encoder, True, SEARCH_QUERY_CACHE_SIZE="0", SEARCH_ENCODER_THREADS=str(args.threads)
+        bundles,
+        args.encoder,
+        True,
+        SEARCH_QUERY_CACHE_SIZE="0",
+        SEARCH_ENCODER_THREADS=str(args.threads),
+        SEARCH_ENCODER_SPARE_CORES="false",  # its second thread would be billed to `outside`
     )
     log = Path(tempfile.mkdtemp()) / "server.log"
     proc = start_server(uvicorn_cmd(METERED_APP, port), env, port, log=log)

@@ -35,6 +35,7 @@ WINDOW_S = 0.1
 # the cores others may keep busy and a wide run still pays: with 2 cores and a 2-thread run, others at
 # 0.5 of a core leave the run's second thread on a core that is half free
 SLACK_CORES = 0.5
+SMOOTHING = 0.5  # weight of the newest window in `others`
 
 
 def busy_ticks(stat: str, cpus: set[int]) -> int:
@@ -97,8 +98,11 @@ class SpareCores:
             self._last, self.others = None, float("inf")
             return
         wall = current[0] - last[0]
-        others = (current[1] - last[1]) - (current[2] - last[2])  # core-seconds of others in the window
-        self.others = max(0.0, others / wall)
+        others = max(0.0, ((current[1] - last[1]) - (current[2] - last[2])) / wall)  # cores, this window
+        # smoothed over windows: one window's count is off by up to a clock tick per CPU (0.1 of a core
+        # each at 100 Hz), which alone sent 11 % of one client's runs to the narrow session
+        known = self.others != float("inf")
+        self.others = SMOOTHING * others + (1 - SMOOTHING) * self.others if known else others
         self._last = current
 
 

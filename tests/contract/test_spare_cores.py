@@ -68,6 +68,17 @@ def test_a_core_is_spare_only_while_others_leave_it_idle():
     assert not p.spare(3)  # more threads than it may use
 
 
+def test_one_noisy_window_does_not_flip_it_a_lasting_change_does():
+    m = Machine()
+    p = probe(m)
+    m.advance(0.1, others=0.1, own=1.0)
+    assert p.spare(2)
+    m.advance(0.1, others=0.8, own=1.0)  # a tick or two too many in one window
+    assert p.spare(2) and p.others == pytest.approx(0.45, abs=0.06)
+    m.advance(0.1, others=1.0, own=1.0)  # the other worker really is busy now
+    assert not p.spare(2)
+
+
 def test_it_reads_proc_stat_once_a_window_whatever_the_calls():
     m = Machine()
     p = probe(m)
