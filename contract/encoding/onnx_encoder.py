@@ -45,8 +45,9 @@ OPSET = 17
 # core that the event loop, FAISS and BM25 wanted, so one process served less, slower, at more CPU (demo
 # bundle, int8, one process; python -m bench thread_cpu --spin always|default|off, alternated, 2 cores;
 # bench/results/thread_cpu_spin_demo.txt: at 32 clients 319-410 req/s always, 449-491 stopping between
-# runs, 373 off; 1.92-1.97 cores against 1.65-1.72). Only a process with more than one intra-op thread has
-# a pool to spin: `python -m app.serve`'s plan on 2 cores (2 workers x 1 thread, every encoder) has none.
+# runs, 373 off; 1.92-1.97 cores against 1.65-1.72). Only a session with more than one intra-op thread has
+# a pool to spin: under `python -m app.serve`'s plan on 2 cores (2 workers x 1 thread) that is the
+# spare-core session alone, which runs only while the other core is idle (contract/encoding/spare_cores.py).
 # Module constants so that bench/harness/no_spin.py can serve the other policies (A/B runs, not settings).
 ALLOW_SPINNING = "1"
 STOP_SPINNING_BETWEEN_RUNS = "1"
