@@ -44,7 +44,7 @@ from contract.bundles import parts
 from contract.bundles.bundle import DOCS_FILE, Bundle, mismatches
 from contract.defaults import MAX_NDCG_LOSS
 from contract.encoding.encoder import Encoder, TextKind
-from contract.encoding.spare_cores import wide_threads, widen
+from contract.encoding.spare_cores import widen
 from contract.errors import BundleDamaged
 from contract.index.vector_index import Rankings
 from contract.mutations.overlay import Overlay
@@ -89,9 +89,6 @@ class LiveBundle:
     loaded_at: float = field(default_factory=time.time)
     choice: dict[str, Any] | None = None  # how `auto` picked the backend (app/engine/encoder_choice.py)
     cache: QueryCache | None = None  # query embeddings (app/engine/query_cache.py); shared across bundles
-    spare_core_threads: int = (
-        0  # the encoder's wider session for idle cores (contract/encoding/spare_cores.py)
-    )
     # documents upserted / deleted since the bundle was built (contract/mutations/overlay.py, app/live/mutation_applier.py)
     overlay: Overlay = field(init=False)
     tokenize: QueryTokenizer = field(
@@ -518,8 +515,6 @@ def open_live_bundle(
     else:
         encoder = load_encoder_backend(bundle, encoder_backend, threads=threads)
     batch = o.encode_batch_size or DEFAULT_ENCODE_BATCH_SIZE[encoder_backend]
-    # after `auto` has timed its candidates, so they are timed on the threads the plan gives them
-    wide = widen(encoder, threads, available_cores()) if o.spare_cores else wide_threads(encoder)
-    return LiveBundle(
-        bundle, encoder, encoder_backend, batch, choice=choice, cache=cache, spare_core_threads=wide
-    )
+    if o.spare_cores:  # after `auto` has timed its candidates, on the threads the plan gives them
+        widen(encoder, threads, available_cores())
+    return LiveBundle(bundle, encoder, encoder_backend, batch, choice=choice, cache=cache)

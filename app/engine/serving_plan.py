@@ -135,9 +135,9 @@ def choose(settings: Settings, cores: int | None = None) -> ServingPlan:
     return ServingPlan(workers, threads, cores, encoder, reason)
 
 
-def describe(settings: Settings, spare_core_threads: int = 0) -> dict[str, Any]:
+def describe(settings: Settings, spare_cores: dict[str, Any] | None = None) -> dict[str, Any]:
     """What GET /bundles shows as `serving`: the launcher's plan, or what this process knows without one;
-    and the live encoder's `spare_core_threads` (its wider session for idle cores, 0: none)."""
+    and the live encoder's `spare_cores` session (contract/encoding/spare_cores.py's usage)."""
     plan: dict[str, Any] | None = None
     if settings.serving_plan:
         try:
@@ -151,4 +151,4 @@ def describe(settings: Settings, spare_core_threads: int = 0) -> dict[str, Any]:
             "encoder_threads": settings.encoder_threads or "library default",
             "cores": available_cores(),
         }
-    return {**plan, "spare_core_threads": spare_core_threads}
+    return {**plan, "spare_cores": spare_cores, "pid": os.getpid()}

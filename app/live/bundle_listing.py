@@ -15,6 +15,7 @@ from app.engine import serving_plan
 from app.live.hot_swap import HotSwap
 from app.schemas.bundles import BundleEntry, BundlesResponse, Unreadable
 from contract.bundles.folder import GATE_LOG
+from contract.encoding import spare_cores
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +47,9 @@ def _describe(hot_swap: HotSwap, gate_limit: int = 50, gate_offset: int = 0) -> 
         current=current,
         encoder_backend=live.encoder_backend if live else None,
         encoder_choice=live.choice if live else None,
-        serving=serving_plan.describe(hot_swap.settings, live.spare_core_threads if live else 0),
+        serving=serving_plan.describe(
+            hot_swap.settings, spare_cores.usage(live.query_encoder) if live else None
+        ),
         versions=entries,
         gate_decisions=decisions[gate_offset : gate_offset + gate_limit],
         gate_total=len(decisions),

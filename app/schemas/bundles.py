@@ -55,9 +55,10 @@ class BundlesResponse(BaseModel):
         None,
         description="How this API's processes were chosen (python -m app.serve, app/engine/serving_plan.py): "
         "`workers`, `encoder_threads`, `cores`, the `expected_encoder` read from the live bundle at start, "
-        "and the `reason`; each worker holds its own in-memory copy of the FAISS index. `spare_core_threads`: the "
-        "threads of the live query encoder's second session, run while other processes leave those cores idle "
-        "(SEARCH_ENCODER_SPARE_CORES; 0: none).",
+        "and the `reason`; each worker holds its own in-memory copy of the FAISS index. `spare_cores`: the "
+        "live query encoder's second session, run while other processes leave its cores idle "
+        "(SEARCH_ENCODER_SPARE_CORES): its `threads` (0: none), and this worker's encoder `calls` since load "
+        "and the `wide_calls` among them; `pid`: the worker process that answered.",
     )
     versions: list[BundleEntry]
     gate_decisions: list[dict[str, Any]] = Field(

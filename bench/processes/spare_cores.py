@@ -6,8 +6,9 @@
 `python -m app.serve` as a user starts it (the plan's workers, one intra-op thread each), on the live bundle
 of --bundles, query cache off, with SEARCH_ENCODER_SPARE_CORES on and off, the two alternating start by start
 (on, off, on, off, ...). Each start is driven by wrk at each --clients count in turn for --seconds with the
-bundle's recorded timing queries. Prints one line per start and client count, then per client count the
-median of each setting and on/off ratios (req/s; p50 and p99, lower is better).
+bundle's recorded timing queries. Prints one line per start and client count (with the share of the
+workers' encoder calls that ran on the wide session, from GET /bundles `serving.spare_cores`), then per
+client count the median of each setting and on/off ratios (req/s; p50 and p99, lower is better).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ import statistics
 import time
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 from bench.harness.paths import REPO
 from bench.harness.ports import free_port
@@ -44,9 +47,28 @@ def one_start(setting: str, args: argparse.Namespace, bodies: Path, clients: lis
         settle_workers(started)
         url = f"http://127.0.0.1:{port}/search"
         drive_wrk(url, bodies, 4, 2.0, 0)  # warm-up: every worker's first queries
-        return {c: drive_wrk(url, bodies, c, args.seconds, 0) for c in clients}
+        out = {}
+        for c in clients:
+            before = encoder_calls(port)
+            out[c] = drive_wrk(url, bodies, c, args.seconds, 0)
+            after = encoder_calls(port)
+            calls = sum(after[w][0] - before.get(w, (0, 0))[0] for w in after)
+            wide = sum(after[w][1] - before.get(w, (0, 0))[1] for w in after)
+            out[c]["wide_share"] = wide / calls if calls else float("nan")
+        return out
     finally:
         stop_server(proc)
+
+
+def encoder_calls(port: int, tries: int = 24) -> dict[int, tuple[int, int]]:
+    """Each worker's (encoder calls, wide calls) since load, from GET /bundles over new connections (the
+    kernel hashes each to a worker, so a couple of dozen reach every worker of a few)."""
+    seen: dict[int, tuple[int, int]] = {}
+    for _ in range(tries):
+        serving = httpx.get(f"http://127.0.0.1:{port}/bundles", timeout=10).json()["serving"]
+        usage = serving.get("spare_cores") or {}
+        seen[serving["pid"]] = (usage.get("calls", 0), usage.get("wide_calls", 0))
+    return seen
 
 
 def summary(rows: dict[str, list[dict[int, dict]]], clients: list[int]) -> None:
@@ -98,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
             for c, run in r.items():
                 print(
                     f"  start {start + 1} {s:3s} {c:3d} client(s): {run['qps']:7.1f} req/s  p50 {run['p50_ms']:6.2f} ms  "
-                    f"p99 {run['p99_ms']:6.1f} ms  errors {run['errors']}",
+                    f"p99 {run['p99_ms']:6.1f} ms  errors {run['errors']}  wide session {run['wide_share']:.0%} of encoder calls",
                     flush=True,
                 )
     summary(rows, clients)

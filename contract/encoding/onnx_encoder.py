@@ -83,6 +83,7 @@ class OnnxQueryEncoder:
         self.dim = dim
         # a wider session for runs while other cores are idle (`spare_cores`); None: this one only
         self.wide: tuple[Any, int, SpareCores] | None = None
+        self.calls = self.wide_calls = 0  # encode calls, and those run on `wide` (GET /bundles shows them)
 
     @classmethod
     def load(cls, model_dir: str | Path, *, variant: Variant = "fp32", threads: int = 0) -> OnnxQueryEncoder:
@@ -117,9 +118,11 @@ class OnnxQueryEncoder:
             self.wide = (_session(Path(self.source), threads), threads, probe)
 
     def _pick(self) -> Any:
+        self.calls += 1  # one thread calls it (the micro-batcher's): plain counts
         if self.wide is not None:
             session, threads, probe = self.wide
             if probe.spare(threads):
+                self.wide_calls += 1
                 return session
         return self.session
 

@@ -125,24 +125,28 @@ def process_probe() -> SpareCores:
         return _probe
 
 
-def widen(encoder: Any, threads: int, cores: int) -> int:
+def widen(encoder: Any, threads: int, cores: int) -> None:
     """Give `encoder` (or each side of a routed one) a session of twice its `threads`, up to `cores`, for
-    the runs that find them idle, and return `wide_threads(encoder)`. Only encoders with a `spare_cores`
-    method take it (the ONNX ones); twice is the measured case (1 -> 2 on 2 cores), wider pools on more
-    cores are not measured."""
+    the runs that find them idle. Only encoders with a `spare_cores` method take it (the ONNX ones); twice
+    is the measured case (1 -> 2 on 2 cores), wider pools on more cores are not measured."""
     wide = min(cores, 2 * threads)
     if threads > 0 and wide > threads:
         probe = process_probe()
         for part in _parts(encoder):
             if hasattr(part, "spare_cores"):
                 part.spare_cores(wide, probe)
-    return wide_threads(encoder)
 
 
-def wide_threads(encoder: Any) -> int:
-    """The threads of `encoder`'s wider session (0: none). A loaded model is shared by the bundles of one
-    process (contract/encoding/shared_models.py), so this is what it has, whoever asked for it."""
-    return max((part.wide[1] for part in _parts(encoder) if getattr(part, "wide", None)), default=0)
+def usage(encoder: Any) -> dict[str, Any]:
+    """What GET /bundles shows of it: the wide session's `threads` (0: none), and of this process's encoder
+    calls since load, `calls` and `wide_calls`. A loaded model is shared by the bundles of one process
+    (contract/encoding/shared_models.py), so this is what it has, whoever asked for it."""
+    parts = [p for p in _parts(encoder) if getattr(p, "wide", None)]
+    return {
+        "threads": max((p.wide[1] for p in parts), default=0),
+        "calls": sum(p.calls for p in parts),
+        "wide_calls": sum(p.wide_calls for p in parts),
+    }
 
 
 def _parts(encoder: Any) -> tuple[Any, ...]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from types import SimpleNamespace
 
@@ -159,13 +160,15 @@ class Probe:
 def test_the_wide_session_runs_only_while_cores_are_spare_and_gives_the_same_vectors(staged, slice_data):
     """A worker's encoder on 1 thread keeps a 2-thread session for the idle-core case (contract/encoding/
     spare_cores.py); the runs it takes come out as the 1-thread session's (oracle: the narrow session)."""
-    from contract.encoding.spare_cores import widen
+    from contract.encoding.spare_cores import usage, widen
 
     texts = list(slice_data.queries.values())[:6]
     enc = OnnxQueryEncoder.load(staged["A"] / "model", variant="int8", threads=1)
     narrow = enc.encode(texts)  # (n, 384)
-    assert widen(enc, threads=1, cores=1) == 0 and enc.wide is None  # nothing to widen into
-    assert widen(enc, threads=1, cores=4) == 2 and enc.wide is not None
+    widen(enc, threads=1, cores=1)  # nothing to widen into
+    assert enc.wide is None and usage(enc)["threads"] == 0
+    widen(enc, threads=1, cores=4)
+    assert enc.wide is not None
     wide_session, threads, _ = enc.wide
     assert threads == 2 and wide_session.get_session_options().intra_op_num_threads == 2
     probe = Probe(spare=False)
@@ -180,11 +183,13 @@ def test_the_wide_session_runs_only_while_cores_are_spare_and_gives_the_same_vec
     probe.answer = True
     np.testing.assert_allclose(enc.encode(texts), narrow, atol=1e-5)
     assert set(runs) == {wide_session}
+    assert usage(enc) == {"threads": 2, "calls": 3, "wide_calls": 1}
 
 
 def test_get_bundles_shows_the_spare_core_session(live_bundles):
     """One encoder thread on a machine of more cores (each app.serve worker's plan): a second session of
-    two threads, shown in GET /bundles; none when SEARCH_ENCODER_SPARE_CORES is off or threads fill the cores."""
+    two threads, shown in GET /bundles with its calls; none when SEARCH_ENCODER_SPARE_CORES is off or
+    threads fill the cores."""
     from app.engine.serving_plan import available_cores
 
     bundles, _ = live_bundles
@@ -196,5 +201,7 @@ def test_get_bundles_shows_the_spare_core_session(live_bundles):
         (base, expected),
     ):
         with TestClient(create_app(settings)) as client:
-            assert client.get("/bundles").json()["serving"]["spare_core_threads"] == wide
             assert client.post("/search", json={"query": "a query"}).status_code == 200
+            serving = client.get("/bundles").json()["serving"]
+        assert serving["spare_cores"]["threads"] == wide and serving["pid"] == os.getpid()
+        assert serving["spare_cores"]["calls"] >= (1 if wide else 0)
