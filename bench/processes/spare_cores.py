@@ -6,9 +6,12 @@
 `python -m app.serve` as a user starts it (the plan's workers, one intra-op thread each), on the live bundle
 of --bundles, query cache off, with SEARCH_ENCODER_SPARE_CORES on and off, the two alternating start by start
 (on, off, on, off, ...). Each start is driven by wrk at each --clients count in turn for --seconds with the
-bundle's recorded timing queries. Prints one line per start and client count (with the share of the
+bundle's recorded timing queries. Prints each start's workers' RSS after a warm-up (the wide session holds
+the query model once more), one line per start and client count (with the share of the
 workers' encoder calls that ran on the wide session, from GET /bundles `serving.spare_cores`), then per
-client count the median of each setting and on/off ratios (req/s; p50 and p99, lower is better).
+client count the median of each setting and the on/off ratios of each start's pair (req/s; p50 and p99,
+lower is better). At 2 clients the kernel's hash puts both connections on one worker in about half the
+starts, which a wide share near 100 % shows (with one each, the other worker is busy and it stays near 0).
 """
 
 from __future__ import annotations
@@ -22,16 +25,21 @@ from typing import Any
 
 import httpx
 
+from bench.harness.memory import status_bytes
 from bench.harness.paths import REPO
 from bench.harness.ports import free_port
 from bench.harness.profiling import live_timing_queries
 from bench.harness.servers import serve_cmd, service_env, settle_workers, start_server, stop_server
 from bench.harness.wrk import drive_wrk, write_wrk_bodies
+from bench.processes.worker_balance import workers_of
 
 SETTINGS = {"on": "true", "off": "false"}
 
 
-def one_start(setting: str, args: argparse.Namespace, bodies: Path, clients: list[int]) -> dict[int, dict]:
+def one_start(
+    setting: str, args: argparse.Namespace, bodies: Path, clients: list[int]
+) -> tuple[list[float], dict[int, dict]]:
+    """The workers' RSS (MB) after a warm-up, and wrk's result at each client count."""
     port = free_port()
     env = service_env(
         args.bundles,
@@ -47,7 +55,8 @@ def one_start(setting: str, args: argparse.Namespace, bodies: Path, clients: lis
         settle_workers(started)
         url = f"http://127.0.0.1:{port}/search"
         drive_wrk(url, bodies, 4, 2.0, 0)  # warm-up: every worker's first queries
-        out = {}
+        rss = [status_bytes(str(w), "VmRSS") / 2**20 for w in workers_of(proc.pid)]
+        out: dict[int, dict] = {}
         for c in clients:
             before = encoder_calls(port)
             out[c] = drive_wrk(url, bodies, c, args.seconds, 0)
@@ -55,9 +64,14 @@ def one_start(setting: str, args: argparse.Namespace, bodies: Path, clients: lis
             calls = sum(after[w][0] - before.get(w, (0, 0))[0] for w in after)
             wide = sum(after[w][1] - before.get(w, (0, 0))[1] for w in after)
             out[c]["wide_share"] = wide / calls if calls else float("nan")
-        return out
+        return rss, out
     finally:
         stop_server(proc)
+
+
+def wide_shown(run: dict[str, Any]) -> str:
+    share = run["wide_share"]
+    return "no wide session" if share != share else f"wide session {share:.0%} of encoder calls"  # nan: none
 
 
 def encoder_calls(port: int, tries: int = 24) -> dict[int, tuple[int, int]]:
@@ -72,8 +86,10 @@ def encoder_calls(port: int, tries: int = 24) -> dict[int, tuple[int, int]]:
 
 
 def summary(rows: dict[str, list[dict[int, dict]]], clients: list[int]) -> None:
+    """Per client count: each setting's medians, and the on/off ratios start by start (this machine's speed
+    drifts by a quarter between starts, so only a start's pair compares like with like), with their median."""
     for c in clients:
-        med: dict[str, dict[str, float]] = {
+        med = {
             s: {key: statistics.median(r[c][key] for r in runs) for key in ("qps", "p50_ms", "p99_ms")}
             for s, runs in rows.items()
         }
@@ -81,14 +97,13 @@ def summary(rows: dict[str, list[dict[int, dict]]], clients: list[int]) -> None:
             f"{s} {m['qps']:7.1f} req/s p50 {m['p50_ms']:6.2f} p99 {m['p99_ms']:6.1f} ms"
             for s, m in med.items()
         )
-        ratio = ""
-        if {"on", "off"} <= med.keys():
-            on, off = med["on"], med["off"]
-            ratio = (
-                f"  on/off: req/s {on['qps'] / off['qps']:.2f}x, p50 {on['p50_ms'] / off['p50_ms']:.2f}x, "
-                f"p99 {on['p99_ms'] / off['p99_ms']:.2f}x"
-            )
-        print(f"{c:3d} client(s), median of {len(next(iter(rows.values())))}: {line}{ratio}", flush=True)
+        print(f"{c:3d} client(s), median of {len(next(iter(rows.values())))}: {line}", flush=True)
+        if {"on", "off"} <= rows.keys():
+            pairs = list(zip(rows["on"], rows["off"], strict=False))
+            for key, name in (("qps", "req/s"), ("p50_ms", "p50"), ("p99_ms", "p99")):
+                ratios = [on[c][key] / off[c][key] for on, off in pairs]
+                shown = ", ".join(f"{r:.2f}" for r in ratios)
+                print(f"      on/off {name:5s} by start: {shown}; median {statistics.median(ratios):.2f}x")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -115,12 +130,15 @@ def main(argv: list[str] | None = None) -> None:
     rows: dict[str, list[dict[int, Any]]] = {s: [] for s in settings}
     for start in range(args.starts):
         for s in settings:
-            r = one_start(s, args, bodies, clients)
+            rss, r = one_start(s, args, bodies, clients)
             rows[s].append(r)
+            print(
+                f"  start {start + 1} {s:3s} workers' RSS after warm-up: {' / '.join(f'{m:.0f}' for m in rss)} MB"
+            )
             for c, run in r.items():
                 print(
                     f"  start {start + 1} {s:3s} {c:3d} client(s): {run['qps']:7.1f} req/s  p50 {run['p50_ms']:6.2f} ms  "
-                    f"p99 {run['p99_ms']:6.1f} ms  errors {run['errors']}  wide session {run['wide_share']:.0%} of encoder calls",
+                    f"p99 {run['p99_ms']:6.1f} ms  errors {run['errors']}  {wide_shown(run)}",
                     flush=True,
                 )
     summary(rows, clients)
