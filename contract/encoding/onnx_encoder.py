@@ -112,8 +112,9 @@ class OnnxQueryEncoder:
 
     def spare_cores(self, threads: int, probe: SpareCores) -> None:
         """Also load the model on `threads` intra-op threads, and run a batch on that session whenever
-        `probe` says other processes leave that many cores idle (contract/encoding/spare_cores.py: one
-        query at 1 client in 0.70x the time on 2 cores). Costs the model's memory once more."""
+        `probe` says other processes leave that many cores idle (contract/encoding/spare_cores.py: p50
+        0.86x at 1 client on 2 cores). Costs a session's memory once more: about 115 MB for int8
+        all-MiniLM-L6-v2, whose 47 MB fp32 word-embedding table is most of its 59 MB file."""
         if self.wide is None and threads > 1:
             self.wide = (_session(Path(self.source), threads), threads, probe)
 

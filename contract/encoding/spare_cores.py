@@ -1,11 +1,13 @@
 """Whether this machine has a core to spare right now: the CPU that processes other than this one use.
 
 A serving worker runs its query encoder on one intra-op thread (app/engine/serving_plan.py: one worker per
-core), which is what serves most at 8 and 32 clients. At one client the other cores sit idle, and a
-query encoded on two threads takes 0.70x the time (int8, scifact test queries, batch 1, 2 cores:
-1.86-1.94 against 2.63-2.75 ms). So the ONNX encoder keeps a second, wider session and runs a batch on it
-only while the other processes on this process's cores (the other workers above all) leave enough of
-them idle (contract/encoding/onnx_encoder.py's `spare_cores`).
+core), which is what serves most at 8 and 32 clients. At one client the other cores sit idle. So the ONNX
+encoder keeps a second, wider session and runs a batch on it only while the other processes on this
+process's cores (the other workers above all) leave enough of them idle (contract/encoding/onnx_encoder.py's
+`spare_cores`). Served by `python -m app.serve` on 2 cores (int8, scifact; `python -m bench spare_cores`,
+bench/results/spare_cores_scifact.txt, 4 alternated starts): at 1 client p50 0.79-0.88x and 1.16-1.30x the
+req/s, the wide session taking 98-99 % of the calls; at 8 and 32 clients it took 0 % and the req/s was
+0.98x and 0.99x.
 
 What others use is this process's cores' busy time (/proc/stat's per-CPU lines, counted in the kernel's
 clock ticks) less this process's own CPU time (time.process_time), over the last `window` seconds. It is
@@ -100,7 +102,8 @@ class SpareCores:
         wall = current[0] - last[0]
         others = max(0.0, ((current[1] - last[1]) - (current[2] - last[2])) / wall)  # cores, this window
         # smoothed over windows: one window's count is off by up to a clock tick per CPU (0.1 of a core
-        # each at 100 Hz), which alone sent 11 % of one client's runs to the narrow session
+        # each at 100 Hz), which alone sent 11 % of one client's runs to the narrow session in an ad-hoc
+        # instrumented run (smoothed, bench/results/spare_cores_scifact.txt: 98-99 % on the wide one)
         known = self.others != float("inf")
         self.others = SMOOTHING * others + (1 - SMOOTHING) * self.others if known else others
         self._last = current
