@@ -13,6 +13,10 @@ bench corpora; bench/results/workers_compare_corpora.txt):
 - a static table (`static`, `static-routed`): a request is mostly Python; 1.38× and 1.70× at 8 and 32
   clients (scifact) even before the sockets were split.
 
+At 1 client this plan leaves a core idle; each worker's ONNX encoder then runs on a second session of two
+threads (contract/encoding/spare_cores.py: p50 0.79-0.88x at 1 client, unused at 8 and 32 clients), at the
+price of the query model's memory once more per worker.
+
 Before the sockets were split, uvicorn's one shared socket let the first worker to wake take nearly every
 connection of a burst (bench/results/worker_balance.txt), and one process with threads = cores had looked
 better for a transformer (1.15×, 1.31×, 1.46× at 1, 8, 32 clients). Two workers of two threads each lost at

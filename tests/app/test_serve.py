@@ -108,6 +108,9 @@ def test_two_worker_processes_serve_and_say_how_they_were_chosen(live_bundles, t
         serving = httpx.get(url + "/bundles", timeout=5).json()["serving"]
         assert serving["workers"] == 2 and serving["reason"] == "SEARCH_WORKERS"
         assert serving["encoder_threads"] == max(1, serving["cores"] // 2)
+        # one thread a worker leaves a core idle at low load: the int8 encoder's spare-core session
+        wide = min(serving["cores"], 2 * serving["encoder_threads"])
+        assert serving["spare_cores"]["threads"] == (wide if wide > serving["encoder_threads"] else 0)
         hits = httpx.post(url + "/search", json={"query": "bone density", "top_k": 3}, timeout=30)
         assert hits.status_code == 200 and len(hits.json()["results"][0]["hits"]) == 3
         assert "serving with 2 worker(s)" in log.read_text(errors="replace")
