@@ -33,6 +33,17 @@ def write_wrk_bodies(
     return bodies
 
 
+def live_query_bodies(bundles: Path, name: str) -> Path:
+    """write_wrk_bodies of the timing queries the live bundle of `bundles` recorded; exits naming the folder
+    when it records none."""
+    from bench.harness.profiling import live_timing_queries
+
+    queries = live_timing_queries(bundles)
+    if not queries:
+        raise SystemExit(f"{bundles}: the live bundle records no timing queries")
+    return write_wrk_bodies(queries, name)
+
+
 def drive_wrk(url: str, bodies: Path, concurrency: int, seconds: float, max_requests: int) -> dict:
     """The same closed-loop load from wrk (C, one thread): far less client CPU taken from the server."""
     cmd = ["wrk", "-t1", f"-c{concurrency}", f"-d{max(1, round(seconds))}s", "--timeout", "30s"]

@@ -28,9 +28,8 @@ import httpx
 from bench.harness.memory import status_bytes
 from bench.harness.paths import REPO
 from bench.harness.ports import free_port
-from bench.harness.profiling import live_timing_queries
 from bench.harness.servers import serve_cmd, service_env, settle_workers, start_server, stop_server
-from bench.harness.wrk import drive_wrk, write_wrk_bodies
+from bench.harness.wrk import drive_wrk, live_query_bodies
 from bench.processes.worker_balance import workers_of
 
 SETTINGS = {"on": "true", "off": "false"}
@@ -116,10 +115,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--settings", default="on,off")
     args = parser.parse_args(argv)
 
-    queries = live_timing_queries(args.bundles)
-    if not queries:
-        raise SystemExit(f"{args.bundles}: the live bundle records no timing queries")
-    bodies = write_wrk_bodies(queries, "spare_cores_bodies.jsonl")
+    bodies = live_query_bodies(args.bundles, "spare_cores_bodies.jsonl")
     clients = [int(c) for c in args.clients.split(",")]
     settings = [s for s in args.settings.split(",") if s]
     print(

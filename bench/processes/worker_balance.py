@@ -30,7 +30,7 @@ from typing import Any
 
 from bench.harness.paths import REPO
 from bench.harness.ports import free_port
-from bench.harness.profiling import live_timing_queries, stat_cpu_s
+from bench.harness.profiling import stat_cpu_s
 from bench.harness.servers import (
     APP,
     on_port,
@@ -41,7 +41,7 @@ from bench.harness.servers import (
     stop_server,
     uvicorn_cmd,
 )
-from bench.harness.wrk import drive_wrk, write_wrk_bodies
+from bench.harness.wrk import drive_wrk, live_query_bodies
 
 TCP_ESTABLISHED = "01"
 TCP_LISTEN = "0A"
@@ -137,10 +137,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--layouts", default="spread,shared")
     args = parser.parse_args(argv)
 
-    queries = live_timing_queries(args.bundles)
-    if not queries:
-        raise SystemExit(f"{args.bundles}: the live bundle records no timing queries")
-    bodies = write_wrk_bodies(queries, "worker_balance_bodies.jsonl")
+    bodies = live_query_bodies(args.bundles, "worker_balance_bodies.jsonl")
     layouts = [x for x in args.layouts.split(",") if x]
     print(
         f"{args.bundles}: encoder {args.encoder}, {args.workers} workers x {args.threads or 'planned'} thread(s), "
