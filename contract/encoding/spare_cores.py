@@ -11,9 +11,9 @@ req/s, the wide session taking 98-99 % of the calls; at 8 and 32 clients it took
 
 What others use is this process's cores' busy time (/proc/stat's per-CPU lines, counted in the kernel's
 clock ticks) less this process's own CPU time (time.process_time), over the last `window` seconds. It is
-sampled at most once a window, so asking costs nothing between samples and one read of /proc/stat
-at a sample (25 µs with its parse, 2 CPUs, timeit); it lags a change of load by up to a window or two, during which a run may share a
-core it did not expect to (no worse than what a fixed wider pool would do all the time). Where /proc/stat
+sampled at most once a window, so asking costs nothing between samples and one read of /proc/stat at a
+sample; it lags a change of load by up to a window or two, during which a run may share a core it did not
+expect to (no worse than what a fixed wider pool would do all the time). Where /proc/stat
 is absent or unreadable (not Linux) no core is ever spare. In a container limited by a CPU quota on a
 larger host, the host's other tenants count as others, so it errs towards the narrow session.
 """
