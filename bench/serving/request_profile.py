@@ -107,7 +107,8 @@ def in_process(bundles: Path, encoder: str, mode: str, queries: list[str], threa
 
     store = BundleStore(bundles)
     bundle = load_bundle(store.version_path(str(store.current_version())), mmap=True)
-    live = open_live_bundle(bundle, encoder, EncoderOptions(threads=threads))
+    options = EncoderOptions(threads=threads, spare_cores=False)  # as the metered server runs it
+    live = open_live_bundle(bundle, encoder, options)
     resolved = live.bundle.manifest.extras.get("retrieval", {}).get("default_mode", "dense")
     spec_mode = resolved if mode == "default" else mode
     out = {
