@@ -45,6 +45,7 @@ from pydantic import BaseModel
 from contract.atomic import atomic_path
 from contract.encoding.similarity import IndexMetric, index_scores
 from contract.errors import IndexBuildError, InfonceSearchError, InvalidQuery
+from contract.index.half_scan import HalfScan
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +118,7 @@ class VectorIndex:
     def __init__(self, index: faiss.Index, info: IndexInfo):
         self.index = index
         self.info = info
+        self.half: HalfScan | None = None  # set by load: serving's copy for few-query scans (half_scan.py)
         self._apply_params(info.params)
         set_flat_batch_threshold(index.d)
 
@@ -153,7 +155,10 @@ class VectorIndex:
         kk = min(k, self.ntotal)
         if kk == 0:
             return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(len(q))]
-        dist, pos = self._faiss_search(q, kk)  # (nq, kk) each
+        if self.half is not None and len(q) < SGEMM_FROM:
+            dist, pos = self.half.search(q, kk, faiss_search)  # (nq, kk) each, exact
+        else:
+            dist, pos = self._faiss_search(q, kk)  # (nq, kk) each
         return [self._row(dist[i], pos[i]) for i in range(len(q))]
 
     def _faiss_search(self, q: np.ndarray, k: int, params: Any = None) -> tuple[np.ndarray, np.ndarray]:
@@ -283,7 +288,9 @@ class VectorIndex:
                 dim=index.d,
                 bytes_per_vector=path.stat().st_size / max(1, index.ntotal),
             )
-        return cls(index, info.model_copy(deep=True))
+        loaded = cls(index, info.model_copy(deep=True))
+        loaded.half = HalfScan.build(index)
+        return loaded
 
 
 def _kind_of(index: Any) -> str:

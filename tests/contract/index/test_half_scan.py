@@ -1,0 +1,106 @@
+"""HalfScan (contract/index/half_scan.py): a loaded flat index's fp16 scan answers exactly what fp32 search
+answers, against a float64 brute-force oracle; its error bound holds; near-ties fall back to fp32 search."""
+
+from __future__ import annotations
+
+import faiss
+import numpy as np
+import pytest
+
+from contract.index.half_scan import HALF_SCAN_FROM_BYTES, HalfScan
+from contract.index.vector_index import SGEMM_FROM, IndexInfo, VectorIndex, faiss_search
+
+D = 96
+N = HALF_SCAN_FROM_BYTES // (4 * D) + 500  # just over the size the copy is kept from
+
+
+def _clustered(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(size=(60, D))
+    x = centres[rng.integers(0, 60, n)] + 0.6 * rng.normal(size=(n, D))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _loaded(x: np.ndarray, tmp_path, metric: int = faiss.METRIC_INNER_PRODUCT) -> VectorIndex:
+    flat = faiss.IndexFlat(x.shape[1], metric)
+    flat.add(x)
+    info = IndexInfo(
+        factory="Flat",
+        kind="flat",
+        metric="ip" if metric == faiss.METRIC_INNER_PRODUCT else "l2",
+        ntotal=len(x),
+        dim=x.shape[1],
+        bytes_per_vector=4.0 * x.shape[1],
+    )
+    path = VectorIndex(flat, info).save(tmp_path / "index.faiss")
+    return VectorIndex.load(path, info, mmap=True)  # as a bundle is loaded for serving
+
+
+@pytest.fixture(scope="module")
+def corpus() -> np.ndarray:
+    return _clustered(N, 0)
+
+
+@pytest.fixture(scope="module")
+def queries(corpus) -> np.ndarray:
+    rng = np.random.default_rng(1)
+    q = corpus[rng.choice(N, 30, replace=False)] + 0.3 * rng.normal(size=(30, D)).astype(np.float32)
+    return (q / np.linalg.norm(q, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.mark.parametrize("k", [1, 10, 100])
+def test_single_queries_match_the_bruteforce_oracle(corpus, queries, tmp_path, k):
+    vi = _loaded(corpus, tmp_path)
+    assert vi.half is not None
+    exact = queries.astype(np.float64) @ corpus.astype(np.float64).T  # (nq, n)
+    for i, q in enumerate(queries):
+        [(pos, sc)] = vi.search(q[None], k)
+        want = np.argsort(-exact[i], kind="stable")[:k]
+        assert pos.tolist() == want.tolist()
+        np.testing.assert_allclose(sc, exact[i][want], atol=1e-5)
+    assert vi.half.fallbacks == 0  # clustered data has no near-ties at these ranks
+
+
+def test_the_error_bound_holds_for_every_vector(corpus, queries):
+    flat = faiss.IndexFlatIP(D)
+    flat.add(corpus)
+    half = HalfScan.build(flat)
+    assert half is not None
+    approx, pos = half.half.search(queries * 3.0, N)  # every vector's fp16 score, unnormalised queries too
+    for i, q in enumerate(queries * 3.0):
+        true = corpus[pos[i]].astype(np.float64) @ q.astype(np.float64)
+        error = np.abs(approx[i] - true).max()
+        assert 0 < error <= half.epsilon(q)
+
+
+def test_near_ties_fall_back_to_the_fp32_search(corpus, tmp_path):
+    x = corpus.copy()
+    rng = np.random.default_rng(2)
+    x[:40] = x[0] + 1e-6 * rng.normal(size=(40, D)).astype(np.float32)  # 40 vectors within fp16's rounding
+    vi = _loaded(x, tmp_path)
+    assert vi.half is not None
+    q = x[:1]
+    [(pos, sc)] = vi.search(q, 10)
+    assert vi.half.fallbacks == 1
+    dist, want = faiss_search(vi.index, q, 10)  # the fp32 search's own answer, tie order included
+    assert pos.tolist() == want[0].tolist()
+    np.testing.assert_array_equal(sc, dist[0])
+
+
+def test_batches_and_filtered_searches_keep_the_fp32_paths(corpus, queries, tmp_path):
+    vi = _loaded(corpus, tmp_path)
+    batch = queries[:SGEMM_FROM]
+    got = vi.search(batch, 10)  # sgemm over the fp32 vectors
+    dist, want = vi.index.search(batch, 10)
+    assert [p.tolist() for p, _ in got] == want.tolist()
+    allowed = np.arange(0, N, 3)
+    [(pos, _)] = vi.search(queries[:1], 10, allowed=allowed)
+    assert set(pos.tolist()) <= set(allowed.tolist())
+
+
+def test_no_copy_where_it_does_not_pay_or_cannot_be_exact(corpus, tmp_path):
+    assert _loaded(corpus[: N // 2], tmp_path).half is None  # under HALF_SCAN_FROM_BYTES
+    assert _loaded(corpus, tmp_path, faiss.METRIC_L2).half is None  # the bound is for inner products
+    big = corpus.copy()
+    big[5, 0] = 1e5  # beyond fp16's range
+    assert _loaded(big, tmp_path).half is None
