@@ -41,6 +41,7 @@ BENCHES: dict[str, str] = {
     "scrub_bench": "bench.index.scrub_bench",
     "flat_batch_threshold": "bench.index.flat_batch_threshold",
     "flat_search_threads": "bench.index.flat_search_threads",
+    "half_scan": "bench.index.half_scan",
     # training
     "device_bench": "bench.training.device_bench",
     "train_scifact": "bench.training.train_scifact",
