@@ -139,9 +139,12 @@ def choose(settings: Settings, cores: int | None = None) -> ServingPlan:
     return ServingPlan(workers, threads, cores, encoder, reason)
 
 
-def describe(settings: Settings, spare_cores: dict[str, Any] | None = None) -> dict[str, Any]:
+def describe(
+    settings: Settings, spare_cores: dict[str, Any] | None = None, half_scan: dict[str, int] | None = None
+) -> dict[str, Any]:
     """What GET /bundles shows as `serving`: the launcher's plan, or what this process knows without one;
-    and the live encoder's `spare_cores` session (contract/encoding/spare_cores.py's usage)."""
+    the live encoder's `spare_cores` session (contract/encoding/spare_cores.py's usage) and the live index's
+    `half_scan` copy (contract/index/half_scan.py's usage)."""
     plan: dict[str, Any] | None = None
     if settings.serving_plan:
         try:
@@ -155,4 +158,4 @@ def describe(settings: Settings, spare_cores: dict[str, Any] | None = None) -> d
             "encoder_threads": settings.encoder_threads or "library default",
             "cores": available_cores(),
         }
-    return {**plan, "spare_cores": spare_cores, "pid": os.getpid()}
+    return {**plan, "spare_cores": spare_cores, "half_scan": half_scan, "pid": os.getpid()}

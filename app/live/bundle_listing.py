@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from app.engine import serving_plan
+from app.engine.live_bundle import LiveBundle
 from app.live.hot_swap import HotSwap
 from app.schemas.bundles import BundleEntry, BundlesResponse, Unreadable
 from contract.bundles.folder import GATE_LOG
 from contract.encoding import spare_cores
+from contract.index.vector_index import VectorIndex
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +50,9 @@ def _describe(hot_swap: HotSwap, gate_limit: int = 50, gate_offset: int = 0) -> 
         encoder_backend=live.encoder_backend if live else None,
         encoder_choice=live.choice if live else None,
         serving=serving_plan.describe(
-            hot_swap.settings, spare_cores.usage(live.query_encoder) if live else None
+            hot_swap.settings,
+            spare_cores.usage(live.query_encoder) if live else None,
+            _half_scan(live),
         ),
         versions=entries,
         gate_decisions=decisions[gate_offset : gate_offset + gate_limit],
@@ -58,6 +62,12 @@ def _describe(hot_swap: HotSwap, gate_limit: int = 50, gate_offset: int = 0) -> 
         unreadable=[Unreadable(version=v, error=hot_swap.relative(e)) for v, e in problems],
         mutations=hot_swap.mutations.describe(live),
     )
+
+
+def _half_scan(live: LiveBundle | None) -> dict[str, int] | None:
+    index = live.bundle.index if live else None
+    half = index.half if isinstance(index, VectorIndex) else None
+    return half.usage() if half else None
 
 
 def read_gate_log(root: Path) -> list[dict[str, Any]]:

@@ -38,6 +38,7 @@ from contract.bundles.folder import CURRENT_FILE, BundleFolder
 from contract.errors import BundleInvalid, InfonceSearchError, ModelLoadError, NoLiveBundle
 from contract.index.backend import BackendConfig
 from contract.index.docstore import INCLUDE_FIELDS
+from contract.index.vector_index import VectorIndex
 from contract.milvus.pointer import MilvusPointer
 
 logger = logging.getLogger(__name__)
@@ -139,6 +140,8 @@ class HotSwap:
         )
         if bundle.version != version:
             raise BundleInvalid(f"{bundle.path}: manifest says version {bundle.version}, folder is {version}")
+        if self.settings.index_half_scan and isinstance(bundle.index, VectorIndex):
+            bundle.index.keep_half_copy()  # exact answers from half the bytes (contract/index/half_scan.py)
         live = open_live_bundle(
             bundle, self.settings.encoder_backend, EncoderOptions.of(self.settings), cache=self.cache
         )

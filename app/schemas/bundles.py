@@ -58,7 +58,9 @@ class BundlesResponse(BaseModel):
         "and the `reason`; each worker holds its own in-memory copy of the FAISS index. `spare_cores`: the "
         "live query encoder's second session, run while other processes leave its cores idle "
         "(SEARCH_ENCODER_SPARE_CORES): its `threads` (0: none), and this worker's encoder `calls` since load "
-        "and the `wide_calls` among them; `pid`: the worker process that answered.",
+        "and the `wide_calls` among them; `half_scan`: the live FAISS index's fp16 copy for few-query scans "
+        "(SEARCH_INDEX_HALF_SCAN; null: none): its `bytes`, and this worker's `searches` through it since load "
+        "and the `fallbacks` among them, searched again in fp32; `pid`: the worker process that answered.",
     )
     versions: list[BundleEntry]
     gate_decisions: list[dict[str, Any]] = Field(

@@ -103,10 +103,13 @@ def in_process(bundles: Path, encoder: str, mode: str, queries: list[str], threa
     from app.engine.live_bundle import EncoderOptions, open_live_bundle
     from app.engine.search_spec import SearchSpec
     from contract.bundles.bundle import load_bundle
+    from contract.index.vector_index import VectorIndex
     from training.bundle.store import BundleStore
 
     store = BundleStore(bundles)
     bundle = load_bundle(store.version_path(str(store.current_version())), mmap=True)
+    if isinstance(bundle.index, VectorIndex):
+        bundle.index.keep_half_copy()  # as the server keeps it (SEARCH_INDEX_HALF_SCAN's default)
     options = EncoderOptions(threads=threads, spare_cores=False)  # as the metered server runs it
     live = open_live_bundle(bundle, encoder, options)
     resolved = live.bundle.manifest.extras.get("retrieval", {}).get("default_mode", "dense")

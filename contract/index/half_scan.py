@@ -17,9 +17,9 @@ d·2⁻²⁴ relative for each of the two sums, doubled for headroom). So a vect
 last candidate's fp16 score + ε, and where the k-th re-scored candidate beats that, the answer is the exact
 top k. A query without that certificate is searched again on the fp32 index.
 
-Memory: the copy holds 2·d bytes a vector beside the fp32 index's 4·d; loaded with mmap, as serving loads a
-bundle, the fp32 pages a scan no longer reads may leave the page cache, and re-scoring touches k + margin
-rows a query.
+Memory: the copy holds 2·d bytes a vector beside the fp32 index's 4·d, in every worker (serving reads the
+index into memory: app/live/hot_swap.py), so a server keeps it only with SEARCH_INDEX_HALF_SCAN on (the
+default) and GET /bundles shows its size.
 
 Only for few queries at once: batches of SGEMM_FROM or more take FAISS's sgemm over the fp32 vectors,
 which reads them once for the whole batch (contract/index/vector_index.py).
@@ -58,7 +58,8 @@ class HalfScan:
             self.half.add(np.ascontiguousarray(vectors[start : start + 65_536]))
         self.max_norm = float(np.sqrt(max(np.einsum("ij,ij->i", b, b).max() for b in _blocks(vectors))))
         self.rel = self.max_norm * (_REL + d * 2.0**-22)
-        self.fallbacks = 0  # queries whose certificate failed, searched again on the fp32 index
+        self.searches = 0  # queries answered through the copy
+        self.fallbacks = 0  # of those, the ones whose certificate failed, searched again on the fp32 index
 
     @classmethod
     def build(cls, index: Any) -> HalfScan | None:
@@ -84,6 +85,7 @@ class HalfScan:
         scores = np.empty((len(q), k), np.float32)
         positions = np.empty((len(q), k), np.int64)
         redo = []
+        self.searches += len(q)
         for i in range(len(q)):
             s = self.vectors[cand[i]] @ q[i]  # (kk,) exact inner products
             top = np.argsort(-s, kind="stable")[:k]  # (k,)
@@ -94,6 +96,11 @@ class HalfScan:
             self.fallbacks += len(redo)
             scores[redo], positions[redo] = run(self.index, q[redo], k)
         return scores, positions
+
+    def usage(self) -> dict[str, int]:
+        """What GET /bundles shows as `serving.half_scan`: the copy's bytes, queries through it, fallbacks."""
+        return {"bytes": int(self.half.ntotal * self.half.code_size), "searches": self.searches,
+                "fallbacks": self.fallbacks}  # fmt: skip
 
     def epsilon(self, q: np.ndarray) -> float:
         """The bound on |fp16 score − true score| for query q (module docstring)."""

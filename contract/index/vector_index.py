@@ -118,7 +118,7 @@ class VectorIndex:
     def __init__(self, index: faiss.Index, info: IndexInfo):
         self.index = index
         self.info = info
-        self.half: HalfScan | None = None  # set by load: serving's copy for few-query scans (half_scan.py)
+        self.half: HalfScan | None = None  # serving's fp16 copy for few-query scans (keep_half_copy)
         self._apply_params(info.params)
         set_flat_batch_threshold(index.d)
 
@@ -288,9 +288,13 @@ class VectorIndex:
                 dim=index.d,
                 bytes_per_vector=path.stat().st_size / max(1, index.ntotal),
             )
-        loaded = cls(index, info.model_copy(deep=True))
-        loaded.half = HalfScan.build(index)
-        return loaded
+        return cls(index, info.model_copy(deep=True))
+
+    def keep_half_copy(self) -> HalfScan | None:
+        """Keep an fp16 copy for searches of under SGEMM_FROM queries, where it pays (contract/index/half_scan.py:
+        a flat inner-product index of HALF_SCAN_FROM_BYTES or more); answers stay exact. None: not kept."""
+        self.half = HalfScan.build(self.index)
+        return self.half
 
 
 def _kind_of(index: Any) -> str:

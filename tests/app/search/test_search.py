@@ -261,3 +261,30 @@ def test_a_query_is_tokenised_once(client, shared_encoder, oracle, monkeypatch):
     assert tokenised == [queries]
     for query, result in zip(queries, r.json()["results"], strict=True):
         _assert_matches(result["hits"], oracle(shared_encoder.encode([query], kind="query")[0], 3))
+
+
+def test_the_half_precision_scan_answers_as_brute_force(
+    live_bundles, doc_embeddings, slice_data, oracle, monkeypatch
+):
+    """SEARCH_INDEX_HALF_SCAN: the live flat index's fp16 copy answers single queries, exactly (oracle: brute
+    force); GET /bundles shows it, and nothing with the setting off. The test corpus is far below the 4 MiB the
+    copy pays from, so that threshold is lowered here (an edge fake, for speed)."""
+    import contract.index.half_scan as half_scan
+
+    monkeypatch.setattr(half_scan, "HALF_SCAN_FROM_BYTES", 0)
+    bundles, _ = live_bundles
+    n = len(slice_data.corpus)
+    for on in (True, False):
+        with TestClient(create_app(make_settings(bundles, index_half_scan=on))) as client:
+            for i in (3, 11, 40):
+                v = doc_embeddings[i] + 0.05 * doc_embeddings[i + 1]
+                v /= np.linalg.norm(v)
+                r = client.post("/search", json={"vector": v.tolist(), "top_k": 7})
+                assert r.status_code == 200, r.text
+                _assert_matches(r.json()["results"][0]["hits"], oracle(v, 7))
+            half = client.get("/bundles").json()["serving"]["half_scan"]
+        if on:
+            assert half["bytes"] == n * doc_embeddings.shape[1] * 2
+            assert half["searches"] >= 3 and half["fallbacks"] <= half["searches"]
+        else:
+            assert half is None

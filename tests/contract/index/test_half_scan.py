@@ -33,7 +33,9 @@ def _loaded(x: np.ndarray, tmp_path, metric: int = faiss.METRIC_INNER_PRODUCT) -
         bytes_per_vector=4.0 * x.shape[1],
     )
     path = VectorIndex(flat, info).save(tmp_path / "index.faiss")
-    return VectorIndex.load(path, info, mmap=True)  # as a bundle is loaded for serving
+    loaded = VectorIndex.load(path, info)
+    loaded.keep_half_copy()  # as a server does with SEARCH_INDEX_HALF_SCAN on
+    return loaded
 
 
 @pytest.fixture(scope="module")
@@ -59,6 +61,7 @@ def test_single_queries_match_the_bruteforce_oracle(corpus, queries, tmp_path, k
         assert pos.tolist() == want.tolist()
         np.testing.assert_allclose(sc, exact[i][want], atol=1e-5)
     assert vi.half.fallbacks == 0  # clustered data has no near-ties at these ranks
+    assert vi.half.usage() == {"bytes": N * D * 2, "searches": len(queries), "fallbacks": 0}
 
 
 def test_the_error_bound_holds_for_every_vector(corpus, queries):
