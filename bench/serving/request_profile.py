@@ -1,10 +1,11 @@
 """Where one /search request's CPU goes: the encoder, the rest of the engine, and everything around them.
 
     .venv/bin/python -m bench request_profile [--bundles var/bundles] [--encoder onnx-int8]
-        [--mode default] [--seconds 10] [--clients 1,32] [--threads 1] [--py-spy]
+        [--mode default] [--seconds 10] [--clients 1,32] [--threads 1] [--py-spy] [--bodies FILE.jsonl]
 
-Measurements of the same queries (the bundle's recorded evaluation queries), all in CPU time, so a
-shared, loaded machine moves them far less than wall time:
+Measurements of the same queries (the bundle's recorded evaluation queries, or those of --bodies: load_bench's
+own, the corpus's test queries), all in CPU time, so a shared, loaded machine moves them far less than wall
+time:
 
 1. in process, with the server's --threads, this process's CPU per query (every thread): the query encoder alone
    (`LiveBundle.encode`), and the whole engine answer (`LiveBundle.answer`: encode, vector and lexical
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import shutil
 import subprocess
 import tempfile
@@ -247,13 +249,26 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--clients", default="1,32", help="comma-separated client counts (wrk)")
     ap.add_argument("--threads", type=int, default=1, help="the server's SEARCH_ENCODER_THREADS")
     ap.add_argument("--py-spy", action="store_true")
+    ap.add_argument(
+        "--bodies",
+        type=Path,
+        help="a JSONL of /search bodies whose `query` fields are the queries (load_bench writes the corpus's test "
+        "queries to var/bench/corpora/wrk/NAME-default.jsonl); default: the bundle's recorded timing queries",
+    )
     args = ap.parse_args(argv)
-    queries = live_timing_queries(args.bundles) or ["a query"]
+    queries = _queries(args.bodies) if args.bodies else live_timing_queries(args.bundles) or ["a query"]
     engine = in_process(
         args.bundles, args.encoder, args.mode, (queries * (300 // len(queries) + 1))[:300], args.threads
     )
     rows = served(args.bundles, args, None if args.mode == "default" else args.mode, queries)
     _print(args, engine, rows)
+
+
+def _queries(bodies: Path) -> list[str]:
+    queries = [json.loads(line)["query"] for line in bodies.read_text().splitlines() if line.strip()]
+    if not queries:
+        raise SystemExit(f"{bodies}: no bodies")
+    return queries
 
 
 def _print(args: argparse.Namespace, engine: dict[str, float], rows: list[dict[str, Any]]) -> None:
