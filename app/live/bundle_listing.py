@@ -17,7 +17,7 @@ from app.live.hot_swap import HotSwap
 from app.schemas.bundles import BundleEntry, BundlesResponse, Unreadable
 from contract.bundles.folder import GATE_LOG
 from contract.encoding import spare_cores
-from contract.index.vector_index import VectorIndex
+from contract.index.half_scan import kept_by
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +65,7 @@ def _describe(hot_swap: HotSwap, gate_limit: int = 50, gate_offset: int = 0) -> 
 
 
 def _half_scan(live: LiveBundle | None) -> dict[str, int] | None:
-    index = live.bundle.index if live else None
-    half = index.half if isinstance(index, VectorIndex) else None
+    half = kept_by(live.bundle.index) if live else None
     return half.usage() if half else None
 
 

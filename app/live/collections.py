@@ -42,6 +42,7 @@ from contract.bundles.folder import CURRENT_FILE, read_current
 from contract.encoding.shared_models import files_key
 from contract.errors import CollectionNotFound, InfonceSearchError
 from contract.index.backend import MILVUS_EXTRAS, is_milvus
+from contract.index.half_scan import kept_by
 from contract.milvus.index import alias_name
 from contract.milvus.pointer import drop_alias, point_alias
 
@@ -74,7 +75,11 @@ class Collection:
         if live is None:
             return {}
         folder, files = Path(live.bundle.path), live.bundle.manifest.files
-        parts = {f"index:{folder}": _size(folder / INDEX_FILE) + _size(folder / LEXICAL_DIR)}
+        parts = {
+            f"index:{folder}": _size(folder / INDEX_FILE)
+            + _size(folder / LEXICAL_DIR)
+            + _half_bytes(live.bundle.index)
+        }
         weights = [f for f in (folder / MODEL_DIR).rglob("*.safetensors")] + list(
             (folder / MODEL_DIR).rglob("pytorch_model.bin")
         )
@@ -90,6 +95,12 @@ class Collection:
             sub = f"query_encoders/{backend}"
             parts[f"{backend}:{files_key(files, sub + '/') or folder}"] = _size(folder / sub)
         return parts
+
+
+def _half_bytes(index: Any) -> int:
+    """The index's fp16 copy, kept beside it (SEARCH_INDEX_HALF_SCAN)."""
+    half = kept_by(index)
+    return half.usage()["bytes"] if half else 0
 
 
 def _size(path: Path) -> int:

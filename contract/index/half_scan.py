@@ -107,5 +107,11 @@ class HalfScan:
         return float(np.linalg.norm(q)) * self.rel + _ABS * float(np.abs(q).sum())
 
 
+def kept_by(index: Any) -> HalfScan | None:
+    """The copy a loaded index keeps (VectorIndex.keep_half_copy); None for none, or another backend (Milvus)."""
+    half = getattr(index, "half", None)
+    return half if isinstance(half, HalfScan) else None
+
+
 def _blocks(vectors: np.ndarray, rows: int = 65_536) -> list[np.ndarray]:
     return [vectors[i : i + rows] for i in range(0, len(vectors), rows)]

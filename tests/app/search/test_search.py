@@ -267,15 +267,19 @@ def test_the_half_precision_scan_answers_as_brute_force(
     live_bundles, doc_embeddings, slice_data, oracle, monkeypatch
 ):
     """SEARCH_INDEX_HALF_SCAN: the live flat index's fp16 copy answers single queries, exactly (oracle: brute
-    force); GET /bundles shows it, and nothing with the setting off. The test corpus is far below the 4 MiB the
-    copy pays from, so that threshold is lowered here (an edge fake, for speed)."""
+    force); GET /bundles and the collections' memory count show it, and nothing with the setting off. The
+    test corpus is far below the 4 MiB the copy pays from, so that threshold is lowered here (an edge fake,
+    for speed)."""
     import contract.index.half_scan as half_scan
 
     monkeypatch.setattr(half_scan, "HALF_SCAN_FROM_BYTES", 0)
     bundles, _ = live_bundles
     n = len(slice_data.corpus)
+    resident = {}
     for on in (True, False):
-        with TestClient(create_app(make_settings(bundles, index_half_scan=on))) as client:
+        app = create_app(make_settings(bundles, index_half_scan=on))
+        with TestClient(app) as client:
+            resident[on] = app.state.collections.resident_bytes()  # the collections' memory budget counts it
             for i in (3, 11, 40):
                 v = doc_embeddings[i] + 0.05 * doc_embeddings[i + 1]
                 v /= np.linalg.norm(v)
@@ -288,3 +292,4 @@ def test_the_half_precision_scan_answers_as_brute_force(
             assert half["searches"] >= 3 and half["fallbacks"] <= half["searches"]
         else:
             assert half is None
+    assert resident[True] - resident[False] == n * doc_embeddings.shape[1] * 2
