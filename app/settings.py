@@ -256,9 +256,10 @@ class Settings(JobSettings):
     max_loaded_bytes: int | None = Field(
         None,
         ge=0,
-        description="Most bytes the loaded collections may hold (index, BM25 and encoder files; an encoder "
-        "shared by several collections counts once); past it the least recently used idle ones are "
-        "evicted. Unset: only max_loaded_collections bounds them.",
+        description="Most bytes the loaded collections may hold (index, BM25 and encoder files, the index's fp16 "
+        "copy and the spare-core session's second copy of the ONNX model; an encoder shared by several "
+        "collections counts once); past it the least recently used idle ones are evicted. Unset: only "
+        "max_loaded_collections bounds them.",
     )
     collection_idle_seconds: float = Field(
         0.0,

@@ -39,6 +39,7 @@ from app.settings import Settings
 from contract.bundles.bundle import INDEX_FILE, LEXICAL_DIR, MODEL_DIR, VERSION_RE, read_manifest
 from contract.bundles.collections import DEFAULT_COLLECTION, Collections, collection_milvus_name
 from contract.bundles.folder import CURRENT_FILE, read_current
+from contract.encoding import spare_cores
 from contract.encoding.shared_models import files_key
 from contract.errors import CollectionNotFound, InfonceSearchError
 from contract.index.backend import MILVUS_EXTRAS, is_milvus
@@ -88,7 +89,10 @@ class Collection:
         backend = live.encoder_backend
         if backend in ("onnx", "onnx-int8"):
             onnx = "model_int8.onnx" if backend == "onnx-int8" else "model.onnx"
-            parts[f"{backend}:{files_key(files, MODEL_DIR + '/') or folder}"] = _size(
+            copies = (
+                2 if spare_cores.usage(live.query_encoder)["threads"] else 1
+            )  # the spare-core session's too
+            parts[f"{backend}:{files_key(files, MODEL_DIR + '/') or folder}"] = copies * _size(
                 folder / MODEL_DIR / "onnx" / onnx
             )
         elif backend in ("distilled", "static"):

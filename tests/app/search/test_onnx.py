@@ -188,20 +188,25 @@ def test_the_wide_session_runs_only_while_cores_are_spare_and_gives_the_same_vec
 
 def test_get_bundles_shows_the_spare_core_session(live_bundles):
     """One encoder thread on a machine of more cores (each app.serve worker's plan): a second session of
-    two threads, shown in GET /bundles with its calls; none when SEARCH_ENCODER_SPARE_CORES is off or
-    threads fill the cores."""
+    two threads, shown in GET /bundles with its calls and counted once more in the collections' memory;
+    none when SEARCH_ENCODER_SPARE_CORES is off or threads fill the cores."""
     from app.engine.serving_plan import available_cores
 
-    bundles, _ = live_bundles
+    bundles, version = live_bundles
     base = make_settings(bundles, encoder_backend="onnx-int8", reload_poll_seconds=0, encoder_threads=1)
     expected = 2 if available_cores() >= 2 else 0
+    resident = {}
     for settings, wide in (  # off first: a loaded model is shared, so a widened one stays wide in-process
         (base.model_copy(update={"encoder_spare_cores": False}), 0),
         (base.model_copy(update={"encoder_threads": available_cores()}), 0),
         (base, expected),
     ):
-        with TestClient(create_app(settings)) as client:
+        app = create_app(settings)
+        with TestClient(app) as client:
             assert client.post("/search", json={"query": "a query"}).status_code == 200
             serving = client.get("/bundles").json()["serving"]
+            resident[wide] = app.state.collections.resident_bytes()
         assert serving["spare_cores"]["threads"] == wide and serving["pid"] == os.getpid()
         assert serving["spare_cores"]["calls"] >= (1 if wide else 0)
+    model = (bundles / version / "model" / "onnx" / "model_int8.onnx").stat().st_size
+    assert resident[expected] - resident[0] == (model if expected else 0)
