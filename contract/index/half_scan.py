@@ -21,8 +21,10 @@ Memory: the copy holds 2·d bytes a vector beside the fp32 index's 4·d, in ever
 index into memory: app/live/hot_swap.py), so a server keeps it only with SEARCH_INDEX_HALF_SCAN on (the
 default) and GET /bundles shows its size.
 
-Only for few queries at once: batches of SGEMM_FROM or more take FAISS's sgemm over the fp32 vectors,
-which reads them once for the whole batch (contract/index/vector_index.py).
+Deleted documents (the mutation overlay's tombstones) reach the fp16 scan and any fallback as the same id
+selector; a metadata filter's search stays in fp32. Only for few queries at once: batches of SGEMM_FROM or
+more take FAISS's sgemm over the fp32 vectors, which reads them once for the whole batch
+(contract/index/vector_index.py).
 """
 
 from __future__ import annotations
@@ -76,12 +78,16 @@ class HalfScan:
             return None
         return cls(index, vectors)
 
-    def search(self, q: np.ndarray, k: int, run: Any) -> tuple[np.ndarray, np.ndarray]:
-        """(scores, positions), each (nq, k), best first, as the fp32 index answers them; `run(index, q, k)`
-        searches a FAISS index (vector_index.faiss_search, which picks its OpenMP team)."""
-        n = self.half.ntotal
-        kk = min(n, k + margin(k))
-        approx, cand = run(self.half, q, kk)  # (nq, kk) each
+    def search(
+        self, q: np.ndarray, k: int, run: Any, *, params: Any = None, available: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """(scores, positions), each (nq, k), best first, as the fp32 index answers them; `run(index, q, k,
+        params)` searches a FAISS index (vector_index.faiss_search, which picks its OpenMP team). `params`
+        may hold an id selector (deleted documents left out), with `available` the vectors it lets through
+        (at least k)."""
+        available = self.half.ntotal if available is None else available
+        kk = min(available, k + margin(k))
+        approx, cand = run(self.half, q, kk, params)  # (nq, kk) each
         scores = np.empty((len(q), k), np.float32)
         positions = np.empty((len(q), k), np.int64)
         redo = []
@@ -90,11 +96,11 @@ class HalfScan:
             s = self.vectors[cand[i]] @ q[i]  # (kk,) exact inner products
             top = np.argsort(-s, kind="stable")[:k]  # (k,)
             scores[i], positions[i] = s[top], cand[i][top]
-            if kk < n and not s[top[-1]] > approx[i, -1] + self.epsilon(q[i]):
+            if kk < available and not s[top[-1]] > approx[i, -1] + self.epsilon(q[i]):
                 redo.append(i)
         if redo:
             self.fallbacks += len(redo)
-            scores[redo], positions[redo] = run(self.index, q[redo], k)
+            scores[redo], positions[redo] = run(self.index, q[redo], k, params)
         return scores, positions
 
     def usage(self) -> dict[str, int]:

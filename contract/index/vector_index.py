@@ -198,7 +198,12 @@ class VectorIndex:
             return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(len(q))]
         inner = faiss.IDSelectorBatch(excluded)
         sel = faiss.IDSelectorNot(inner)
-        dist, pos = self._faiss_search(q, kk, params=self._search_params(sel))  # (nq, kk) each
+        params = self._search_params(sel)
+        if self.half is not None and len(q) < SGEMM_FROM:
+            live = self.ntotal - int(np.count_nonzero((excluded >= 0) & (excluded < self.ntotal)))
+            dist, pos = self.half.search(q, kk, faiss_search, params=params, available=live)
+        else:
+            dist, pos = self._faiss_search(q, kk, params=params)  # (nq, kk) each
         out = [self._row(dist[i], pos[i]) for i in range(len(q))]
         short = [i for i, (p, _) in enumerate(out) if len(p) < kk]
         if short:  # an ANN walk can starve under the selector: over-fetch without it and drop the excluded

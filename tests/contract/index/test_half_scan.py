@@ -88,6 +88,14 @@ def test_near_ties_fall_back_to_the_fp32_search(corpus, tmp_path):
     dist, want = faiss_search(vi.index, q, 10)  # the fp32 search's own answer, tie order included
     assert pos.tolist() == want[0].tolist()
     np.testing.assert_array_equal(sc, dist[0])
+    excluded = np.array([0, 1, 2, 7])
+    [(pos, sc)] = vi.search(q, 10, excluded=excluded)  # the fallback keeps the deletions out too
+    assert vi.half.fallbacks == 2
+    half, vi.half = vi.half, None
+    [(want_pos, want_sc)] = vi.search(q, 10, excluded=excluded)  # the fp32 path
+    assert pos.tolist() == want_pos.tolist() and not set(pos.tolist()) & {0, 1, 2, 7}
+    np.testing.assert_array_equal(sc, want_sc)
+    vi.half = half
 
 
 def test_batches_and_filtered_searches_keep_the_fp32_paths(corpus, queries, tmp_path):
@@ -107,3 +115,18 @@ def test_no_copy_where_it_does_not_pay_or_cannot_be_exact(corpus, tmp_path):
     big = corpus.copy()
     big[5, 0] = 1e5  # beyond fp16's range
     assert _loaded(big, tmp_path).half is None
+
+
+def test_deleted_documents_are_left_out_exactly(corpus, queries, tmp_path):
+    """Deleted positions (the overlay's `excluded`) go to the fp16 scan as an id selector: the answer is
+    brute force over what is left, each true top hit deleted in turn included."""
+    vi = _loaded(corpus, tmp_path)
+    exact = queries.astype(np.float64) @ corpus.astype(np.float64).T  # (nq, n)
+    for i, q in enumerate(queries[:10]):
+        best = np.argsort(-exact[i], kind="stable")
+        excluded = np.concatenate([best[:3], best[5:7], [N - 1]])  # the query's own best among them
+        [(pos, sc)] = vi.search(q[None], 10, excluded=excluded)
+        keep = best[~np.isin(best, excluded)][:10]
+        assert pos.tolist() == keep.tolist()
+        np.testing.assert_allclose(sc, exact[i][keep], atol=1e-5)
+    assert vi.half is not None and vi.half.searches == 10 and vi.half.fallbacks == 0
