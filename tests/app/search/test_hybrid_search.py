@@ -14,7 +14,7 @@ from app.main import create_app
 from contract.encoding.encoder import document_text
 from contract.index.fusion import FusionParams, fuse
 from tests.app.conftest import check_a_write_in_every_mode, doc_metadata, make_settings, publish, wait_until
-from tests.contract.test_lexical_index import brute_force
+from tests.contract.index.test_lexical_index import brute_force
 
 KEY = {"X-API-Key": "test-key"}
 
