@@ -1,7 +1,8 @@
 """A half-precision copy of a flat inner-product index that answers a few queries exactly, reading half the bytes.
 
 Why: a served query's flat scan runs right after the query encoder, whose int8 layer weights (about 12 MB
-for MiniLM) have pushed the index's vectors out of the CPU cache, so the scan streams them from memory. One
+for MiniLM) have most likely pushed the index's vectors out of the CPU cache, so the scan streams them from
+memory. One
 query's exact search right after an int8 encode: scifact's 5,183 × 384 vectors 501-531 µs in fp32, 300-370
 as this module's fp16 scan with its exact re-scoring; after a 64 MB sweep, 15k-200k clustered vectors 0.48-
 0.55 of the fp32 time (200k: 16.8 -> 8.2 ms). Below HALF_SCAN_FROM_BYTES the re-scoring costs more than the
@@ -21,8 +22,8 @@ Memory: the copy holds 2·d bytes a vector beside the fp32 index's 4·d, in ever
 index into memory: app/live/hot_swap.py), so a server keeps it only with SEARCH_INDEX_HALF_SCAN on (the
 default) and GET /bundles shows its size.
 
-Deleted documents (the mutation overlay's tombstones) reach the fp16 scan and any fallback as the same id
-selector; a metadata filter's search stays in fp32. Only for few queries at once: batches of SGEMM_FROM or
+A metadata filter's allowed documents and the deleted ones (the mutation overlay's tombstones) reach the
+fp16 scan and any fallback as the same id selector. Only for few queries at once: batches of SGEMM_FROM or
 more take FAISS's sgemm over the fp32 vectors, which reads them once for the whole batch
 (contract/index/vector_index.py).
 """

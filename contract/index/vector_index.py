@@ -180,7 +180,10 @@ class VectorIndex:
             return self._exact_subset(q, kk, allowed)
         sel = faiss.IDSelectorBatch(allowed)
         params = self._search_params(sel)
-        dist, pos = self._faiss_search(q, kk, params=params)  # (nq, kk) each
+        if self.half is not None and len(q) < SGEMM_FROM:
+            dist, pos = self.half.search(q, kk, faiss_search, params=params, available=len(allowed))
+        else:
+            dist, pos = self._faiss_search(q, kk, params=params)  # (nq, kk) each
         out = [self._row(dist[i], pos[i]) for i in range(len(q))]
         short = [i for i, (p, _) in enumerate(out) if len(p) < kk]
         if short:  # an ANN graph/list walk can starve under a selective filter: answer those exactly

@@ -266,15 +266,16 @@ def test_a_query_is_tokenised_once(client, shared_encoder, oracle, monkeypatch):
 def test_the_half_precision_scan_answers_as_brute_force(
     live_bundles, doc_embeddings, slice_data, oracle, monkeypatch
 ):
-    """SEARCH_INDEX_HALF_SCAN: the live flat index's fp16 copy answers single queries, exactly (oracle: brute
-    force); GET /bundles and the collections' memory count show it, and nothing with the setting off. The
-    test corpus is far below the 4 MiB the copy pays from, so that threshold is lowered here (an edge fake,
-    for speed)."""
+    """SEARCH_INDEX_HALF_SCAN: the live flat index's fp16 copy answers single queries, filtered or not,
+    exactly (oracle: brute force); GET /bundles and the collections' memory count show it, and nothing with
+    the setting off. The test corpus is far below the 4 MiB the copy pays from, so that threshold is lowered
+    here (an edge fake, for speed)."""
     import contract.index.half_scan as half_scan
 
     monkeypatch.setattr(half_scan, "HALF_SCAN_FROM_BYTES", 0)
     bundles, _ = live_bundles
     n = len(slice_data.corpus)
+    group_b = {d for d, doc in slice_data.corpus.items() if doc.metadata["group"] == "b"}
     resident = {}
     for on in (True, False):
         app = create_app(make_settings(bundles, index_half_scan=on))
@@ -286,10 +287,13 @@ def test_the_half_precision_scan_answers_as_brute_force(
                 r = client.post("/search", json={"vector": v.tolist(), "top_k": 7})
                 assert r.status_code == 200, r.text
                 _assert_matches(r.json()["results"][0]["hits"], oracle(v, 7))
+                r = client.post("/search", json={"vector": v.tolist(), "top_k": 5, "filter": {"group": "b"}})
+                assert r.status_code == 200, r.text
+                _assert_matches(r.json()["results"][0]["hits"], oracle(v, 5, group_b))
             half = client.get("/bundles").json()["serving"]["half_scan"]
         if on:
             assert half["bytes"] == n * doc_embeddings.shape[1] * 2
-            assert half["searches"] >= 3 and half["fallbacks"] <= half["searches"]
+            assert half["searches"] >= 6 and half["fallbacks"] <= half["searches"]  # filtered ones too
         else:
             assert half is None
     assert resident[True] - resident[False] == n * doc_embeddings.shape[1] * 2

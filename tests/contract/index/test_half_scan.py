@@ -98,15 +98,27 @@ def test_near_ties_fall_back_to_the_fp32_search(corpus, tmp_path):
     vi.half = half
 
 
-def test_batches_and_filtered_searches_keep_the_fp32_paths(corpus, queries, tmp_path):
+def test_batches_keep_the_fp32_path(corpus, queries, tmp_path):
     vi = _loaded(corpus, tmp_path)
     batch = queries[:SGEMM_FROM]
     got = vi.search(batch, 10)  # sgemm over the fp32 vectors
     dist, want = vi.index.search(batch, 10)
     assert [p.tolist() for p, _ in got] == want.tolist()
-    allowed = np.arange(0, N, 3)
-    [(pos, _)] = vi.search(queries[:1], 10, allowed=allowed)
-    assert set(pos.tolist()) <= set(allowed.tolist())
+    assert vi.half is not None and vi.half.searches == 0
+
+
+@pytest.mark.parametrize("every", [3, 997])  # a third of the corpus; 12 documents, fewer than k + margin
+def test_filtered_searches_match_the_bruteforce_oracle(corpus, queries, tmp_path, every):
+    """A metadata filter's allowed positions go to the fp16 scan as an id selector: brute force over them."""
+    vi = _loaded(corpus, tmp_path)
+    allowed = np.arange(0, N, every)
+    exact = queries.astype(np.float64) @ corpus[allowed].astype(np.float64).T  # (nq, n_allowed)
+    for i, q in enumerate(queries[:10]):
+        [(pos, sc)] = vi.search(q[None], 10, allowed=allowed)
+        want = np.argsort(-exact[i], kind="stable")[:10]
+        assert pos.tolist() == allowed[want].tolist()
+        np.testing.assert_allclose(sc, exact[i][want], atol=1e-5)
+    assert vi.half is not None and vi.half.searches == 10
 
 
 def test_no_copy_where_it_does_not_pay_or_cannot_be_exact(corpus, tmp_path):
