@@ -3,7 +3,7 @@
 All model and FAISS work runs on one inference thread (`Inference.executor`): on a 2-core box the
 encoder's own intra-op threads already use both cores, and more request threads only thrash
 (bench/serving/load_bench.py: torch throughput fell 10-17% from 8 to 32 concurrent requests). Two
-inference threads, each taking its own micro-batch to a one-thread ONNX session, served 0.78-0.92x of one
+inference threads, each taking its own micro-batch to a one-thread ONNX session, served 0.77-0.92x of one
 thread with two intra-op threads at 32 clients and 0.81-0.90x at 1 (pycode, int8, one process; an ad-hoc
 probe, two alternated rounds), probably because the two batches' Python contends for the GIL (not profiled).
 
