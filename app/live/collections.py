@@ -89,9 +89,8 @@ class Collection:
         backend = live.encoder_backend
         if backend in ("onnx", "onnx-int8"):
             onnx = "model_int8.onnx" if backend == "onnx-int8" else "model.onnx"
-            copies = (
-                2 if spare_cores.usage(live.query_encoder)["threads"] else 1
-            )  # the spare-core session's too
+            # the spare-core session (contract/encoding/spare_cores.py) holds the model once more
+            copies = 2 if spare_cores.usage(live.query_encoder)["threads"] else 1
             parts[f"{backend}:{files_key(files, MODEL_DIR + '/') or folder}"] = copies * _size(
                 folder / MODEL_DIR / "onnx" / onnx
             )

@@ -23,7 +23,7 @@ from typing import Any
 import faiss
 import numpy as np
 
-from contract.index.half_scan import HalfScan
+from contract.index.half_scan import HalfScan, flat_vectors
 from contract.index.vector_index import faiss_search
 
 
@@ -60,7 +60,7 @@ def report(
     name: str, flat: faiss.Index, queries: np.ndarray, flush: Callable[[int], Any], rounds: int
 ) -> None:
     n, d = flat.ntotal, flat.d
-    half = HalfScan(flat, faiss.rev_swig_ptr(flat.get_xb(), n * d).reshape(n, d))
+    half = HalfScan(flat, flat_vectors(flat))  # at every size: HalfScan.build would skip the small ones
     for k in (10, 100):
         before = half.fallbacks
         fp32, fp16 = timed(flat, half, queries, k, flush, rounds)

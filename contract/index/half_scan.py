@@ -73,7 +73,7 @@ class HalfScan:
         n, d = int(index.ntotal), int(index.d)
         if n * d * 4 < HALF_SCAN_FROM_BYTES:
             return None
-        vectors = faiss.rev_swig_ptr(index.get_xb(), n * d).reshape(n, d)  # a view, no copy
+        vectors = flat_vectors(index)
         if max(float(np.abs(b).max()) for b in _blocks(vectors)) > FP16_MAX / 2:
             logger.info("vectors exceed fp16's range: flat search scans them in fp32")
             return None
@@ -112,6 +112,12 @@ class HalfScan:
     def epsilon(self, q: np.ndarray) -> float:
         """The bound on |fp16 score − true score| for query q (module docstring)."""
         return float(np.linalg.norm(q)) * self.rel + _ABS * float(np.abs(q).sum())
+
+
+def flat_vectors(index: Any) -> np.ndarray:
+    """A flat FAISS index's (n, d) float32 storage as an array: a view, no copy."""
+    n, d = int(index.ntotal), int(index.d)
+    return faiss.rev_swig_ptr(index.get_xb(), n * d).reshape(n, d)
 
 
 def kept_by(index: Any) -> HalfScan | None:
