@@ -35,6 +35,9 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[1]
 KEY = {"X-API-Key": "e2e-key"}
 HEARTBEAT_TIMEOUT_S = 15
+# the records are read while a few training steps run: at the default 2 s a fast machine may finish them
+# between two beats (CI once saw one fraction only)
+PROGRESS_INTERVAL_S = 0.1
 # lr is tiny so the two-step candidate's test nDCG stays within the gate's tolerance of the base model
 # (these tests are about the job machinery; training quality has its own tests)
 # onnx off: ONNX export is covered by tests/app/search/test_onnx.py and test_indexing; here it would only add time
@@ -70,7 +73,7 @@ class Worker:
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "training", "worker", "--queue", self.queue_url, "--workers", "2",
-                 "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT_S)],
+                 "--heartbeat-timeout", str(HEARTBEAT_TIMEOUT_S), "--progress-interval-s", str(PROGRESS_INTERVAL_S)],
                 cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
             )  # fmt: skip
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from contract.bundles.collections import DEFAULT_COLLECTION
 from contract.errors import InfonceSearchError
 from contract.jobs.queue import JobQueue
-from contract.jobs.records import NOT_STARTED, JobRecord
+from contract.jobs.records import HEARTBEAT_INTERVAL_S, NOT_STARTED, JobRecord
 from contract.jobs.settings import JobSettings
 from contract.log_setup import LogFormat, configure_logging, silence_progress_bars
 from training.cli.choices import Device, JobType, LogLevel, log_level_option
@@ -208,6 +208,12 @@ class WorkerOptions(BaseModel):
     milvus_name: str | None = Field(
         None, description="Collection/alias prefix.", json_schema_extra=setting_extra("milvus_name")
     )
+    progress_interval_s: float = Field(
+        HEARTBEAT_INTERVAL_S,
+        gt=0,
+        description="How often a running job writes its heartbeat, progress (GET /jobs/{id}) and log lines to "
+        "its record; at most a third of the heartbeat timeout.",
+    )
     nice: int = Field(
         10,
         ge=0,
@@ -242,12 +248,16 @@ def worker(
     """Run the job worker (huey consumer) until interrupted."""
     from contract.index.backend import BackendConfig
     from training.jobs import tasks
-    from training.jobs.worker import run_worker
+    from training.jobs.worker import check_progress_interval, run_worker
 
     o = given_config(WorkerOptions, overrides)
     s = worker_settings(
         queue, bundles, heartbeat_timeout, device, log_format, o.milvus_uri, o.milvus_token, o.milvus_name
     )
+    try:
+        check_progress_interval(o.progress_interval_s, s.job_heartbeat_timeout_s)
+    except ValueError as e:
+        _fail(e)
     if s.milvus_uri:  # jobs may then ask for index_backend=milvus
         tasks.MILVUS = BackendConfig("milvus", s.milvus_uri, s.milvus_token, s.milvus_name)
 
@@ -256,4 +266,10 @@ def worker(
     silence_progress_bars()  # a job's progress goes to its record; the libraries' bars would only litter the log
     if o.nice:
         os.nice(o.nice)  # training shares the cores with the API: serving goes first
-    run_worker(_url(s), workers=workers, heartbeat_timeout_s=s.job_heartbeat_timeout_s, device=s.train_device)
+    run_worker(
+        _url(s),
+        workers=workers,
+        heartbeat_timeout_s=s.job_heartbeat_timeout_s,
+        device=s.train_device,
+        progress_interval_s=o.progress_interval_s,
+    )

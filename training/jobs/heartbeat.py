@@ -1,5 +1,6 @@
 """The progress side of a running job: `JobHeartbeat` collects its progress and log lines, a thread writes
-them to the job record with the heartbeat every HEARTBEAT_INTERVAL_S and reads back `cancel_requested`.
+them to the job record with the heartbeat every `interval_s` (the worker's --progress-interval-s, default
+HEARTBEAT_INTERVAL_S) and reads back `cancel_requested`.
 
 The trainer's progress callback (`on_progress`) raises `JobCancelled` at the next step once a cancel was
 requested; `check_cancel` does the same between phases and every 1,024 documents encoded."""
@@ -21,8 +22,9 @@ TRAIN_PHASE = "train"  # the trainer's and the query-side retrain's steps
 class JobHeartbeat(logging.Handler):
     """Collects this job's progress and log lines; a thread writes them out with the heartbeat."""
 
-    def __init__(self, records: RecordStore, job_id: str):
+    def __init__(self, records: RecordStore, job_id: str, interval_s: float = HEARTBEAT_INTERVAL_S):
         super().__init__(level=logging.INFO)
+        self.interval_s = interval_s
         self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
         self.records = records
         self.job_id = job_id
@@ -109,7 +111,7 @@ class JobHeartbeat(logging.Handler):
         self.beat(final)
 
     def _run(self) -> None:
-        while not self._stop.wait(HEARTBEAT_INTERVAL_S):
+        while not self._stop.wait(self.interval_s):
             try:
                 self.beat()
             except Exception:  # a busy database must not kill the heartbeat thread

@@ -37,7 +37,7 @@ from contract.errors import InfonceSearchError, JobCancelled, JobOptionsInvalid,
 from contract.index.backend import BackendConfig
 from contract.jobs.confined_reader import ConfinedReader, confined_reads
 from contract.jobs.queue import CollectionBusy
-from contract.jobs.records import JobRecord, Progress, RecordStore, update
+from contract.jobs.records import HEARTBEAT_INTERVAL_S, JobRecord, Progress, RecordStore, update
 from training.data.progress import reporting_to
 from training.jobs.heartbeat import TRAIN_PHASE, JobHeartbeat
 
@@ -50,6 +50,8 @@ logger = logging.getLogger(__name__)
 LOCK_FILE = ".jobs.lock"
 # where retrain jobs train when their options do not say: the worker's --device (SEARCH_TRAIN_DEVICE)
 DEFAULT_DEVICE = "auto"
+# how often a running job writes its heartbeat, progress and log lines: the worker's --progress-interval-s
+PROGRESS_INTERVAL_S = HEARTBEAT_INTERVAL_S
 # the worker's Milvus (--milvus-uri …): jobs choose the backend, never where Milvus is (a job's submitter
 # must not point the worker at an arbitrary server)
 MILVUS: BackendConfig | None = None
@@ -171,7 +173,7 @@ def _run_locked(job_id: str, records: RecordStore) -> None:
     if claimed is None:
         logger.info("job %s is no longer queued (%s); skipping", job_id, records.get(job_id).state)
         return
-    with JobHeartbeat(records, job_id) as heartbeat:
+    with JobHeartbeat(records, job_id, PROGRESS_INTERVAL_S) as heartbeat:
         try:
             started = update(records, job_id, expect={"queued"}, state="running", started_at=time.time())
             if started is None:

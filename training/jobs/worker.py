@@ -28,11 +28,20 @@ from huey.consumer import Consumer
 
 from contract.bundles.folder import BundleFolder, VersionInfo
 from contract.jobs.queue import DEFAULT_HEARTBEAT_TIMEOUT_S, open_huey
-from contract.jobs.records import JobRecord, RecordStore, WorkerBeat, open_records, update
+from contract.jobs.records import (
+    HEARTBEAT_INTERVAL_S,
+    JobRecord,
+    RecordStore,
+    WorkerBeat,
+    open_records,
+    update,
+)
 
 logger = logging.getLogger(__name__)
 
 SWEEP_INTERVAL_S = 5.0  # worker heartbeat and dead-job sweep period
+# a job's heartbeat may be late by a write or two (a busy SQLite file) before the timeout fails it
+BEATS_PER_TIMEOUT = 3
 _STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
@@ -165,20 +174,34 @@ def _beat_and_sweep(records: RecordStore, timeout_s: float, stop: threading.Even
             return
 
 
+def check_progress_interval(interval_s: float, heartbeat_timeout_s: float) -> None:
+    """A ValueError unless BEATS_PER_TIMEOUT job heartbeats fit in the timeout that fails a silent job."""
+    if interval_s <= 0 or interval_s * BEATS_PER_TIMEOUT > heartbeat_timeout_s:
+        raise ValueError(
+            f"--progress-interval-s {interval_s:g}: must be above 0 and at most the heartbeat timeout "
+            f"({heartbeat_timeout_s:g}s) / {BEATS_PER_TIMEOUT}, or live jobs would read as dead"
+        )
+
+
 def run_worker(
     url: str,
     *,
     workers: int = 1,
     heartbeat_timeout_s: float = DEFAULT_HEARTBEAT_TIMEOUT_S,
     device: str = "auto",
+    progress_interval_s: float = HEARTBEAT_INTERVAL_S,
 ) -> None:
     """Block running huey's consumer until SIGINT (graceful) or SIGTERM.
 
     `device`: where retrain jobs train unless a job's options name one (training/train/device.py).
+    `progress_interval_s`: how often a running job writes its heartbeat, progress and log lines; a
+    ValueError unless BEATS_PER_TIMEOUT of them fit in `heartbeat_timeout_s`.
     """
     from training.jobs import tasks
 
+    check_progress_interval(progress_interval_s, heartbeat_timeout_s)
     tasks.DEFAULT_DEVICE = device
+    tasks.PROGRESS_INTERVAL_S = progress_interval_s
     huey, _ = open_huey(url, tasks.execute)
     records = open_records(url)
     fail_dead_jobs(records, timeout_s=heartbeat_timeout_s, at_start=True)

@@ -79,6 +79,25 @@ def test_a_value_outside_the_choices_is_refused_naming_them(args, option):
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("interval", "said"),
+    [
+        ("11", "--progress-interval-s 11: must be above 0 and at most the heartbeat timeout (30s) / 3"),
+        ("0", "invalid option --progress-interval-s: Input should be greater than 0"),
+    ],
+)
+def test_a_progress_interval_the_heartbeat_timeout_cannot_hold_is_refused_before_the_worker_starts(
+    tmp_path, interval, said
+):
+    # three beats must fit in the timeout, or the worker's own sweeper would fail its live jobs as dead
+    queue = f"sqlite:///{tmp_path / 'jobs.db'}"
+    args = ("worker", "--queue", queue, "--heartbeat-timeout", "30", "--progress-interval-s", interval)
+    done = _cli(*args)
+    assert done.returncode == 2
+    assert said in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not (tmp_path / "jobs.db").exists()  # refused before it started
+
+
 def test_log_level_accepts_any_case(tmp_path):
     done = _cli(
         "demo-data",
