@@ -36,7 +36,8 @@ JobType = Literal["retrain", "reindex"]
 JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 FINISHED: frozenset[str] = frozenset({"succeeded", "failed", "cancelled"})
 LOG_TAIL_LINES = 40
-HEARTBEAT_INTERVAL_S = 2.0  # how often a running task stamps `heartbeat_at`
+# how often a running task stamps `heartbeat_at`, unless the worker's --progress-interval-s says otherwise
+HEARTBEAT_INTERVAL_S = 2.0
 
 
 NOT_STARTED = "not started"  # the phase of a job cancelled while queued
