@@ -155,13 +155,16 @@ class VectorIndex:
         kk = min(k, self.ntotal)
         if kk == 0:
             return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(len(q))]
-        if self.half is not None and len(q) < SGEMM_FROM:
-            dist, pos = self.half.search(q, kk, faiss_search)  # (nq, kk) each, exact
-        else:
-            dist, pos = self._faiss_search(q, kk)  # (nq, kk) each
+        dist, pos = self._faiss_search(q, kk)  # (nq, kk) each
         return [self._row(dist[i], pos[i]) for i in range(len(q))]
 
-    def _faiss_search(self, q: np.ndarray, k: int, params: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    def _faiss_search(
+        self, q: np.ndarray, k: int, params: Any = None, available: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Under SGEMM_FROM queries through the fp16 copy when one is kept (exact all the same), else on the
+        index; `available`: the vectors `params`' id selector lets through (default: all)."""
+        if self.half is not None and len(q) < SGEMM_FROM:
+            return self.half.search(q, k, faiss_search, params=params, available=available)
         return faiss_search(self.index, q, k, params)
 
     def _row(self, dist: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -180,10 +183,7 @@ class VectorIndex:
             return self._exact_subset(q, kk, allowed)
         sel = faiss.IDSelectorBatch(allowed)
         params = self._search_params(sel)
-        if self.half is not None and len(q) < SGEMM_FROM:
-            dist, pos = self.half.search(q, kk, faiss_search, params=params, available=len(allowed))
-        else:
-            dist, pos = self._faiss_search(q, kk, params=params)  # (nq, kk) each
+        dist, pos = self._faiss_search(q, kk, params, available=len(allowed))  # (nq, kk) each
         out = [self._row(dist[i], pos[i]) for i in range(len(q))]
         short = [i for i, (p, _) in enumerate(out) if len(p) < kk]
         if short:  # an ANN graph/list walk can starve under a selective filter: answer those exactly
@@ -201,12 +201,9 @@ class VectorIndex:
             return [(np.zeros(0, np.int64), np.zeros(0, np.float32)) for _ in range(len(q))]
         inner = faiss.IDSelectorBatch(excluded)
         sel = faiss.IDSelectorNot(inner)
-        params = self._search_params(sel)
-        if self.half is not None and len(q) < SGEMM_FROM:
-            live = self.ntotal - int(np.count_nonzero((excluded >= 0) & (excluded < self.ntotal)))
-            dist, pos = self.half.search(q, kk, faiss_search, params=params, available=live)
-        else:
-            dist, pos = self._faiss_search(q, kk, params=params)  # (nq, kk) each
+        # `excluded` is sorted and unique (search): the positions it takes out of the index
+        live = self.ntotal - int(np.searchsorted(excluded, self.ntotal) - np.searchsorted(excluded, 0))
+        dist, pos = self._faiss_search(q, kk, self._search_params(sel), available=live)  # (nq, kk) each
         out = [self._row(dist[i], pos[i]) for i in range(len(q))]
         short = [i for i, (p, _) in enumerate(out) if len(p) < kk]
         if short:  # an ANN walk can starve under the selector: over-fetch without it and drop the excluded
