@@ -53,12 +53,12 @@ class HalfScan:
     """fp16 scan + exact fp32 re-scoring of a flat inner-product index's vectors (module docstring)."""
 
     def __init__(self, index: Any, vectors: np.ndarray):
-        n, d = vectors.shape
+        d = vectors.shape[1]
         self.index = index  # the fp32 flat index, for queries without the certificate
         self.vectors = vectors  # (n, d) float32, the fp32 index's own storage (mmapped when it is)
         self.half = faiss.IndexScalarQuantizer(d, faiss.ScalarQuantizer.QT_fp16, faiss.METRIC_INNER_PRODUCT)
-        for start in range(0, n, 65_536):  # a memory-mapped matrix is paged in a block at a time
-            self.half.add(np.ascontiguousarray(vectors[start : start + 65_536]))
+        for block in _blocks(vectors):  # a memory-mapped matrix is paged in a block at a time
+            self.half.add(np.ascontiguousarray(block))
         self.max_norm = float(np.sqrt(max(np.einsum("ij,ij->i", b, b).max() for b in _blocks(vectors))))
         self.rel = self.max_norm * (_REL + d * 2.0**-22)
         self.searches = 0  # queries answered through the copy
