@@ -25,6 +25,7 @@ from app.main import create_app
 from app.settings import Settings
 from contract.jobs.plan import DataPlan, IndexPlan, PublicationPlan, PublishPlan
 from contract.jobs.queue import JobQueue
+from contract.jobs.records import HEARTBEAT_INTERVAL_S
 from tests.app.conftest import wait_until
 from training.data.beir_slice import beir_slice
 from training.jobs.tasks import WORK_DIR
@@ -229,14 +230,21 @@ def test_a_running_job_shows_a_moving_fraction_an_eta_and_at_the_end_its_duratio
     client, worker = env["client"], env["worker"]
     job_id = _submit(env, "retrain", QUICK | {"max_steps": 8, "batch_size": 4, "report": False})
     seen: list[dict[str, Any]] = []
+    beats: set[float] = set()  # the running job's heartbeat stamps (the detail, with the key)
 
     def finished() -> dict[str, Any] | None:
         job = client.get(f"/jobs/{job_id}").json()
         seen.append(job)
+        detail = _job(client, job_id)
+        if detail["state"] == "running" and detail["heartbeat_at"]:
+            beats.add(detail["heartbeat_at"])
         return job if job["state"] in ("succeeded", "failed", "cancelled") else None
 
     job = wait_until(finished, 600, "the job", interval=0.2, detail=worker.tail)
     assert job["state"] == "succeeded", (job, worker.tail())
+    # the worker beats at its --progress-interval-s: more stamps than the 2 s default could have written
+    span = max(beats) - min(beats)
+    assert len(beats) > span / HEARTBEAT_INTERVAL_S + 1, (len(beats), span)
     training = [j["progress"] for j in seen if j["state"] == "running" and j["progress"]["phase"] == "train"]
     fractions = [p["fraction"] for p in training if p["fraction"]]
     assert len(set(fractions)) >= 2 and fractions == sorted(fractions), fractions  # it moved, forward
